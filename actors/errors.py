@@ -1,0 +1,141 @@
+"""Every error the ``actors`` package raises, in one place.
+
+Siblings are told apart by what the caller should do next: a malformed message
+dict (fix the input) vs a snapshot that cannot be decoded (the bytes are bad)
+vs one from a newer schema (upgrade the code); a profile that is missing
+(re-register it) vs a model that failed on a turn (retry or report).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorsError",
+    "InvalidMessage",
+    "ModelScriptExhausted",
+    "PluginError",
+    "RegistryProfileMissing",
+    "SnapshotDecodeError",
+    "SnapshotEncodeError",
+    "SteeringQueueFull",
+    "ToolDefinitionError",
+    "TurnLimitExceeded",
+]
+
+
+class ActorsError(Exception):
+    """Base class of every error raised by the ``actors`` package."""
+
+
+class InvalidMessage(ActorsError, ValueError):
+    """A dict handed to ``Message/ToolCall/Usage.from_dict`` is malformed.
+
+    ``field`` names the offending field so the producer can be fixed.
+    """
+
+    def __init__(self, kind: str, field: str, problem: str) -> None:
+        self.kind = kind
+        self.field = field
+        super().__init__(f"invalid {kind}: field {field!r} {problem}")
+
+
+class RegistryProfileMissing(ActorsError, LookupError):
+    """A ``registry:<profile>:...`` model string names a profile nobody registered.
+
+    Differs from a provider that failed: the fix is to ``register`` the profile
+    (for example at host start-up) and try again.
+    """
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        super().__init__(
+            f"provider profile {profile!r} is not registered; "
+            "register it with ProviderRegistry.register() and try again"
+        )
+
+
+class ModelScriptExhausted(ActorsError, RuntimeError):
+    """A ``ScriptedModel`` was asked for more responses than it was given."""
+
+    def __init__(self, given: int) -> None:
+        self.given = given
+        super().__init__(
+            f"ScriptedModel ran out of responses after {given}; "
+            "give it one response per expected model call"
+        )
+
+
+class ToolDefinitionError(ActorsError, TypeError):
+    """A function cannot be turned into a tool (for example a parameter without a type hint
+    that maps to JSON schema, or ``*args``)."""
+
+
+class TurnLimitExceeded(ActorsError, RuntimeError):
+    """A turn needed more model calls than ``max_steps``; the model keeps calling tools.
+
+    The messages produced so far stay in the history; raise ``max_steps`` or
+    fix the tool loop.
+    """
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        super().__init__(
+            f"turn stopped after max_steps={max_steps} model calls without a final answer"
+        )
+
+
+class SteeringQueueFull(ActorsError, RuntimeError):
+    """``steer`` was refused because ``max_steering_queue`` messages are already waiting."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"steering queue is full ({limit} messages waiting); "
+            "wait for the next model call or raise max_steering_queue"
+        )
+
+
+class PluginError(ActorsError, RuntimeError):
+    """A plugin's ``session_start`` hook raised, so the session could not start.
+
+    The original exception is the ``__cause__``. Exceptions in any other hook
+    never raise this: they are reported as ``plugin_error`` events instead.
+    """
+
+    def __init__(self, plugin: str, hook: str, error: BaseException) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.error = error
+        super().__init__(f"plugin {plugin!r} failed in {hook}: {error!r}")
+
+
+class SnapshotEncodeError(ActorsError, TypeError):
+    """A snapshot holds a value strict serialization refuses; ``path`` says where it sits."""
+
+    def __init__(self, path: str, value: object, problem: str | None = None) -> None:
+        self.path = path
+        detail = problem or f"{type(value).__qualname__} is not a plain value"
+        super().__init__(f"cannot serialize snapshot value at {path or '<root>'}: {detail}")
+
+
+class SnapshotDecodeError(ActorsError, ValueError):
+    """Bytes cannot be read as a snapshot: malformed, truncated, wrong types, or from a
+    newer schema than this code supports. ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"cannot decode snapshot: {reason}")
+
+
+for _cls in (
+    ActorsError,
+    InvalidMessage,
+    RegistryProfileMissing,
+    ModelScriptExhausted,
+    ToolDefinitionError,
+    TurnLimitExceeded,
+    SteeringQueueFull,
+    PluginError,
+    SnapshotEncodeError,
+    SnapshotDecodeError,
+):
+    _cls.__module__ = "actors"

@@ -1,0 +1,211 @@
+"""Conversation values: ``Message``, ``ToolCall`` and ``Usage``.
+
+All three are frozen dataclasses (immutable, hence safe to share between
+threads) with ``to_dict``/``from_dict`` that round-trip losslessly through
+msgpack and JSON, since they are what a snapshot persists. ``from_dict``
+checks every field and raises ``InvalidMessage`` naming the one that is wrong,
+because these dicts come from disk and from other processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast, get_args
+
+from actors.errors import InvalidMessage
+
+__all__ = ["Message", "Role", "ToolCall", "Usage"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+_ROLES: frozenset[str] = frozenset(get_args(Role))
+
+
+def _require_mapping(kind: str, data: object) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise InvalidMessage(kind, "<root>", f"must be a dict, got {type(data).__name__}")
+    return data
+
+
+def _get_str(kind: str, data: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        need = "a string or null" if optional else "a string"
+        raise InvalidMessage(kind, key, f"must be {need}, got {type(value).__name__}")
+    return value
+
+
+def _get_count(kind: str, data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidMessage(kind, key, f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A model's request to call one tool. Immutable and thread-safe.
+
+    Attributes:
+        id: Identifier the model gave the call; the tool's answer carries it back
+            as ``Message.tool_call_id``.
+        name: Name of the tool to call.
+        arguments: Keyword arguments, JSON-compatible values only.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of this call, safe for msgpack and JSON."""
+        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ToolCall:
+        """Rebuild a call from ``to_dict`` output.
+
+        Raises:
+            InvalidMessage: a field is missing or of the wrong type.
+        """
+        d = _require_mapping("ToolCall", data)
+        arguments = d.get("arguments", {})
+        if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
+            raise InvalidMessage("ToolCall", "arguments", "must be a dict with string keys")
+        return cls(
+            id=_get_str("ToolCall", d, "id"),
+            name=_get_str("ToolCall", d, "name"),
+            arguments=dict(arguments),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a conversation. Immutable and thread-safe.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: The text; ``None`` for an assistant message that only calls tools.
+        tool_calls: Calls an assistant message asks for, in order.
+        tool_call_id: On a ``tool`` message, the id of the call it answers.
+        name: On a ``tool`` message, the tool's name; otherwise an optional author name.
+    """
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise InvalidMessage("Message", "role", f"must be one of {sorted(_ROLES)}")
+        if not isinstance(self.tool_calls, tuple):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        """A system (instructions) message."""
+        return cls("system", content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        """A user message."""
+        return cls("user", content)
+
+    @classmethod
+    def assistant(cls, content: str | None, tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+        """An assistant message, optionally asking for tool calls."""
+        return cls("assistant", content, tool_calls)
+
+    @classmethod
+    def tool(cls, call: ToolCall, content: str) -> Message:
+        """The answer of a tool to ``call``."""
+        return cls("tool", content, tool_call_id=call.id, name=call.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of this message, safe for msgpack and JSON; empty optionals omitted."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> Message:
+        """Rebuild a message from ``to_dict`` output.
+
+        Raises:
+            InvalidMessage: a field is missing, of the wrong type, or the role is unknown.
+        """
+        d = _require_mapping("Message", data)
+        role = d.get("role")
+        if role not in _ROLES:
+            raise InvalidMessage(
+                "Message", "role", f"must be one of {sorted(_ROLES)}, got {role!r}"
+            )
+        raw_calls = d.get("tool_calls", [])
+        if not isinstance(raw_calls, list | tuple):
+            raise InvalidMessage("Message", "tool_calls", "must be a list")
+        return cls(
+            role=cast(Role, role),
+            content=_get_str("Message", d, "content", optional=True),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in raw_calls),
+            tool_call_id=_get_str("Message", d, "tool_call_id", optional=True),
+            name=_get_str("Message", d, "name", optional=True),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one model call or, summed with ``+``, of a whole session.
+
+    Immutable and thread-safe.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """Plain dict with input, output and total tokens."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total": self.total,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Usage:
+        """Rebuild usage from ``to_dict`` output; ``total``, when present, must be consistent.
+
+        Raises:
+            InvalidMessage: a count is missing, negative, not an integer, or the total disagrees.
+        """
+        d = _require_mapping("Usage", data)
+        usage = cls(_get_count("Usage", d, "input_tokens"), _get_count("Usage", d, "output_tokens"))
+        if "total" in d and d["total"] != usage.total:
+            raise InvalidMessage(
+                "Usage", "total", f"is {d['total']!r} but input + output is {usage.total}"
+            )
+        return usage
+
+
+for _cls in (ToolCall, Message, Usage):
+    _cls.__module__ = "actors"

@@ -14,24 +14,60 @@ from actors.errors import SnapshotEncodeError as SnapshotEncodeError
 from actors.errors import SteeringQueueFull as SteeringQueueFull
 from actors.errors import ToolDefinitionError as ToolDefinitionError
 from actors.errors import TurnLimitExceeded as TurnLimitExceeded
+from actors.events import Event as Event
+from actors.events import EventBatch as EventBatch
+from actors.events import EventBuffer as EventBuffer
+from actors.events import Subscriber as Subscriber
 from actors.messages import Message as Message
 from actors.messages import Role as Role
 from actors.messages import ToolCall as ToolCall
 from actors.messages import Usage as Usage
+from actors.model import EchoModel as EchoModel
+from actors.model import Model as Model
+from actors.model import ModelResponse as ModelResponse
+from actors.model import ScriptedModel as ScriptedModel
+from actors.plugins import Plugin as Plugin
+from actors.plugins import PluginContext as PluginContext
+from actors.providers import ModelFactory as ModelFactory
+from actors.providers import ProviderRegistry as ProviderRegistry
+from actors.providers import UnknownModel as UnknownModel
+from actors.session import AgentSession as AgentSession
+from actors.steering import SteeringQueue as SteeringQueue
+from actors.template import AgentTemplate as AgentTemplate
+from actors.tools import Tool as Tool
+from actors.tools import tool as tool
 
 __all__ = [
     "ActorsError",
+    "AgentSession",
+    "AgentTemplate",
+    "EchoModel",
+    "Event",
+    "EventBatch",
+    "EventBuffer",
     "InvalidMessage",
     "Message",
+    "Model",
+    "ModelFactory",
+    "ModelResponse",
     "ModelScriptExhausted",
+    "Plugin",
+    "PluginContext",
     "PluginError",
+    "ProviderRegistry",
     "RegistryProfileMissing",
     "Role",
+    "ScriptedModel",
     "SnapshotDecodeError",
     "SnapshotEncodeError",
+    "SteeringQueue",
     "SteeringQueueFull",
+    "Subscriber",
+    "Tool",
     "ToolCall",
     "ToolDefinitionError",
     "TurnLimitExceeded",
+    "UnknownModel",
     "Usage",
+    "tool",
 ]

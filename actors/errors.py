@@ -72,8 +72,8 @@ class ToolDefinitionError(ActorsError, TypeError):
 class TurnLimitExceeded(ActorsError, RuntimeError):
     """A turn needed more model calls than ``max_steps``; the model keeps calling tools.
 
-    The messages produced so far stay in the history; raise ``max_steps`` or
-    fix the tool loop.
+    Like any failed turn it is rolled back: the history is as before ``send``
+    (usage still counts the tokens spent). Raise ``max_steps`` or fix the tool loop.
     """
 
     def __init__(self, max_steps: int) -> None:

@@ -1,0 +1,131 @@
+"""A session's event stream: a bounded buffer readers poll with a cursor, plus subscribers.
+
+Events are what a host shows and logs about a session (turns, model calls, tool
+calls, plugin errors). The buffer is bounded: when full, the oldest event is
+dropped and counted, so a session that nobody reads never grows without limit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Event", "EventBatch", "EventBuffer", "Subscriber"]
+
+logger = logging.getLogger("actors.events")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing that happened in a session. Immutable and thread-safe.
+
+    Attributes:
+        seq: Position in the session's stream, from 1, without gaps.
+        type: ``turn_started``, ``model_response``, ``tool_call``, ``tool_result``,
+            ``turn_finished``, ``plugin_error``, ``error``, or a plugin's own type.
+        data: Plain details (JSON-compatible).
+        at: Wall-clock time (seconds since the epoch) it was published.
+    """
+
+    seq: int
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """What ``EventBuffer.since`` returns.
+
+    Attributes:
+        events: New events, oldest first.
+        cursor: Pass it back as ``since`` to get only what comes after.
+        missed: Events published after the caller's cursor but dropped before
+            it read them (the buffer was full).
+    """
+
+    events: tuple[Event, ...]
+    cursor: int
+    missed: int = 0
+
+
+Subscriber = Callable[[Event], None]
+"""Called with each event, on the publishing (session actor) thread."""
+
+
+class EventBuffer:
+    """Bounded, thread-safe event buffer with cursor reads and subscriber callbacks.
+
+    Thread-safe: one lock guards the buffer; subscribers run outside it.
+
+    Args:
+        size: Most events kept; the oldest are dropped beyond it.
+    """
+
+    def __init__(self, size: int = 1000) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"event_buffer_size must be a positive integer, got {size!r}")
+        self.size = size
+        self._events: deque[Event] = deque(maxlen=size)
+        self._seq = itertools.count(1)
+        self._last = 0
+        self._dropped = 0
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    @property
+    def dropped(self) -> int:
+        """How many events were dropped because the buffer was full."""
+        with self._lock:
+            return self._dropped
+
+    def publish(self, type_: str, **data: Any) -> Event:
+        """Append an event and hand it to every subscriber.
+
+        A subscriber that raises is logged and skipped; it never fails the session.
+        """
+        with self._lock:
+            event = Event(next(self._seq), type_, data, time.time())
+            if len(self._events) == self.size:
+                self._dropped += 1
+            self._events.append(event)
+            self._last = event.seq
+            subscribers = tuple(self._subscribers)
+        for subscriber in subscribers:
+            try:
+                subscriber(event)
+            except Exception:
+                logger.exception("event subscriber %r failed on %s", subscriber, event.type)
+        return event
+
+    def since(self, cursor: int | None = None) -> EventBatch:
+        """Events after ``cursor`` (all retained events when ``None``)."""
+        after = 0 if cursor is None else cursor
+        with self._lock:
+            events = tuple(e for e in self._events if e.seq > after)
+            oldest = self._events[0].seq if self._events else self._last + 1
+            last = self._last
+        missed = max(0, oldest - after - 1) if cursor is not None else 0
+        return EventBatch(events, max(last, after), missed)
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber`` for every future event; returns a function that unsubscribes."""
+        with self._lock:
+            self._subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if subscriber in self._subscribers:
+                    self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+
+for _cls in (Event, EventBatch, EventBuffer):
+    _cls.__module__ = "actors"

@@ -1,0 +1,159 @@
+"""The ``Model`` protocol and the two embedded deterministic models.
+
+A model turns a conversation (and the tools it may call) into one assistant
+message plus token usage. ``EchoModel`` and ``ScriptedModel`` need no network,
+so every example and test runs offline.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from actors.errors import ModelScriptExhausted
+from actors.messages import Message, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from actors.tools import Tool
+
+__all__ = ["EchoModel", "Model", "ModelResponse", "ScriptedModel", "model_string_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """What one model call returns. Immutable and thread-safe.
+
+    Attributes:
+        message: The assistant message (text, tool calls, or both).
+        usage: Tokens this call consumed.
+        provider_state: Plain data the provider wants back on the next call
+            (for example a server-side conversation id); ``None`` keeps the
+            session's current provider state. Persisted in snapshots.
+    """
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    provider_state: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can answer a conversation.
+
+    ``generate`` is called on the session's actor thread, one call at a time per
+    session; a model shared by several sessions must be thread-safe. An
+    exception it raises fails that turn only: the caller of ``send`` gets it and
+    the session lives on.
+    """
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        """Answer ``messages`` (system prompt first), optionally calling ``tools``."""
+        ...
+
+
+def model_string_of(model: Model | str) -> str:
+    """The model string recorded in a session's state for ``model``.
+
+    A string is kept as is (``registry:...`` strings are re-resolved on resume);
+    a model object contributes its ``model_string`` attribute, else its class name.
+    """
+    if isinstance(model, str):
+        return model
+    return str(getattr(model, "model_string", type(model).__name__))
+
+
+def _count_tokens(messages: Iterable[Message]) -> int:
+    """A deterministic stand-in for a tokenizer: whitespace-separated words."""
+    return sum(len((m.content or "").split()) for m in messages)
+
+
+def _answer(text: str, messages: Sequence[Message]) -> ModelResponse:
+    message = Message.assistant(text)
+    return ModelResponse(message, Usage(_count_tokens(messages), _count_tokens([message])))
+
+
+class EchoModel:
+    """Answers with the text of the last user message; shows tools without a network.
+
+    When the last user message is ``/<tool_name> {json arguments}`` and names a
+    tool of the session, the model first calls that tool, then answers with the
+    tool's result. Stateless, hence thread-safe. Its model string is ``echo``.
+    """
+
+    model_string = "echo"
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        """Echo the last user message, or run the tool it names."""
+        if messages and messages[-1].role == "tool":
+            result = messages[-1]
+            return _answer(f"{result.name} returned: {result.content}", messages)
+        last_user = next((m for m in reversed(messages) if m.role == "user"), None)
+        text = (last_user.content or "") if last_user else ""
+        call = self._tool_call(text, tools, call_id=f"call_{len(messages)}")
+        if isinstance(call, ToolCall):
+            message = Message.assistant(None, (call,))
+            return ModelResponse(message, Usage(_count_tokens(messages), 1))
+        return _answer(call or f"echo: {text}", messages)
+
+    @staticmethod
+    def _tool_call(text: str, tools: Sequence[Tool], call_id: str) -> ToolCall | str | None:
+        """The call ``text`` asks for, a complaint about its arguments, or ``None``."""
+        if not text.startswith("/"):
+            return None
+        name, _, raw_args = text[1:].partition(" ")
+        if name not in {t.name for t in tools}:
+            return None
+        try:
+            arguments = json.loads(raw_args) if raw_args.strip() else {}
+        except json.JSONDecodeError as exc:
+            return f"echo: cannot call {name}: arguments are not valid JSON ({exc.msg})"
+        if not isinstance(arguments, dict):
+            return f"echo: cannot call {name}: arguments must be a JSON object"
+        return ToolCall(call_id, name, arguments)
+
+
+class ScriptedModel:
+    """Returns the given responses in order, for tests and demos of exact dialogues.
+
+    Each response may be a ``ModelResponse``, a ``Message``, a plain string (an
+    assistant answer), or an exception instance (raised by that call, to test
+    how a session handles a failing model). Thread-safe: a lock guards the
+    position in the script.
+
+    Raises:
+        ModelScriptExhausted: from ``generate`` once every response was used.
+    """
+
+    model_string = "scripted"
+
+    def __init__(self, responses: Iterable[ModelResponse | Message | str | BaseException]) -> None:
+        self._responses = list(responses)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> int:
+        """How many responses are left."""
+        with self._lock:
+            return len(self._responses) - self._next
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        """Return the next scripted response."""
+        with self._lock:
+            if self._next >= len(self._responses):
+                raise ModelScriptExhausted(len(self._responses))
+            item = self._responses[self._next]
+            self._next += 1
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, ModelResponse):
+            return item
+        message = Message.assistant(item) if isinstance(item, str) else item
+        return ModelResponse(message, Usage(_count_tokens(messages), _count_tokens([message])))
+
+
+for _cls in (ModelResponse, Model, EchoModel, ScriptedModel):
+    _cls.__module__ = "actors"

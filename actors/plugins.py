@@ -1,0 +1,103 @@
+"""Plugins: code that rides along a session's life through hooks.
+
+Every hook runs on the session's actor thread, one at a time, in the order the
+template lists the plugins. A plugin object may be shared by many sessions
+(templates are shared), so per-session data belongs in ``ctx.state``: a plain
+dict that is part of the session state and therefore of every snapshot. Live
+values kept there (connections, files, handles) are stripped from snapshots
+and listed in ``ctx.stripped``; ``session_start`` rebuilds them on resume.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from actors.messages import Message, ToolCall
+
+if TYPE_CHECKING:
+    from actors.events import EventBuffer
+    from actors.model import ModelResponse
+
+__all__ = ["Plugin", "PluginContext"]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@dataclass(slots=True)
+class PluginContext:
+    """What a hook gets about its session. Owned by the session's actor thread.
+
+    Attributes:
+        session_id: The session's id.
+        state: This plugin's own state dict; mutate it in place. Persisted.
+        resumed: ``True`` when the session was rebuilt from a snapshot.
+        stripped: Keys of ``state`` (dotted below the plugin, e.g. ``conn`` or
+            ``pool.conn``) whose live values were stripped from the snapshot
+            this session resumed from; rebuild them in ``session_start``.
+    """
+
+    session_id: str
+    plugin: str
+    state: dict[str, Any]
+    events: EventBuffer = field(repr=False)
+    resumed: bool = False
+    stripped: tuple[str, ...] = ()
+
+    def emit(self, type_: str, **data: Any) -> None:
+        """Publish a plugin event (its data gets ``plugin`` set to this plugin's name)."""
+        self.events.publish(type_, plugin=self.plugin, **data)
+
+
+class Plugin:
+    """Base class of plugins; every hook is a no-op unless overridden.
+
+    Subclasses set ``name`` (defaults to the class name in snake case); names
+    must be unique within a template. Hooks that return ``None`` leave their
+    input unchanged; hooks that may rewrite their input say so.
+
+    An exception in ``session_start`` makes the session fail to start with
+    ``PluginError`` naming the plugin. An exception in any other hook is
+    published as a ``plugin_error`` event and the session goes on as if the
+    hook had returned ``None``.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("name"):
+            cls.name = _snake(cls.__name__)
+
+    def session_start(self, ctx: PluginContext) -> None:
+        """Set up or rebuild per-session live state; runs on first start and on every resume.
+
+        Runs on the session's thread before it handles any message.
+        ``ctx.state`` holds the restored state and ``ctx.stripped`` what must be rebuilt.
+        """
+
+    def before_model(self, ctx: PluginContext, messages: list[Message]) -> list[Message] | None:
+        """Before each model call; may return a replacement message list (system prompt first)."""
+        return None
+
+    def after_model(self, ctx: PluginContext, response: ModelResponse) -> ModelResponse | None:
+        """After each model call; may return a replacement response."""
+        return None
+
+    def on_tool_call(self, ctx: PluginContext, call: ToolCall) -> ToolCall | None:
+        """Before each tool call; may return a replacement call (e.g. rewritten arguments)."""
+        return None
+
+    def after_turn(self, ctx: PluginContext, messages: Sequence[Message]) -> None:
+        """After a turn answered; ``messages`` are the messages that turn added."""
+
+    def session_end(self, ctx: PluginContext, reason: str) -> None:
+        """When the session stops: ``reason`` is ``normal`` or ``error``; release live resources."""
+
+
+for _cls in (Plugin, PluginContext):
+    _cls.__module__ = "actors"

@@ -1,0 +1,283 @@
+"""``AgentSession``: one agent conversation running as a Pykka actor.
+
+The actor owns the conversation (messages, usage, plugin states) and runs the
+turn loop on its own thread: user message -> model -> tool calls -> model ...
+-> final answer. Messages sent through its ``ActorRef``/proxy are handled one at
+a time, so a session needs no locks of its own; the steering queue and event
+buffer are the two parts shared with other threads, and both are thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Self
+
+import pykka
+
+from actors._hooks import PluginRunner
+from actors.errors import TurnLimitExceeded
+from actors.events import EventBatch, EventBuffer, Subscriber
+from actors.messages import Message, ToolCall, Usage
+from actors.model import Model, ModelResponse
+from actors.providers import ProviderRegistry
+from actors.steering import SteeringQueue
+from actors.template import AgentTemplate
+from actors.tools import Tool
+
+__all__ = ["AgentSession"]
+
+
+class _StartCheck:
+    """Asked by ``AgentSession.start`` to learn whether ``session_start`` succeeded."""
+
+
+def _copy_containers(value: Any) -> Any:
+    """Copy dicts and lists all the way down; leave leaves (live or not) as they are."""
+    if isinstance(value, dict):
+        return {k: _copy_containers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy_containers(v) for v in value]
+    return value
+
+
+def _tool_output(result: object) -> str:
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+class AgentSession(pykka.ThreadingActor):
+    """A conversation with a model, its tools and plugins, as a Pykka actor.
+
+    Start it with ``AgentSession.start(template, ...)``; the call returns once
+    every plugin's ``session_start`` has run, and raises ``PluginError`` (after
+    stopping the actor) if one failed. Talk to it through ``ref.proxy()``:
+    ``send``, ``steer``, ``history``, ``usage``, ``state``, ``events``.
+
+    Thread-safety: the actor serializes every call made through its ref. The
+    ``steering`` queue and ``event_buffer`` attributes are thread-safe objects
+    that a host may pass in and use directly (steering must reach a turn that
+    is running; events must be readable while it runs).
+
+    Args:
+        template: Model, tools, instructions and plugins.
+        session_id: Defaults to a new random id.
+        restored_state: A ``state()`` dict to continue from (resume).
+        stripped_fields: Paths stripped from the snapshot it came from; each
+            plugin sees those under ``plugins.<name>.`` in ``ctx.stripped``.
+        model: A live model to use instead of resolving ``template.model``.
+        providers: Resolves model strings; defaults to a registry with ``echo``.
+        max_steps: Most model calls in one turn.
+        max_steering_queue: Most steering messages waiting at once.
+        event_buffer_size: Most events retained.
+        metadata: Plain user data kept in the state.
+        steering: A queue to use (for a host that keeps a handle on it).
+        event_buffer: A buffer to use (likewise).
+    """
+
+    start_timeout: ClassVar[float] = 30.0
+    """Seconds ``start`` waits for ``session_start`` hooks before giving up."""
+
+    def __init__(
+        self,
+        template: AgentTemplate,
+        *,
+        session_id: str | None = None,
+        restored_state: Mapping[str, Any] | None = None,
+        stripped_fields: Sequence[str] = (),
+        model: Model | None = None,
+        providers: ProviderRegistry | None = None,
+        max_steps: int = 8,
+        max_steering_queue: int = 16,
+        event_buffer_size: int = 1000,
+        metadata: Mapping[str, Any] | None = None,
+        steering: SteeringQueue | None = None,
+        event_buffer: EventBuffer | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        restored = restored_state or {}
+        self.session_id = session_id or restored.get("session_id") or uuid.uuid4().hex
+        self.template = template
+        self.max_steps = max_steps
+        self.model_string = str(restored.get("model") or template.model_string)
+        self.model = model or self._resolve(template.model, providers)
+        self.tools: dict[str, Tool] = {t.name: t for t in template.tools}
+        self.steering = steering or SteeringQueue(max_steering_queue)
+        self.event_buffer = event_buffer or EventBuffer(event_buffer_size)
+        self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
+        self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
+        self._turns = int(restored.get("turns", 0))
+        self._metadata = dict(metadata if metadata is not None else restored.get("metadata", {}))
+        self._provider_state = restored.get("provider_state")
+        self.plugins = PluginRunner(
+            template.plugins,
+            session_id=self.session_id,
+            states=_copy_containers(restored.get("plugins", {})),
+            stripped_fields=stripped_fields,
+            resumed=restored_state is not None,
+            events=self.event_buffer,
+        )
+        self._start_error: BaseException | None = None
+
+    @staticmethod
+    def _resolve(model: Model | str, providers: ProviderRegistry | None) -> Model:
+        if isinstance(model, str):
+            return (providers or ProviderRegistry()).lookup(model)
+        return model
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
+        """Start the actor and wait for its plugins' ``session_start`` hooks.
+
+        Raises:
+            PluginError: a ``session_start`` hook raised; the actor was stopped.
+            pykka.Timeout: the hooks took longer than ``start_timeout``.
+        """
+        ref = super().start(*args, **kwargs)
+        try:
+            ref.ask(_StartCheck(), timeout=cls.start_timeout)
+        except BaseException:
+            ref.stop(block=False)
+            raise
+        return ref
+
+    # -- lifecycle (actor thread) -------------------------------------------------
+
+    def on_start(self) -> None:
+        try:
+            self.plugins.start()
+        except Exception as exc:
+            self._start_error = exc
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _StartCheck) and self._start_error is not None:
+            raise self._start_error
+        return None
+
+    def on_stop(self) -> None:
+        self.plugins.end("normal")
+
+    def on_failure(self, *_exc_info: object) -> None:
+        self.plugins.end("error")
+
+    # -- public API (through the proxy) --------------------------------------------
+
+    def send(self, text: str) -> Message:
+        """Run one turn for user ``text`` and return the final assistant message.
+
+        A failed turn (the model raised, or ``TurnLimitExceeded``) is rolled
+        back: the history is as before the call, an ``error`` event is
+        published, and the exception reaches the caller; the session lives on.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
+        mark = len(self._messages)
+        self._messages.append(Message.user(text))
+        self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
+        try:
+            answer = self._run_turn()
+        except Exception as exc:
+            del self._messages[mark:]
+            self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
+            raise
+        self._turns += 1
+        added = tuple(self._messages[mark:])
+        self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
+        self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)
+        return answer
+
+    def steer(self, text: str) -> None:
+        """Queue ``text`` to be injected before the next model call (``SteeringQueueFull``
+        when ``max_steering_queue`` messages wait)."""
+        self.steering.put(text)
+
+    def history(self) -> list[Message]:
+        """The conversation so far, without the system prompt (which the template supplies)."""
+        return list(self._messages)
+
+    def usage(self) -> Usage:
+        """Tokens used by every model call of the session, failed turns included."""
+        return self._usage
+
+    def events(self, since: int | None = None) -> EventBatch:
+        """Events after cursor ``since`` and the cursor to pass next time."""
+        return self.event_buffer.since(since)
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Call ``subscriber`` (on this session's thread) with every future event."""
+        self.event_buffer.subscribe(subscriber)
+
+    def state(self) -> dict[str, Any]:
+        """The session's conversational state as plain containers.
+
+        Plugin states are copied as they are, so they may hold live values;
+        ``Snapshot.new`` strips those and records their paths.
+        """
+        return {
+            "session_id": self.session_id,
+            "messages": [m.to_dict() for m in self._messages],
+            "usage": self._usage.to_dict(),
+            "metadata": _copy_containers(self._metadata),
+            "model": self.model_string,
+            "instructions": self.template.instructions,
+            "plugins": _copy_containers(self.plugins.states()),
+            "provider_state": _copy_containers(self._provider_state),
+            "turns": self._turns,
+        }
+
+    # -- the turn loop -------------------------------------------------------------
+
+    def _run_turn(self) -> Message:
+        tools = list(self.tools.values())
+        for _ in range(self.max_steps):
+            for text in self.steering.drain():
+                self._messages.append(Message.user(text))
+                self.event_buffer.publish("steered", text=text)
+            prompt = self._prompt()
+            prompt = self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
+            response = self.model.generate(prompt, tools)
+            self._usage += response.usage
+            response = self.plugins.pipe(
+                "after_model", response, lambda p, c, v: p.after_model(c, v)
+            )
+            self._record(response)
+            if not response.message.tool_calls:
+                return response.message
+            for call in response.message.tool_calls:
+                self._call_tool(call)
+        raise TurnLimitExceeded(self.max_steps)
+
+    def _prompt(self) -> list[Message]:
+        system = [Message.system(self.template.instructions)] if self.template.instructions else []
+        return system + self._messages
+
+    def _record(self, response: ModelResponse) -> None:
+        self._messages.append(response.message)
+        if response.provider_state is not None:
+            self._provider_state = response.provider_state
+        self.event_buffer.publish(
+            "model_response",
+            content=response.message.content,
+            tool_calls=[c.to_dict() for c in response.message.tool_calls],
+            usage=response.usage.to_dict(),
+        )
+
+    def _call_tool(self, call: ToolCall) -> None:
+        call = self.plugins.pipe("on_tool_call", call, lambda p, c, v: p.on_tool_call(c, v))
+        self.event_buffer.publish("tool_call", **call.to_dict())
+        tool = self.tools.get(call.name)
+        ok = False
+        if tool is None:
+            output = f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}"
+        else:
+            try:
+                output, ok = _tool_output(tool(**call.arguments)), True
+            except Exception as exc:
+                output = f"error: {type(exc).__name__}: {exc}"
+        self._messages.append(Message.tool(call, output))
+        self.event_buffer.publish("tool_result", id=call.id, name=call.name, ok=ok, content=output)
+
+
+AgentSession.__module__ = "actors"

@@ -1,0 +1,60 @@
+"""``SteeringQueue``: messages a caller slips into a running conversation.
+
+A steering message is injected right before the session's next model call, even
+in the middle of a turn that is already running, so it cannot travel through
+the actor's mailbox (that would wait for the turn to end). The queue is shared
+between the session's thread and its callers instead, and bounded so a flood of
+steering cannot grow a session without limit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from actors.errors import SteeringQueueFull
+
+__all__ = ["SteeringQueue"]
+
+
+class SteeringQueue:
+    """Bounded FIFO of steering texts. Thread-safe.
+
+    Args:
+        limit: Most messages waiting at once (``max_steering_queue``).
+    """
+
+    def __init__(self, limit: int = 16) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"max_steering_queue must be a positive integer, got {limit!r}")
+        self.limit = limit
+        self._items: deque[str] = deque()
+        self._lock = threading.Lock()
+
+    def put(self, text: str) -> None:
+        """Queue ``text`` for the next model call.
+
+        Raises:
+            TypeError: ``text`` is not a string.
+            SteeringQueueFull: ``limit`` messages are already waiting; nothing was queued.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"steering text must be a str, got {type(text).__name__}")
+        with self._lock:
+            if len(self._items) >= self.limit:
+                raise SteeringQueueFull(self.limit)
+            self._items.append(text)
+
+    def drain(self) -> list[str]:
+        """Take every waiting message, oldest first."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+SteeringQueue.__module__ = "actors"

@@ -1,0 +1,66 @@
+"""``AgentTemplate``: the live half of a session (model, tools, instructions, plugins).
+
+A snapshot carries only the conversation; on start and on resume the template
+supplies everything that cannot or must not be persisted. One template can
+serve many sessions at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from actors.model import Model, model_string_of
+from actors.plugins import Plugin
+from actors.tools import Tool
+
+__all__ = ["AgentTemplate"]
+
+
+def _unique(kind: str, names: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"two {kind}s are named {name!r}; {kind} names must be unique")
+        seen.add(name)
+
+
+@dataclass(frozen=True)
+class AgentTemplate:
+    """Model, tools, instructions and plugins shared by the sessions built on it.
+
+    Immutable; as thread-safe as the model, tools and plugins it holds, since
+    sessions on different threads use them concurrently.
+
+    Attributes:
+        model: A live ``Model`` or a model string resolved through a
+            ``ProviderRegistry`` (``echo`` or ``registry:<profile>:<provider>:<id>``).
+        tools: Tools the model may call; names must be unique.
+        instructions: The system prompt, sent first on every model call.
+        plugins: Plugins, run in this order; names must be unique.
+    """
+
+    model: Model | str = "echo"
+    tools: Sequence[Tool] = ()
+    instructions: str | None = None
+    plugins: Sequence[Plugin] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "plugins", tuple(self.plugins))
+        for item in self.tools:
+            if not isinstance(item, Tool):
+                raise TypeError(f"tools must be Tool objects (use @tool), got {item!r}")
+        for plugin in self.plugins:
+            if not isinstance(plugin, Plugin):
+                raise TypeError(f"plugins must be Plugin instances, got {plugin!r}")
+        _unique("tool", [t.name for t in self.tools])
+        _unique("plugin", [p.name for p in self.plugins])
+
+    @property
+    def model_string(self) -> str:
+        """The model string a session on this template records in its state."""
+        return model_string_of(self.model)
+
+
+AgentTemplate.__module__ = "actors"

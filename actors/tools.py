@@ -1,0 +1,175 @@
+"""Tools a model may call, and the ``@tool`` decorator that describes them.
+
+The JSON schema of a tool's parameters is built from the function's signature
+and type hints, and its description from the docstring, so a plain Python
+function becomes a tool with one line. Tools may be closures over live objects:
+they belong to the agent template and are never serialized.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from actors.errors import ToolDefinitionError
+
+__all__ = ["Tool", "tool"]
+
+_SCALARS: dict[object, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    Any: {},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A callable the model may ask for, with its name, description and JSON schema.
+
+    Immutable; calling it is as thread-safe as the wrapped function.
+
+    Attributes:
+        name: What the model calls it.
+        description: What it does, for the model.
+        parameters: JSON schema (``type: object``) of its keyword arguments.
+        fn: The function run with the call's arguments.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    fn: Callable[..., Any] = field(repr=False, compare=False)
+
+    def __call__(self, **arguments: Any) -> Any:
+        """Run the tool with keyword ``arguments``."""
+        return self.fn(**arguments)
+
+    def schema(self) -> dict[str, Any]:
+        """The tool in the function-calling shape most model APIs accept."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _type_schema(hint: Any, where: str) -> dict[str, Any]:
+    """JSON schema for one type hint; ``where`` names the parameter for errors."""
+    if hint in _SCALARS:
+        return dict(_SCALARS[hint])
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        options = [_type_schema(a, where) for a in args]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if hint in (list, tuple) or origin in (list, tuple, typing.Sequence):
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[-1] is not Ellipsis:
+            schema["items"] = _type_schema(args[0], where)
+        return schema
+    if hint is dict or origin in (dict, typing.Mapping):
+        schema = {"type": "object"}
+        if len(args) == 2:
+            schema["additionalProperties"] = _type_schema(args[1], where)
+        return schema
+    raise ToolDefinitionError(
+        f"{where}: type {hint!r} has no JSON schema; use str, int, float, bool, "
+        "None, Literal, list, dict or a union of these"
+    )
+
+
+_ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+_ARG_LINE = re.compile(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Summary paragraph and per-argument descriptions of a Google-style docstring."""
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _ARGS_SECTION.match(line):
+            break
+        summary.append(line.strip())
+    described: dict[str, str] = {}
+    in_args = False
+    for line in lines:
+        if _ARGS_SECTION.match(line):
+            in_args = True
+        elif in_args and line and not line[0].isspace():
+            in_args = False
+        elif in_args and (match := _ARG_LINE.match(line)):
+            described[match.group(1)] = match.group(2).strip()
+    return " ".join(summary), described
+
+
+def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> Tool:
+    tool_name = name or fn.__name__
+    where = f"tool {tool_name!r}"
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # a forward reference that cannot be resolved
+        raise ToolDefinitionError(f"{where}: cannot resolve type hints: {exc}") from exc
+    summary, arg_docs = _parse_docstring(fn.__doc__ or "")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ToolDefinitionError(
+                f"{where}: parameter {param.name!r} must be a named parameter "
+                "(no *args, **kwargs or positional-only), since models call tools by keyword"
+            )
+        if param.name not in hints:
+            raise ToolDefinitionError(
+                f"{where}: parameter {param.name!r} needs a type hint to build its JSON schema"
+            )
+        prop = _type_schema(hints[param.name], f"{where}, parameter {param.name!r}")
+        if param.name in arg_docs:
+            prop["description"] = arg_docs[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        elif param.default is None or isinstance(param.default, str | int | float | bool):
+            prop["default"] = param.default
+        properties[param.name] = prop
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    return Tool(tool_name, description or summary, parameters, fn)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a function into a ``Tool``; usable as ``@tool`` or ``@tool(name=...)``.
+
+    Args:
+        fn: The function; every parameter needs a JSON-compatible type hint.
+        name: Tool name; defaults to the function's name.
+        description: Defaults to the docstring's first paragraph; the docstring's
+            ``Args:`` section describes each parameter.
+
+    Raises:
+        ToolDefinitionError: a parameter has no hint, an unsupported hint, or is
+            ``*args``/``**kwargs``/positional-only.
+    """
+    if fn is not None:
+        return _build(fn, name, description)
+    return lambda f: _build(f, name, description)
+
+
+Tool.__module__ = "actors"

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointNotFound",
+    "ChildAlreadyExists",
+    "ChildNotFound",
+    "ChildStartError",
+    "RestartIntensityExceeded",
     "SessionAlreadyExists",
     "SessionNotFound",
     "SnapshotTooLarge",
@@ -68,11 +72,74 @@ class SnapshotTooLarge(SupervisorError, ValueError):
         )
 
 
+class ChildStartError(SupervisorError):
+    """A child's start function raised or did not return a SupervisedActor's ref.
+
+    Raised to whoever asked for the start (``Supervisor.start``, ``start_child``);
+    the underlying error is the ``__cause__``. Differs from a child that started
+    and then crashed: that one is restarted by policy, this one never ran.
+    """
+
+    def __init__(self, child_id: str, cause: BaseException) -> None:
+        self.child_id = child_id
+        self.cause = cause
+        super().__init__(f"child {child_id!r} failed to start: {cause!r}")
+
+
+class ChildAlreadyExists(SupervisorError):
+    """``start_child`` was given an id that a running child of the supervisor already uses."""
+
+    def __init__(self, child_id: str) -> None:
+        self.child_id = child_id
+        super().__init__(f"the supervisor already has a child {child_id!r}; use another id")
+
+
+class ChildNotFound(SupervisorError, LookupError):
+    """The supervisor has no child with that id (never added, terminated, or not restarted)."""
+
+    def __init__(self, child_id: str) -> None:
+        self.child_id = child_id
+        super().__init__(f"the supervisor has no child {child_id!r}")
+
+
+class RestartIntensityExceeded(SupervisorError):
+    """A supervisor gave up: its children needed more restarts than its intensity allows.
+
+    This is the exit reason its watchers see in their ``Down`` (and the reason a
+    parent supervisor acts on, so the failure travels up the tree). The last
+    child exit reason that triggered it is ``last_reason`` (and the
+    ``__cause__`` when it is an exception).
+    """
+
+    def __init__(
+        self,
+        supervisor: str,
+        child_id: str,
+        last_reason: object,
+        max_restarts: int,
+        max_seconds: float,
+    ) -> None:
+        self.supervisor = supervisor
+        self.child_id = child_id
+        self.last_reason = last_reason
+        self.max_restarts = max_restarts
+        self.max_seconds = max_seconds
+        super().__init__(
+            f"supervisor {supervisor} gave up: restarting child {child_id!r} (exit reason "
+            f"{last_reason!r}) would exceed max_restarts={max_restarts} within "
+            f"max_seconds={max_seconds}"
+        )
+
+
 for _cls in (
     SupervisorError,
     SessionAlreadyExists,
     SessionNotFound,
     CheckpointNotFound,
     SnapshotTooLarge,
+    ChildStartError,
+    ChildAlreadyExists,
+    ChildNotFound,
+    RestartIntensityExceeded,
 ):
     _cls.__module__ = "supervisor"

@@ -4,6 +4,10 @@ Messages, models, tools, plugins, templates, the ``AgentSession`` actor and
 snapshots. Never imports ``supervisor``.
 """
 
+from actors._codec import decode_plain as decode_plain
+from actors._codec import encode_plain as encode_plain
+from actors._strip import STRIPPED_KEY as STRIPPED_KEY
+from actors._strip import is_stripped_marker as is_stripped_marker
 from actors.errors import ActorsError as ActorsError
 from actors.errors import InvalidMessage as InvalidMessage
 from actors.errors import ModelScriptExhausted as ModelScriptExhausted
@@ -22,6 +26,8 @@ from actors.messages import Message as Message
 from actors.messages import Role as Role
 from actors.messages import ToolCall as ToolCall
 from actors.messages import Usage as Usage
+from actors.migrations import SNAPSHOT_MIGRATIONS as SNAPSHOT_MIGRATIONS
+from actors.migrations import MigrationRegistry as MigrationRegistry
 from actors.model import EchoModel as EchoModel
 from actors.model import Model as Model
 from actors.model import ModelResponse as ModelResponse
@@ -31,13 +37,21 @@ from actors.plugins import PluginContext as PluginContext
 from actors.providers import ModelFactory as ModelFactory
 from actors.providers import ProviderRegistry as ProviderRegistry
 from actors.providers import UnknownModel as UnknownModel
+from actors.redact import is_secret_key as is_secret_key
+from actors.redact import redact_secrets as redact_secrets
 from actors.session import AgentSession as AgentSession
+from actors.snapshot import SCHEMA_VERSION as SCHEMA_VERSION
+from actors.snapshot import Snapshot as Snapshot
+from actors.snapshot import schema_version as schema_version
 from actors.steering import SteeringQueue as SteeringQueue
 from actors.template import AgentTemplate as AgentTemplate
 from actors.tools import Tool as Tool
 from actors.tools import tool as tool
 
 __all__ = [
+    "SCHEMA_VERSION",
+    "SNAPSHOT_MIGRATIONS",
+    "STRIPPED_KEY",
     "ActorsError",
     "AgentSession",
     "AgentTemplate",
@@ -47,6 +61,7 @@ __all__ = [
     "EventBuffer",
     "InvalidMessage",
     "Message",
+    "MigrationRegistry",
     "Model",
     "ModelFactory",
     "ModelResponse",
@@ -58,6 +73,7 @@ __all__ = [
     "RegistryProfileMissing",
     "Role",
     "ScriptedModel",
+    "Snapshot",
     "SnapshotDecodeError",
     "SnapshotEncodeError",
     "SteeringQueue",
@@ -69,5 +85,11 @@ __all__ = [
     "TurnLimitExceeded",
     "UnknownModel",
     "Usage",
+    "decode_plain",
+    "encode_plain",
+    "is_secret_key",
+    "is_stripped_marker",
+    "redact_secrets",
+    "schema_version",
     "tool",
 ]

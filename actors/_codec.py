@@ -1,0 +1,207 @@
+"""Strict msgpack encoding of plain values, the wire format of snapshots.
+
+*Plain* means: ``None``, ``bool``, ``int`` (64-bit range), ``float``, ``str``,
+``bytes`` (``bytearray``/``memoryview`` are written as bytes), ``list`` and
+``tuple`` (both read back as ``list``), ``dict`` with ``str`` keys, and
+timezone-aware ``datetime``. Exact types only: a ``str`` or ``dict`` subclass,
+an enum member, a set or any other object is refused, so nothing is stored
+that would read back as something else. Nothing is ever pickled.
+
+Datetimes use msgpack's standard Timestamp extension (type -1), so any msgpack
+library reads them; they read back as UTC datetimes equal to the original
+instant. Any other extension type is refused when reading.
+
+Encoding is fast when the value is plain (one key walk plus the C packer) and
+only when it is not does a slower walk run to name the path of the offending
+value. Both functions are pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgpack
+
+from actors.errors import SnapshotDecodeError, SnapshotEncodeError
+
+__all__ = ["check_plain", "decode_plain", "encode_plain", "join_path"]
+
+_MAX_DEPTH = 500  # the path-naming walk gives up here; msgpack's own limit is 511
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+_SCALARS = frozenset((type(None), bool, int, float, str, bytes, bytearray, memoryview))
+
+
+class _Refused(Exception):
+    """Raised inside the packer's ``default`` hook; triggers the slow path-naming walk."""
+
+
+def join_path(parent: str, key: object) -> str:
+    """Path of ``key`` under ``parent``: ``a.b`` for string keys, ``a[3]`` for anything else."""
+    if isinstance(key, str):
+        return f"{parent}.{key}" if parent else key
+    return f"{parent}[{key!r}]"
+
+
+def _default(obj: object) -> object:
+    if type(obj) is tuple:
+        return list(obj)
+    raise _Refused
+
+
+def _check_keys(value: object) -> None:
+    """Raise TypeError if any dict under ``value`` has a non-``str`` key (fast, no paths)."""
+    kind = type(value)
+    if kind is not dict and kind is not list and kind is not tuple:
+        return
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        if type(node) is dict:
+            "".join(node)  # C-level check: raises TypeError on the first non-str key
+            children: Any = node.values()
+        else:
+            children = node
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list or kind is tuple:
+                push(child)
+
+
+def _problem(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, object, str]:
+    """Find the first non-plain value under ``value``: (path, value, problem) or ('', None, '')."""
+    kind = type(value)
+    if kind in _SCALARS:
+        if kind is int and not _INT_MIN <= value <= _INT_MAX:
+            return path, value, "integer out of the 64-bit range msgpack can store"
+        return "", None, ""
+    if kind is datetime:
+        if value.utcoffset() is None:
+            return path, value, "naive datetime; attach a timezone (e.g. datetime.UTC)"
+        return "", None, ""
+    if kind is not dict and kind is not list and kind is not tuple:
+        return path, value, f"{kind.__module__}.{kind.__qualname__} is not a plain value"
+    if depth >= _MAX_DEPTH:
+        return path, value, f"containers nested deeper than {_MAX_DEPTH} levels"
+    if id(value) in active:
+        return path, value, "reference cycle: the container contains itself"
+    active.add(id(value))
+    try:
+        if kind is dict:
+            for key, child in value.items():
+                child_path = join_path(path, key)
+                if type(key) is not str:
+                    return child_path, key, f"dict key {key!r} is not a str"
+                found = _problem(child, child_path, depth + 1, active)
+                if found[2]:
+                    return found
+        else:
+            for index, child in enumerate(value):
+                found = _problem(child, join_path(path, index), depth + 1, active)
+                if found[2]:
+                    return found
+    finally:
+        active.discard(id(value))
+    return "", None, ""
+
+
+def _raise_problem(value: object, root: str, cause: BaseException) -> None:
+    path, bad, problem = _problem(value, root, 0, set())
+    if not problem:  # pragma: no cover - the packer refused something the walk accepts
+        raise SnapshotEncodeError(root, value, f"msgpack refused the value: {cause}") from cause
+    raise SnapshotEncodeError(path, bad, problem) from None
+
+
+def check_plain(value: object, *, root: str = "") -> None:
+    """Raise ``SnapshotEncodeError`` naming the path if ``value`` is not plain (slow walk)."""
+    path, bad, problem = _problem(value, root, 0, set())
+    if problem:
+        raise SnapshotEncodeError(path, bad, problem)
+
+
+def encode_plain(value: object, *, root: str = "") -> bytes:
+    """Encode a plain value as msgpack bytes.
+
+    Args:
+        value: The value to encode (see the module docstring for what is plain).
+        root: Path prefix used in error messages, e.g. ``state``.
+
+    Returns:
+        The msgpack bytes.
+
+    Raises:
+        SnapshotEncodeError: some value is not plain; its path and the reason are named.
+    """
+    try:
+        packed: bytes = msgpack.packb(
+            value, use_bin_type=True, strict_types=True, datetime=True, default=_default
+        )
+        _check_keys(value)  # after packing: packb has ruled out cycles and deep nesting
+    except (_Refused, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        _raise_problem(value, root, exc)
+        raise  # pragma: no cover - _raise_problem always raises
+    return packed
+
+
+class _BadKey(Exception):
+    pass
+
+
+def _object_hook(obj: dict[Any, Any]) -> dict[Any, Any]:
+    try:
+        "".join(obj)
+    except TypeError:
+        raise _BadKey from None
+    return obj
+
+
+def _ext_hook(code: int, data: bytes) -> object:
+    raise SnapshotDecodeError(f"unknown msgpack extension type {code} ({len(data)} bytes)")
+
+
+def _decode_error(exc: BaseException) -> SnapshotDecodeError:
+    if isinstance(exc, _BadKey):
+        return SnapshotDecodeError("a map key is not a string")
+    if isinstance(exc, msgpack.ExtraData):
+        return SnapshotDecodeError("trailing bytes after the msgpack value")
+    if isinstance(exc, UnicodeDecodeError):
+        return SnapshotDecodeError("a string is not valid UTF-8")
+    text = str(exc) or type(exc).__name__
+    return SnapshotDecodeError(f"not valid msgpack ({type(exc).__name__}: {text})")
+
+
+def decode_plain(data: object) -> Any:
+    """Decode msgpack bytes written by ``encode_plain`` back into plain values.
+
+    Arrays come back as lists, maps as dicts, timestamps as UTC datetimes.
+
+    Args:
+        data: ``bytes``, ``bytearray`` or ``memoryview``.
+
+    Returns:
+        The decoded value.
+
+    Raises:
+        SnapshotDecodeError: anything malformed: not bytes, not msgpack, truncated,
+            trailing bytes, invalid UTF-8, a non-string map key, an unknown extension
+            type, or nesting deeper than msgpack's limit.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise SnapshotDecodeError(f"expected bytes, got {type(data).__name__}")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            timestamp=3,
+            object_hook=_object_hook,
+            ext_hook=_ext_hook,
+        )
+    except SnapshotDecodeError:
+        raise
+    except Exception as exc:  # msgpack signals malformed input with many types
+        raise _decode_error(exc) from None

@@ -1,0 +1,169 @@
+"""Stripping of live values from session state before it becomes a snapshot.
+
+A live value is one whose meaning depends on this process being alive: actor
+refs and proxies, threads, futures and tasks, locks and events, sockets, open
+files, database connections, generators and coroutines, and callables
+(functions, lambdas, closures, bound methods, builtins, partials). Each is
+replaced by a *marker*, the plain dict ``{"__stripped__": "<module>.<type>"}``
+(for example ``{"__stripped__": "_thread.lock"}``), and the path where it sat is
+recorded, e.g. ``plugins.db.conn`` or ``plugins.pool.workers[2]``. A dict key
+adds ``.key``; a list index or a non-string key adds ``[index]``.
+
+Markers are plain, so they survive serialization; a marker already present in
+the state (a value stripped earlier that no plugin rebuilt) is listed again, so
+the next resume still knows it must be rebuilt.
+
+While walking, mappings become ``dict``, tuples become ``list`` and dataclass
+instances become a ``dict`` of their fields, so the result compares equal to
+what a serialize/deserialize round trip returns. Anything else that is not
+plain (a set, an arbitrary object) is left in place for strict serialization to
+refuse with its path. Pure functions: thread-safe as long as nobody mutates the
+input while it is being walked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import functools
+import io
+import mmap
+import selectors
+import socket
+import sqlite3
+import subprocess
+import threading
+import types
+import weakref
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import pykka
+
+from actors._codec import join_path
+
+__all__ = ["LIVE_TYPES", "STRIPPED_KEY", "is_stripped_marker", "strip_live"]
+
+STRIPPED_KEY = "__stripped__"
+"""The single key of a marker dict; its value names the type that was stripped."""
+
+LIVE_TYPES: tuple[type, ...] = (
+    # actors and concurrency
+    pykka.ActorRef,
+    pykka.ActorProxy,
+    pykka.CallableProxy,
+    pykka.Future,
+    threading.Thread,
+    type(threading.Lock()),
+    type(threading.RLock()),
+    threading.Condition,
+    threading.Event,
+    threading.Semaphore,
+    threading.Barrier,
+    concurrent.futures.Future,
+    concurrent.futures.Executor,
+    asyncio.Future,  # includes asyncio.Task
+    asyncio.Handle,
+    asyncio.AbstractEventLoop,
+    asyncio.Lock,
+    asyncio.Event,
+    asyncio.Condition,
+    asyncio.Semaphore,
+    asyncio.Barrier,
+    # operating-system resources
+    socket.socket,
+    io.IOBase,
+    mmap.mmap,
+    selectors.BaseSelector,
+    subprocess.Popen,
+    sqlite3.Connection,
+    sqlite3.Cursor,
+    weakref.ReferenceType,
+    weakref.ProxyType,
+    weakref.CallableProxyType,
+    # suspended and callable code
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    functools.partial,
+)
+"""Types whose instances ``strip_live`` replaces with a marker."""
+
+_PLAIN_SCALARS = frozenset((type(None), bool, int, float, str, bytes, datetime))
+
+
+def is_stripped_marker(value: object) -> bool:
+    """Whether ``value`` is a marker left where a live value was stripped."""
+    return type(value) is dict and len(value) == 1 and isinstance(value.get(STRIPPED_KEY), str)
+
+
+def _marker(value: object) -> dict[str, str]:
+    kind = type(value)
+    return {STRIPPED_KEY: f"{kind.__module__}.{kind.__qualname__}"}
+
+
+class _Walker:
+    """One walk over a value; collects the stripped paths."""
+
+    def __init__(self, strip: bool) -> None:
+        self.strip = strip
+        self.paths: list[str] = []
+        self._active: set[int] = set()
+
+    def walk(self, value: Any, path: str) -> Any:
+        kind = type(value)
+        if kind in _PLAIN_SCALARS:
+            return value
+        if self.strip and isinstance(value, LIVE_TYPES):
+            self.paths.append(path)
+            return _marker(value)
+        if isinstance(value, Mapping):
+            if self.strip and is_stripped_marker(value):
+                self.paths.append(path)
+                return dict(value)
+            return self._container(value, path, mapping=True)
+        if isinstance(value, list | tuple):
+            return self._container(value, path, mapping=False)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+            return self._container(fields, path, mapping=True)
+        return value  # not plain: strict serialization refuses it, naming the path
+
+    def _container(self, value: Any, path: str, *, mapping: bool) -> Any:
+        if id(value) in self._active:
+            raise ValueError(f"state contains a reference cycle at {path or '<root>'}")
+        self._active.add(id(value))
+        try:
+            if mapping:
+                return {k: self.walk(v, join_path(path, k)) for k, v in value.items()}
+            return [self.walk(v, join_path(path, i)) for i, v in enumerate(value)]
+        finally:
+            self._active.discard(id(value))
+
+
+def strip_live(value: object, *, strip: bool = True) -> tuple[Any, tuple[str, ...]]:
+    """Copy ``value`` with live values replaced by markers.
+
+    Args:
+        value: Any nesting of mappings, lists, tuples, dataclasses and scalars.
+        strip: ``False`` only normalizes containers (used for snapshot metadata,
+            where a live value is an error for serialization to report, not
+            something to rebuild).
+
+    Returns:
+        The normalized copy and the paths of the stripped values, in walk order.
+
+    Raises:
+        ValueError: the value contains a reference cycle.
+    """
+    walker = _Walker(strip)
+    return walker.walk(value, ""), tuple(walker.paths)

@@ -1,0 +1,350 @@
+"""``Snapshot``: the serializable half of an agent session.
+
+A snapshot carries what is needed to resume a conversation (messages, usage,
+the model string, plugin states, provider state, metadata) and nothing that
+cannot or must not be persisted: live values are stripped when it is made
+(see ``actors._strip``), secrets can be dropped with ``redact``, and
+``serialize`` refuses anything that is not a plain value instead of pickling
+it. ``deserialize`` turns any bad input into one error type,
+``SnapshotDecodeError``, and upgrades older schema versions.
+
+The session state shape the accessors read (what ``AgentSession.state()``
+returns)::
+
+    {"session_id": str, "messages": [Message.to_dict(), ...], "usage": Usage.to_dict(),
+     "metadata": dict, "model": str, "instructions": str | None,
+     "plugins": {name: dict}, "provider_state": dict | None, "turns": int}
+
+On naming: the seed exposes both a ``schema_version`` field and a
+``schema_version()`` function. A dataclass cannot have a field and a method of
+one name, so the field keeps the name (it is the data), the class-level
+function is ``Snapshot.current_schema_version()``, and the seed's function is
+the module-level ``schema_version()``; ``SCHEMA_VERSION`` is the constant.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from actors._codec import check_plain, decode_plain, encode_plain
+from actors._ids import CheckpointIdGenerator
+from actors._strip import strip_live
+from actors.errors import InvalidMessage, SnapshotDecodeError
+from actors.messages import Message, Usage
+from actors.migrations import SCHEMA_VERSION, SNAPSHOT_MIGRATIONS, MigrationRegistry
+
+__all__ = ["SCHEMA_VERSION", "Snapshot", "schema_version"]
+
+_FIELDS = (
+    "schema_version",
+    "checkpoint_id",
+    "session_id",
+    "saved_at",
+    "label",
+    "metadata",
+    "state",
+    "stripped_fields",
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_IDS = CheckpointIdGenerator()
+
+
+def schema_version() -> int:
+    """The snapshot schema version this code writes (the seed's ``schema_version()``)."""
+    return SCHEMA_VERSION
+
+
+def _check(ok: bool, kind: type[Exception], problem: str) -> None:
+    if not ok:
+        raise kind(problem)
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class Snapshot:
+    """A checkpoint of one session's conversational state.
+
+    Make one with ``Snapshot.new`` (or ``AgentSession.snapshot``), not the
+    constructor: ``new`` generates the id and timestamp and strips live values.
+    Equality compares every field; a deserialized snapshot equals the original.
+    The hash is the hash of ``checkpoint_id``.
+
+    Thread-safety: the dataclass is frozen, and no method mutates ``state`` or
+    ``metadata``; it is safe to share between threads as long as nobody
+    mutates those dicts in place (treat them as read-only; use ``redact`` to
+    derive a changed snapshot).
+
+    Attributes:
+        schema_version: Schema the snapshot is in (``SCHEMA_VERSION`` for new ones).
+        checkpoint_id: Unique id, sortable by creation time (32 hex digits).
+        session_id: The session it belongs to.
+        saved_at: When it was made, timezone-aware (UTC).
+        label: Optional human label (``"before-deploy"``).
+        metadata: Free-form plain values chosen by the caller.
+        state: The session's plain state (see the module docstring for its shape).
+        stripped_fields: Paths in ``state`` where live values were replaced by
+            ``{"__stripped__": "<type>"}`` markers, e.g. ``plugins.db.conn``.
+    """
+
+    schema_version: int
+    checkpoint_id: str
+    session_id: str
+    saved_at: datetime
+    label: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    stripped_fields: tuple[str, ...] = ()
+
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        v = self.schema_version
+        _check(
+            isinstance(v, int) and not isinstance(v, bool), TypeError, "schema_version: not an int"
+        )
+        _check(v >= 1, ValueError, f"schema_version must be >= 1, got {v}")
+        for name in ("checkpoint_id", "session_id"):
+            value = getattr(self, name)
+            _check(isinstance(value, str), TypeError, f"{name} must be a str")
+            _check(bool(value), ValueError, f"{name} must not be empty")
+        _check(isinstance(self.saved_at, datetime), TypeError, "saved_at must be a datetime")
+        _check(self.saved_at.utcoffset() is not None, ValueError, "saved_at must be timezone-aware")
+        _check(self.label is None or isinstance(self.label, str), TypeError, "label: not a str")
+        for name in ("metadata", "state"):
+            value = getattr(self, name)
+            _check(isinstance(value, dict), TypeError, f"{name} must be a dict")
+            _check(all(isinstance(k, str) for k in value), TypeError, f"{name} keys must be str")
+        fields = self.stripped_fields
+        _check(isinstance(fields, list | tuple), TypeError, "stripped_fields must be a tuple")
+        _check(all(isinstance(p, str) for p in fields), TypeError, "stripped_fields: not str")
+        if not isinstance(fields, tuple):
+            object.__setattr__(self, "stripped_fields", tuple(fields))
+
+    def __hash__(self) -> int:
+        return hash(self.checkpoint_id)
+
+    def __repr__(self) -> str:
+        messages = self.state.get("messages")
+        count = len(messages) if isinstance(messages, list) else 0
+        return (
+            f"Snapshot(session_id={self.session_id!r}, checkpoint_id={self.checkpoint_id!r}, "
+            f"saved_at={self.saved_at.isoformat()}, label={self.label!r}, "
+            f"messages={count}, stripped_fields={self.stripped_fields!r})"
+        )
+
+    @classmethod
+    def current_schema_version(cls) -> int:
+        """The schema version this code writes (``Snapshot.schema_version()`` in the seed)."""
+        return SCHEMA_VERSION
+
+    @classmethod
+    def new(
+        cls,
+        *,
+        session_id: str,
+        state: Mapping[str, Any] | object,
+        label: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Snapshot:
+        """Make a snapshot now: fresh ``checkpoint_id`` and ``saved_at``, live values stripped.
+
+        Args:
+            session_id: The session's id; required, a non-empty string.
+            state: The session's state, a mapping (or a dataclass instance, taken
+                as the dict of its fields). Copied; live values anywhere inside
+                are replaced by markers and listed in ``stripped_fields``.
+            label: Optional human label.
+            metadata: Optional plain values; copied but not stripped (a live
+                value there is an error that ``serialize`` reports).
+
+        Returns:
+            The new snapshot.
+
+        Raises:
+            TypeError: ``session_id`` is not a string, ``state`` is not a mapping,
+                ``label`` is not a string, or ``metadata`` is not a mapping.
+            ValueError: ``session_id`` is empty, or ``state`` contains a reference cycle.
+        """
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        if not session_id:
+            raise ValueError("session_id is required and must not be empty")
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"label must be a str or None, got {type(label).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a mapping or None, got {type(metadata).__name__}")
+        plain_state, stripped = strip_live(state)
+        if not isinstance(plain_state, dict):
+            raise TypeError(f"state must be a mapping, got {type(state).__name__}")
+        plain_metadata, _ = strip_live(metadata or {}, strip=False)
+        checkpoint_id, now_ns = _IDS.new()
+        return cls(
+            schema_version=SCHEMA_VERSION,
+            checkpoint_id=checkpoint_id,
+            session_id=session_id,
+            saved_at=_EPOCH + timedelta(microseconds=now_ns // 1000),
+            label=label,
+            metadata=plain_metadata,
+            state=plain_state,
+            stripped_fields=stripped,
+        )
+
+    def redact(self, fn: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Snapshot:
+        """A new snapshot whose state is ``fn(state)``; every other field unchanged.
+
+        ``fn`` receives a deep copy, so it may modify it in place and return it.
+        Use ``redact(redact_secrets)`` to drop secret-looking keys.
+
+        Raises:
+            TypeError: ``fn`` returned something that is not a mapping.
+        """
+        result = fn(copy.deepcopy(self.state))
+        if not isinstance(result, Mapping):
+            raise TypeError(f"redact function must return a mapping, got {type(result).__name__}")
+        return replace(self, state=dict(result))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot as a plain dict (the serialized form before encoding).
+
+        Shares ``state`` and ``metadata`` with this snapshot: do not mutate them.
+        """
+        return {
+            "schema_version": self.schema_version,
+            "checkpoint_id": self.checkpoint_id,
+            "session_id": self.session_id,
+            "saved_at": self.saved_at,
+            "label": self.label,
+            "metadata": self.metadata,
+            "state": self.state,
+            "stripped_fields": list(self.stripped_fields),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, *, migrations: MigrationRegistry | None = None) -> Snapshot:
+        """Rebuild a snapshot from ``to_dict`` output, upgrading older schema versions.
+
+        Args:
+            data: A plain dict as ``to_dict`` returns (or ``decode_plain`` yields).
+            migrations: Registry to upgrade with; ``SNAPSHOT_MIGRATIONS`` by default.
+
+        Raises:
+            SnapshotDecodeError: not a dict, a field missing, unknown or of the
+                wrong type, a schema newer than supported, or a failed migration.
+        """
+        registry = SNAPSHOT_MIGRATIONS if migrations is None else migrations
+        if not isinstance(data, dict):
+            raise SnapshotDecodeError(f"expected a map at the top, got {type(data).__name__}")
+        found = data.get("schema_version")
+        if isinstance(found, bool) or not isinstance(found, int) or found < 1:
+            raise SnapshotDecodeError(f"schema_version must be an integer >= 1, got {found!r}")
+        if found != registry.current_version:
+            data = registry.upgrade(data, found)
+        keys = set(data)
+        if keys != set(_FIELDS):
+            missing = sorted(set(_FIELDS) - keys)
+            unknown = sorted(map(str, keys - set(_FIELDS)))
+            raise SnapshotDecodeError(f"fields missing: {missing}, unknown: {unknown}")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise SnapshotDecodeError(f"wrong field type: {exc}") from None
+
+    def serialize(self) -> bytes:
+        """Strict msgpack bytes of this snapshot. Never pickles.
+
+        Raises:
+            SnapshotEncodeError: a value is not plain (None, bool, int, float, str,
+                bytes, list, tuple, dict with str keys, aware datetime); the error
+                names its path, e.g. ``state.plugins.db.handler``.
+        """
+        return encode_plain(self.to_dict())
+
+    @classmethod
+    def deserialize(cls, data: object, *, migrations: MigrationRegistry | None = None) -> Snapshot:
+        """Read bytes from ``serialize``, upgrading older schema versions.
+
+        Raises:
+            SnapshotDecodeError: for anything malformed (not bytes, not msgpack,
+                truncated, trailing bytes, wrong types, missing fields, unknown
+                extension) and for a schema newer than this code (the message
+                names the version found and the one supported). Never another type.
+        """
+        return cls.from_dict(decode_plain(data), migrations=migrations)
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """The snapshot as JSON, for humans and tools (not read back by this package).
+
+        Datetimes become ISO-8601 strings and bytes ``{"__bytes__": "<base64>"}``.
+
+        Raises:
+            SnapshotEncodeError: as ``serialize``.
+        """
+        plain = self.to_dict()
+        check_plain(plain)
+        return json.dumps(plain, default=_json_default, indent=indent, ensure_ascii=False)
+
+    def messages(self) -> list[Message]:
+        """The message history as ``Message`` objects; ``[]`` when there is none.
+
+        Raises:
+            SnapshotDecodeError: ``state["messages"]`` is not a list or an entry is malformed.
+        """
+        raw = self.state.get("messages")
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise SnapshotDecodeError(f"state.messages must be a list, got {type(raw).__name__}")
+        result = []
+        for index, item in enumerate(raw):
+            try:
+                result.append(Message.from_dict(item))
+            except InvalidMessage as exc:
+                raise SnapshotDecodeError(f"state.messages[{index}]: {exc}") from None
+        return result
+
+    def usage(self) -> Usage:
+        """Accumulated token usage; zero usage when the state has none.
+
+        Raises:
+            SnapshotDecodeError: ``state["usage"]`` is malformed.
+        """
+        raw = self.state.get("usage")
+        if raw is None:
+            return Usage()
+        try:
+            return Usage.from_dict(raw)
+        except InvalidMessage as exc:
+            raise SnapshotDecodeError(f"state.usage: {exc}") from None
+
+    @property
+    def provider_state(self) -> dict[str, Any] | None:
+        """The provider's serializable state, or ``None``.
+
+        Raises:
+            SnapshotDecodeError: ``state["provider_state"]`` is neither a dict nor None.
+        """
+        raw = self.state.get("provider_state")
+        if raw is not None and not isinstance(raw, dict):
+            raise SnapshotDecodeError(
+                f"state.provider_state must be a dict or null, got {type(raw).__name__}"
+            )
+        return raw
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return {"__bytes__": base64.b64encode(bytes(obj)).decode("ascii")}
+    if isinstance(obj, tuple):  # pragma: no cover - json encodes tuples natively
+        return list(obj)
+    raise TypeError(type(obj).__name__)  # pragma: no cover - check_plain ran first
+
+
+for _cls in (Snapshot,):
+    _cls.__module__ = "actors"

@@ -1,0 +1,379 @@
+"""Snapshot: construction, round trip, strict encoding, decoding errors, migrations, accessors."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from enum import StrEnum
+from typing import Any
+
+import msgpack
+import pytest
+
+from actors import (
+    SCHEMA_VERSION,
+    Message,
+    MigrationRegistry,
+    Snapshot,
+    SnapshotDecodeError,
+    SnapshotEncodeError,
+    Usage,
+    decode_plain,
+    encode_plain,
+    schema_version,
+)
+from tests.actors.snapshot_helpers import session_state
+
+
+def _snap(**overrides: Any) -> Snapshot:
+    return Snapshot.new(session_id="sess-1", state=session_state(), **overrides)
+
+
+# --- construction ---------------------------------------------------------------------------
+
+
+def test_new_fills_identity_fields() -> None:
+    before = datetime.now(UTC)
+    snap = Snapshot.new(session_id="sess-1", state={"messages": []}, label="first")
+    assert snap.schema_version == SCHEMA_VERSION == 1
+    assert snap.session_id == "sess-1"
+    assert snap.label == "first"
+    assert snap.metadata == {}
+    assert snap.stripped_fields == ()
+    assert len(snap.checkpoint_id) == 32
+    assert int(snap.checkpoint_id, 16) >= 0
+    assert snap.saved_at.utcoffset() == timedelta(0)
+    assert before - timedelta(seconds=1) <= snap.saved_at <= datetime.now(UTC)
+
+
+def test_schema_version_names() -> None:
+    assert Snapshot.current_schema_version() == schema_version() == Snapshot.SCHEMA_VERSION
+    assert _snap().schema_version == schema_version()
+
+
+def test_checkpoint_ids_are_unique_and_time_ordered() -> None:
+    snaps = [Snapshot.new(session_id="s", state={}) for _ in range(500)]
+    ids = [s.checkpoint_id for s in snaps]
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert [s.saved_at for s in snaps] == sorted(s.saved_at for s in snaps)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"session_id": "", "state": {}}, ValueError, "session_id"),
+        ({"session_id": 7, "state": {}}, TypeError, "session_id"),
+        ({"session_id": "s", "state": None}, TypeError, "state must be a mapping"),
+        ({"session_id": "s", "state": ["a"]}, TypeError, "state must be a mapping"),
+        ({"session_id": "s", "state": {}, "label": 3}, TypeError, "label"),
+        ({"session_id": "s", "state": {}, "metadata": [1]}, TypeError, "metadata"),
+    ],
+    ids=["empty-id", "int-id", "none-state", "list-state", "int-label", "list-metadata"],
+)
+def test_new_rejects_bad_arguments(kwargs: dict[str, Any], error: type, words: str) -> None:
+    with pytest.raises(error, match=words):
+        Snapshot.new(**kwargs)
+
+
+def test_new_requires_session_id_and_state() -> None:
+    with pytest.raises(TypeError, match="session_id"):
+        Snapshot.new(state={})  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="state"):
+        Snapshot.new(session_id="s")  # type: ignore[call-arg]
+
+
+def test_new_copies_state_and_normalizes_tuples() -> None:
+    state: dict[str, Any] = {"pair": (1, 2), "nested": {"xs": [1, (2, 3)]}}
+    snap = Snapshot.new(session_id="s", state=state)
+    state["nested"]["xs"].append(4)
+    assert snap.state == {"pair": [1, 2], "nested": {"xs": [1, [2, 3]]}}
+
+
+def test_reference_cycle_in_state_is_a_clear_error() -> None:
+    state: dict[str, Any] = {"plugins": {}}
+    state["plugins"]["self"] = state
+    with pytest.raises(ValueError, match=r"cycle at plugins\.self"):
+        Snapshot.new(session_id="s", state=state)
+
+
+def test_repr_is_short() -> None:
+    text = repr(Snapshot.new(session_id="s", state=session_state(50)))
+    assert "messages=201" in text
+    assert len(text) < 300
+
+
+# --- round trip -----------------------------------------------------------------------------
+
+
+def test_round_trip_is_equal() -> None:
+    state = session_state(4)
+    state["blob"] = b"\x00\xff"
+    state["when"] = datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
+    state["ratio"] = 0.25
+    snap = Snapshot.new(session_id="s", state=state, label="L", metadata={"k": [1, None, True]})
+    back = Snapshot.deserialize(snap.serialize())
+    assert back == snap
+    assert hash(back) == hash(snap)
+    assert back.state["when"] == state["when"]
+    assert back.saved_at.utcoffset() == timedelta(0)
+    assert back.serialize() == snap.serialize()
+
+
+def test_round_trip_keeps_stripped_fields() -> None:
+    snap = Snapshot.new(session_id="s", state={"plugins": {"db": {"lock": threading.Lock()}}})
+    back = Snapshot.deserialize(snap.serialize())
+    assert back.stripped_fields == ("plugins.db.lock",)
+    assert back == snap
+
+
+def test_to_json_is_readable() -> None:
+    state = session_state(1)
+    state["blob"] = b"hi"
+    snap = Snapshot.new(session_id="s", state=state)
+    doc = json.loads(snap.to_json(indent=2))
+    assert doc["session_id"] == "s"
+    assert doc["saved_at"] == snap.saved_at.isoformat()
+    assert doc["state"]["blob"] == {"__bytes__": "aGk="}
+    assert doc["state"]["messages"] == state["messages"]
+
+
+def test_plain_codec_round_trip() -> None:
+    value = {"a": [1, -(2**63), 2**64 - 1, 1.5, None, True, "x", b"y"], "b": {}}
+    assert decode_plain(encode_plain(value)) == value
+
+
+# --- strict encoding ------------------------------------------------------------------------
+
+
+class Color(StrEnum):
+    RED = "red"
+
+
+def _naive() -> datetime:
+    return datetime(2024, 1, 1)  # deliberately naive
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "path", "words"),
+    [
+        ("metadata", {"callback": lambda: 1}, "metadata.callback", "function"),
+        ("metadata", {"guard": threading.Lock()}, "metadata.guard", "lock"),
+        ("state", {"plugins": {"x": {"obj": object()}}}, "state.plugins.x.obj", "object"),
+        ("state", {"plugins": {1: "one"}}, "state.plugins[1]", "key 1 is not a str"),
+        ("state", {"tags": {"a", "b"}}, "state.tags", "set"),
+        ("state", {"color": Color.RED}, "state.color", "Color"),
+        ("state", {"big": [0, 2**64]}, "state.big[1]", "64-bit"),
+        ("state", {"when": _naive()}, "state.when", "naive datetime"),
+    ],
+    ids=["lambda", "lock", "object", "int-key", "set", "str-enum", "huge-int", "naive-datetime"],
+)
+def test_serialize_refuses_non_plain_values_naming_the_path(
+    where: str, value: dict[str, Any], path: str, words: str
+) -> None:
+    base = _snap()
+    snap = replace(base, metadata=value) if where == "metadata" else replace(base, state=value)
+    with pytest.raises(SnapshotEncodeError, match=words) as info:
+        snap.serialize()
+    assert info.value.path == path
+    assert path in str(info.value)
+    with pytest.raises(SnapshotEncodeError):
+        snap.to_json()
+
+
+def test_serialize_refuses_a_live_value_put_in_after_new() -> None:
+    snap = _snap()
+    snap.state["plugins"]["memory"]["worker"] = threading.Thread(target=print)
+    with pytest.raises(SnapshotEncodeError, match=r"state\.plugins\.memory\.worker"):
+        snap.serialize()
+
+
+def test_serialize_never_pickles() -> None:
+    snap = replace(_snap(), metadata={"obj": Usage(1, 2)})
+    with pytest.raises(SnapshotEncodeError, match=r"metadata\.obj"):
+        snap.serialize()
+
+
+def test_constructor_validates_fields() -> None:
+    good = _snap()
+    with pytest.raises(ValueError, match="timezone-aware"):
+        replace(good, saved_at=_naive())
+    with pytest.raises(TypeError, match="schema_version"):
+        replace(good, schema_version="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="state keys"):
+        replace(good, state={1: "x"})  # type: ignore[dict-item]
+
+
+# --- decoding errors ------------------------------------------------------------------------
+
+
+def _plain(**changes: Any) -> dict[str, Any]:
+    data = _snap().to_dict()
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not _DROP}
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ("not bytes", "expected bytes"),
+        (b"", "not valid msgpack"),
+        (b"\xc1", "not valid msgpack"),
+        (msgpack.packb([1, 2]), "expected a map"),
+        (encode_plain(_plain()) + b"\x00", "trailing bytes"),
+        (encode_plain(_plain())[:-3], "not valid msgpack"),
+        (encode_plain(_plain(session_id=_DROP)), "missing: ['session_id']"),
+        (encode_plain(_plain(extra=1)), "unknown: ['extra']"),
+        (encode_plain(_plain(session_id=5)), "session_id must be a str"),
+        (encode_plain(_plain(saved_at="2024-01-01")), "saved_at must be a datetime"),
+        (encode_plain(_plain(stripped_fields="a.b")), "stripped_fields"),
+        (encode_plain(_plain(schema_version=True)), "schema_version must be an integer"),
+        (encode_plain(_plain(schema_version=0)), "schema_version must be an integer"),
+        (msgpack.packb({"x": msgpack.ExtType(5, b"z")}), "unknown msgpack extension type 5"),
+        (msgpack.packb({"state": {b"k": 1}}), "map key is not a string"),
+        (msgpack.packb({1: 1}), "not valid msgpack"),
+        (b"\xa3\xff\xfe\xfd", "UTF-8"),
+    ],
+    ids=[
+        "str-input",
+        "empty",
+        "reserved-byte",
+        "array-top",
+        "trailing",
+        "truncated",
+        "missing-field",
+        "unknown-field",
+        "wrong-type",
+        "string-datetime",
+        "string-stripped-fields",
+        "bool-version",
+        "zero-version",
+        "unknown-ext",
+        "bytes-key",
+        "int-key",
+        "bad-utf8",
+    ],
+)
+def test_deserialize_raises_one_clear_error(data: object, words: str) -> None:
+    with pytest.raises(SnapshotDecodeError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        Snapshot.deserialize(data)
+
+
+def test_newer_schema_is_refused_naming_both_versions() -> None:
+    data = encode_plain(_plain(schema_version=SCHEMA_VERSION + 1))
+    with pytest.raises(SnapshotDecodeError) as info:
+        Snapshot.deserialize(data)
+    assert f"schema_version {SCHEMA_VERSION + 1} is newer" in info.value.reason
+    assert f"supported version {SCHEMA_VERSION}" in info.value.reason
+
+
+# --- migrations -----------------------------------------------------------------------------
+
+
+def _legacy_v1_bytes() -> bytes:
+    """A version-1 snapshot whose state still calls the history ``message_history``."""
+    data = _plain()
+    state = dict(data["state"])
+    state["message_history"] = state.pop("messages")
+    data["state"] = state
+    return encode_plain(data)
+
+
+def test_migration_upgrades_older_versions_step_by_step() -> None:
+    registry = MigrationRegistry(current_version=3)
+    calls: list[int] = []
+
+    @registry.register(1)
+    def rename_history(data: dict[str, Any]) -> dict[str, Any]:
+        calls.append(data["schema_version"])
+        state = dict(data["state"])
+        state["messages"] = state.pop("message_history")
+        return {**data, "state": state}
+
+    @registry.register(2)
+    def add_label(data: dict[str, Any]) -> dict[str, Any]:
+        calls.append(data["schema_version"])
+        return {**data, "label": data["label"] or "migrated"}
+
+    snap = Snapshot.deserialize(_legacy_v1_bytes(), migrations=registry)
+    assert calls == [1, 2]
+    assert snap.schema_version == 3
+    assert snap.label == "migrated"
+    assert snap.messages() == _snap().messages()
+    # the shared registry was not touched: the same bytes are plain v1 there
+    assert "message_history" in Snapshot.deserialize(_legacy_v1_bytes()).state
+
+
+def test_migration_failures_are_decode_errors() -> None:
+    registry = MigrationRegistry(current_version=3)
+    registry.add(1, lambda data: data)
+    with pytest.raises(SnapshotDecodeError, match="no migration registered from schema_version 2"):
+        Snapshot.deserialize(_legacy_v1_bytes(), migrations=registry)
+
+    broken = MigrationRegistry(current_version=2)
+    broken.add(1, lambda data: data["nope"])
+    with pytest.raises(SnapshotDecodeError, match="from schema_version 1 to 2 failed"):
+        Snapshot.deserialize(_legacy_v1_bytes(), migrations=broken)
+
+    wrong = MigrationRegistry(current_version=2)
+    wrong.add(1, lambda data: [data])  # type: ignore[arg-type, return-value]
+    with pytest.raises(SnapshotDecodeError, match="returned list"):
+        Snapshot.deserialize(_legacy_v1_bytes(), migrations=wrong)
+
+
+def test_migration_registry_validates_registration() -> None:
+    registry = MigrationRegistry(current_version=2)
+    registry.add(1, lambda data: data)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.add(1, lambda data: data)
+    with pytest.raises(ValueError, match="from_version"):
+        registry.add(2, lambda data: data)
+    with pytest.raises(ValueError, match="current_version"):
+        MigrationRegistry(current_version=0)
+
+
+# --- accessors ------------------------------------------------------------------------------
+
+
+def test_accessors_read_the_session_shape() -> None:
+    snap = Snapshot.deserialize(_snap().serialize())
+    messages = snap.messages()
+    assert all(isinstance(m, Message) for m in messages)
+    assert messages[0] == Message.system("You are terse.")
+    assert messages[2].tool_calls[0].name == "lookup"
+    assert snap.usage() == Usage(input_tokens=33, output_tokens=18)
+    assert snap.provider_state == {"cursor": 3}
+
+
+def test_accessors_on_empty_state() -> None:
+    snap = Snapshot.new(session_id="s", state={})
+    assert snap.messages() == []
+    assert snap.usage() == Usage()
+    assert snap.provider_state is None
+
+
+@pytest.mark.parametrize(
+    ("state", "accessor", "words"),
+    [
+        ({"messages": {"role": "user"}}, "messages", "must be a list"),
+        ({"messages": [{"role": "robot"}]}, "messages", r"state\.messages\[0\]"),
+        ({"usage": {"input_tokens": -1}}, "usage", "state.usage"),
+        ({"provider_state": [1]}, "provider_state", "provider_state must be a dict"),
+    ],
+    ids=["messages-not-list", "bad-role", "negative-usage", "provider-state-list"],
+)
+def test_accessors_report_malformed_state(state: dict[str, Any], accessor: str, words: str) -> None:
+    snap = Snapshot.new(session_id="s", state=state)
+    read: dict[str, Callable[[], object]] = {
+        "messages": snap.messages,
+        "usage": snap.usage,
+        "provider_state": lambda: snap.provider_state,
+    }
+    with pytest.raises(SnapshotDecodeError, match=words):
+        read[accessor]()

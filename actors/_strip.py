@@ -112,7 +112,12 @@ def _marker(value: object) -> dict[str, str]:
 
 
 class _Walker:
-    """One walk over a value; collects the stripped paths."""
+    """One walk over a value; collects the stripped paths.
+
+    Exact ``dict``/``list``/scalar types are tested first: they are nearly
+    everything a session state holds, and ``isinstance`` against the live
+    types or the ``Mapping`` ABC costs far more than a type identity check.
+    """
 
     def __init__(self, strip: bool) -> None:
         self.strip = strip
@@ -121,33 +126,57 @@ class _Walker:
 
     def walk(self, value: Any, path: str) -> Any:
         kind = type(value)
+        if kind is dict:
+            if self.strip and is_stripped_marker(value):
+                self.paths.append(path)
+                return dict(value)
+            return self._mapping(value, path)
+        if kind is list or kind is tuple:
+            return self._sequence(value, path)
         if kind in _PLAIN_SCALARS:
             return value
         if self.strip and isinstance(value, LIVE_TYPES):
             self.paths.append(path)
             return _marker(value)
         if isinstance(value, Mapping):
-            if self.strip and is_stripped_marker(value):
-                self.paths.append(path)
-                return dict(value)
-            return self._container(value, path, mapping=True)
+            return self.walk(dict(value), path)
         if isinstance(value, list | tuple):
-            return self._container(value, path, mapping=False)
+            return self._sequence(value, path)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-            return self._container(fields, path, mapping=True)
+            return self._mapping(fields, path)
         return value  # not plain: strict serialization refuses it, naming the path
 
-    def _container(self, value: Any, path: str, *, mapping: bool) -> Any:
+    def _enter(self, value: Any, path: str) -> None:
         if id(value) in self._active:
             raise ValueError(f"state contains a reference cycle at {path or '<root>'}")
         self._active.add(id(value))
-        try:
-            if mapping:
-                return {k: self.walk(v, join_path(path, k)) for k, v in value.items()}
-            return [self.walk(v, join_path(path, i)) for i, v in enumerate(value)]
-        finally:
-            self._active.discard(id(value))
+
+    def _mapping(self, value: dict[Any, Any], path: str) -> dict[Any, Any]:
+        self._enter(value, path)
+        out: dict[Any, Any] = {}
+        walk = self.walk
+        for key, child in value.items():
+            kind = type(child)
+            if kind in _PLAIN_SCALARS:
+                out[key] = child
+            else:
+                out[key] = walk(child, join_path(path, key))
+        self._active.discard(id(value))
+        return out
+
+    def _sequence(self, value: list[Any] | tuple[Any, ...], path: str) -> list[Any]:
+        self._enter(value, path)
+        out: list[Any] = []
+        walk = self.walk
+        for index, child in enumerate(value):
+            kind = type(child)
+            if kind in _PLAIN_SCALARS:
+                out.append(child)
+            else:
+                out.append(walk(child, join_path(path, index)))
+        self._active.discard(id(value))
+        return out
 
 
 def strip_live(value: object, *, strip: bool = True) -> tuple[Any, tuple[str, ...]]:

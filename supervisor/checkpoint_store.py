@@ -1,0 +1,126 @@
+"""The ``CheckpointStore`` protocol every checkpoint backend implements.
+
+A store keeps, per session, a history of snapshots keyed by ``checkpoint_id``.
+"Newest" always means the greatest ``checkpoint_id``: ids sort by creation
+time (see ``actors.Snapshot``), so the order does not depend on when or from
+which process a snapshot was saved. Backends must pass the shared contract
+suite in ``tests/supervisor/test_checkpoint_store_contract.py``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from actors import Snapshot
+
+__all__ = ["DEFAULT_KEEP_LAST", "CheckpointInfo", "CheckpointStore", "check_keep_last"]
+
+DEFAULT_KEEP_LAST = 100
+"""Checkpoints kept per session unless a store is told otherwise (``None`` keeps all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """Metadata of one stored checkpoint, as ``list`` returns it. Immutable, thread-safe.
+
+    Attributes:
+        session_id: The session the checkpoint belongs to.
+        checkpoint_id: The snapshot's id.
+        saved_at: The snapshot's ``saved_at`` (timezone-aware UTC).
+        label: The snapshot's label.
+        size: Bytes of ``snapshot.serialize()``, whatever the backend stores on disk.
+    """
+
+    session_id: str
+    checkpoint_id: str
+    saved_at: datetime
+    label: str | None
+    size: int
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where snapshots are saved and loaded. Implementations must be thread-safe.
+
+    Every method runs on the caller's thread and raises into the caller;
+    none of them calls back into user code.
+    """
+
+    def save(self, snapshot: Snapshot) -> CheckpointInfo:
+        """Store ``snapshot``; durable (per the backend's promise) when it returns.
+
+        A snapshot with the ``checkpoint_id`` of a stored one replaces it (for
+        example its redacted version). Then the session's history is trimmed
+        to the store's ``keep_last`` newest checkpoints, if it has one.
+
+        Raises:
+            actors.SnapshotEncodeError: the snapshot holds a non-plain value.
+            SnapshotTooLarge: it is over ``max_snapshot_bytes``; nothing was stored.
+        """
+        ...
+
+    def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
+        """The checkpoint ``checkpoint_id`` of the session, or its newest one when ``None``.
+
+        Returns a snapshot equal to the one that was saved.
+
+        Raises:
+            CheckpointNotFound: no such checkpoint (or none at all for the session).
+            actors.SnapshotDecodeError: it exists but its stored bytes cannot be
+                read; the message names the session and the checkpoint.
+        """
+        ...
+
+    def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
+        """The session's checkpoints, newest first, metadata only; ``[]`` if none."""
+        ...
+
+    def sessions(self) -> builtins.list[str]:
+        """Ids of the sessions with at least one checkpoint, sorted."""
+        ...
+
+    def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
+        """Remove one checkpoint, or all of the session's when ``checkpoint_id`` is None.
+
+        Returns:
+            How many checkpoints were removed (0 if there was nothing to remove).
+        """
+        ...
+
+    def prune(self, session_id: str, keep_last: int) -> int:
+        """Keep only the ``keep_last`` newest checkpoints of the session.
+
+        Returns:
+            How many checkpoints were removed.
+
+        Raises:
+            ValueError: ``keep_last`` is negative.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources. Idempotent; other methods then raise ValueError."""
+        ...
+
+
+def check_keep_last(keep_last: object, *, allow_none: bool) -> int | None:
+    """Validate a ``keep_last`` argument: an int >= 0 (or None when allowed).
+
+    Raises:
+        TypeError: not an int (or None).
+        ValueError: negative.
+    """
+    if keep_last is None and allow_none:
+        return None
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int):
+        raise TypeError(f"keep_last must be an int, got {type(keep_last).__name__}")
+    if keep_last < 0:
+        raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+    return keep_last
+
+
+for _cls in (CheckpointInfo, CheckpointStore):
+    _cls.__module__ = "supervisor"

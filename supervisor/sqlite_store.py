@@ -1,0 +1,356 @@
+"""``SQLiteCheckpointStore``: the embedded, durable default checkpoint store."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Self
+
+from actors import Snapshot, SnapshotDecodeError
+from supervisor._message_log import SplitSnapshot, assemble, digest, join, split
+from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
+from supervisor.checkpoint_store import DEFAULT_KEEP_LAST, CheckpointInfo, check_keep_last
+from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
+
+__all__ = ["SQLiteCheckpointStore"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_COMPACT_AFTER_CHUNKS = 32
+_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest"
+
+
+def _micros(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+class SQLiteCheckpointStore:
+    """A ``CheckpointStore`` in one SQLite file: durable, shared by threads and processes.
+
+    Durability: WAL journal with ``synchronous=FULL`` by default, which fsyncs
+    the WAL on every commit, so a ``save`` that returned survives ``kill -9``
+    of the process *and* an OS crash or power cut. ``synchronous="NORMAL"``
+    skips that fsync: still safe against a killed process (the data is in the
+    OS cache), but the last saves may be lost on power failure; choose it only
+    when checkpoints can be redone.
+
+    Concurrency: thread-safe. The store holds one connection guarded by a
+    lock: SQLite admits one writer at a time anyway, and a single connection
+    lets ``close`` release every file handle deterministically (per-thread
+    connections would linger in threads that never call close). Encoding and
+    decoding run outside the lock. Several processes (or store instances) may
+    open the same file: writes use ``BEGIN IMMEDIATE`` and wait up to
+    ``busy_timeout`` seconds for each other; readers never block writers.
+    Do not share one instance across ``fork``; open a new one in the child.
+
+    Storage grows linearly with a conversation. Messages are kept once per
+    session, in an append-only log (chunks compacted every
+    ``32`` appends); a checkpoint stores only its snapshot without the
+    messages (model, usage, plugin states...) plus "the first N bytes of the
+    log" and their SHA-256. A save whose messages do not extend the log (the
+    history was edited, or the session resumed from an older checkpoint)
+    starts a new log generation holding its full message list; generations
+    no retained checkpoint uses are deleted. On top of that ``keep_last``
+    (default 100) bounds the per-checkpoint part. A session of 1,000 turns
+    checkpointed every turn thus takes about one final snapshot plus 100
+    small bodies (see ``benchmarks/bench_snapshot_store.py`` for the figure).
+    ``load`` reassembles, verifies the digest, and returns a snapshot equal
+    to the one saved.
+
+    Corruption: a damaged checkpoint row makes only that checkpoint raise
+    ``SnapshotDecodeError`` (naming session and checkpoint); the others load.
+    Damage inside the shared message log is detected by the digest and
+    affects the checkpoints whose prefix covers the damaged bytes.
+
+    Args:
+        path: Database file; created with its schema on first use.
+        max_snapshot_bytes: Refuse (``SnapshotTooLarge``, nothing stored)
+            snapshots whose ``serialize()`` size is larger; ``None``: no limit.
+        keep_last: After each save keep the session's newest ``keep_last``
+            checkpoints; ``None`` keeps all.
+        synchronous: ``"FULL"`` (default), ``"EXTRA"`` or ``"NORMAL"``, see above.
+        busy_timeout: Seconds to wait for another writer before failing.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_snapshot_bytes: int | None = None,
+        keep_last: int | None = DEFAULT_KEEP_LAST,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
+            raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
+        if busy_timeout < 0:
+            raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout}")
+        self.path = os.fspath(path)
+        self.max_snapshot_bytes = max_snapshot_bytes
+        self.keep_last = check_keep_last(keep_last, allow_none=True)
+        self.synchronous = synchronous.upper()
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = open_database(
+            path, synchronous=self.synchronous, busy_timeout=busy_timeout
+        )
+
+    def __repr__(self) -> str:
+        return f"SQLiteCheckpointStore({self.path!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self, mode: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise ValueError(f"{self!r} is closed")
+            conn.execute(f"BEGIN {mode}")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back already
+                    conn.execute("ROLLBACK")
+                raise
+
+    # --- save -----------------------------------------------------------------------------
+
+    def save(self, snapshot: Snapshot) -> CheckpointInfo:
+        """Store ``snapshot``; durable when it returns (see ``CheckpointStore.save``)."""
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
+        cut = split(snapshot)
+        sid = snapshot.session_id
+        if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
+            raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        with self._transaction("IMMEDIATE") as db:
+            log: tuple[Any, ...] = (None, None, None, None)
+            if cut.messages is not None:
+                log = (*self._append(db, sid, cut), cut.count)
+            db.execute(
+                "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
+                " body, log_gen, log_bytes, log_digest, log_count)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
+                " saved_at_us = excluded.saved_at_us, label = excluded.label,"
+                " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
+                " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
+                " log_count = excluded.log_count",
+                (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
+                 cut.size, cut.body, *log),
+            )  # fmt: skip
+            if self.keep_last is not None:
+                self._prune(db, sid, self.keep_last)
+        return CheckpointInfo(
+            sid, snapshot.checkpoint_id, snapshot.saved_at, snapshot.label, cut.size
+        )
+
+    def _append(
+        self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot
+    ) -> tuple[int, int, bytes]:
+        """Put the snapshot's messages in the log; returns (generation, length, digest)."""
+        messages = cut.messages
+        assert messages is not None
+        size = len(messages)
+        row = db.execute(
+            "SELECT gen, length, digest, chunks FROM message_logs WHERE session_id = ?", (sid,)
+        ).fetchone()
+        if row is not None:
+            gen, length, log_digest, chunks = row
+            if length <= size:
+                hasher = hashlib.sha256(messages[:length])
+                if hasher.digest() == log_digest:  # the log is a prefix: append the rest
+                    hasher.update(messages[length:])
+                    new_digest = hasher.digest()
+                    if size > length:
+                        db.execute(
+                            "INSERT INTO message_chunks VALUES (?, ?, ?, ?)",
+                            (sid, gen, length, bytes(messages[length:])),
+                        )
+                        chunks += 1
+                    if chunks > _COMPACT_AFTER_CHUNKS:
+                        self._compact(db, sid, gen)
+                        chunks = 1
+                    db.execute(
+                        "UPDATE message_logs SET length = ?, digest = ?, chunks = ?"
+                        " WHERE session_id = ?",
+                        (size, new_digest, chunks, sid),
+                    )
+                    return gen, size, new_digest
+        # no log yet, or the messages do not extend it: start a new generation
+        gen = db.execute(
+            "SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?", (sid,)
+        ).fetchone()[0]
+        new_digest = digest(messages)
+        if size:
+            db.execute(
+                "INSERT INTO message_chunks VALUES (?, ?, 0, ?)", (sid, gen, bytes(messages))
+            )
+        db.execute(
+            "INSERT OR REPLACE INTO message_logs VALUES (?, ?, ?, ?, ?)",
+            (sid, gen, size, new_digest, 1 if size else 0),
+        )
+        self._collect(db, sid)
+        return gen, size, new_digest
+
+    @staticmethod
+    def _compact(db: sqlite3.Connection, sid: str, gen: int) -> None:
+        rows = db.execute(
+            "SELECT data FROM message_chunks WHERE session_id = ? AND gen = ? ORDER BY start",
+            (sid, gen),
+        ).fetchall()
+        db.execute("DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", (sid, gen))
+        db.execute(
+            "INSERT INTO message_chunks VALUES (?, ?, 0, ?)",
+            (sid, gen, b"".join(data for (data,) in rows)),
+        )
+
+    @staticmethod
+    def _collect(db: sqlite3.Connection, sid: str) -> None:
+        """Delete the log generations no checkpoint uses, except the current one."""
+        db.execute(
+            "DELETE FROM message_chunks WHERE session_id = ?1"
+            " AND gen <> (SELECT gen FROM message_logs WHERE session_id = ?1)"
+            " AND gen NOT IN (SELECT log_gen FROM checkpoints"
+            " WHERE session_id = ?1 AND log_gen IS NOT NULL)",
+            (sid,),
+        )
+
+    @classmethod
+    def _collect_after_delete(cls, db: sqlite3.Connection, sid: str) -> None:
+        """As ``_collect``, and drop the whole log once the session has no checkpoint left."""
+        if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?", (sid,)).fetchone() is None:
+            db.execute("DELETE FROM message_chunks WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM message_logs WHERE session_id = ?", (sid,))
+        else:
+            cls._collect(db, sid)
+
+    # --- read -----------------------------------------------------------------------------
+
+    def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
+        """The checkpoint, or the session's newest (see ``CheckpointStore.load``)."""
+        with self._transaction("DEFERRED") as db:
+            if checkpoint_id is None:
+                row = db.execute(
+                    f"SELECT {_ROW} FROM checkpoints WHERE session_id = ?"
+                    " ORDER BY checkpoint_id DESC LIMIT 1",
+                    (session_id,),
+                ).fetchone()
+            else:
+                row = db.execute(
+                    f"SELECT {_ROW} FROM checkpoints WHERE session_id = ? AND checkpoint_id = ?",
+                    (session_id, checkpoint_id),
+                ).fetchone()
+            if row is None:
+                raise CheckpointNotFound(session_id, checkpoint_id)
+            cid, body, gen, length, count, expected = row
+            chunks = []
+            if gen is not None:
+                chunks = db.execute(
+                    "SELECT start, data FROM message_chunks"
+                    " WHERE session_id = ? AND gen = ? AND start < ? ORDER BY start",
+                    (session_id, gen, length),
+                ).fetchall()
+        try:
+            messages = None
+            if gen is not None:
+                if not isinstance(length, int) or not isinstance(expected, bytes):
+                    raise SnapshotDecodeError("message log reference is damaged")
+                messages = assemble(chunks, length, expected)
+            snapshot = join(body, messages, count)
+            if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
+                raise SnapshotDecodeError(
+                    f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
+                    f"of session {snapshot.session_id!r}"
+                )
+        except SnapshotDecodeError as exc:
+            raise SnapshotDecodeError(
+                f"checkpoint {cid!r} of session {session_id!r}: {exc.reason}"
+            ) from None
+        return snapshot
+
+    def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
+        """The session's checkpoints, newest first (see ``CheckpointStore.list``)."""
+        with self._transaction("DEFERRED") as db:
+            rows = db.execute(
+                "SELECT checkpoint_id, saved_at_us, label, size FROM checkpoints"
+                " WHERE session_id = ? ORDER BY checkpoint_id DESC",
+                (session_id,),
+            ).fetchall()
+        return [
+            CheckpointInfo(session_id, cid, _EPOCH + timedelta(microseconds=us), label, size)
+            for cid, us, label, size in rows
+        ]
+
+    def sessions(self) -> builtins.list[str]:
+        """Sessions with at least one checkpoint, sorted."""
+        with self._transaction("DEFERRED") as db:
+            rows = db.execute(
+                "SELECT DISTINCT session_id FROM checkpoints ORDER BY session_id"
+            ).fetchall()
+        return [sid for (sid,) in rows]
+
+    # --- delete ---------------------------------------------------------------------------
+
+    def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
+        """Remove one or all of the session's checkpoints; returns how many."""
+        with self._transaction("IMMEDIATE") as db:
+            if checkpoint_id is None:
+                removed = db.execute(
+                    "DELETE FROM checkpoints WHERE session_id = ?", (session_id,)
+                ).rowcount
+            else:
+                removed = db.execute(
+                    "DELETE FROM checkpoints WHERE session_id = ? AND checkpoint_id = ?",
+                    (session_id, checkpoint_id),
+                ).rowcount
+            self._collect_after_delete(db, session_id)
+        return removed
+
+    def prune(self, session_id: str, keep_last: int) -> int:
+        """Keep the ``keep_last`` newest checkpoints of the session; returns how many went."""
+        keep = check_keep_last(keep_last, allow_none=False)
+        assert keep is not None
+        with self._transaction("IMMEDIATE") as db:
+            return self._prune(db, session_id, keep)
+
+    def _prune(self, db: sqlite3.Connection, sid: str, keep_last: int) -> int:
+        removed: int = db.execute(
+            "DELETE FROM checkpoints WHERE session_id = ?1 AND checkpoint_id IN"
+            " (SELECT checkpoint_id FROM checkpoints WHERE session_id = ?1"
+            " ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?2)",
+            (sid, keep_last),
+        ).rowcount
+        if removed:
+            self._collect_after_delete(db, sid)
+        return removed
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL into the file). Idempotent."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+for _cls in (SQLiteCheckpointStore,):
+    _cls.__module__ = "supervisor"

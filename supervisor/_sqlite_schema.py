@@ -26,8 +26,10 @@ __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "open_database"]
 
 SCHEMA_VERSION = 1
 SYNCHRONOUS_MODES = frozenset(("NORMAL", "FULL", "EXTRA"))
-_WAL_LIMIT_PAGES = 256  # checkpoint the WAL into the database about every 1 MiB
-_WAL_LIMIT_BYTES = 1 << 20  # and truncate the WAL file back to this size afterwards
+# A small WAL keeps the file's footprint close to its content while it is open: checkpoint
+# it into the database about every 256 KiB and truncate it back to that size afterwards.
+_WAL_LIMIT_PAGES = 64
+_WAL_LIMIT_BYTES = 256 * 1024
 
 _DDL = (
     """

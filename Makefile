@@ -12,11 +12,13 @@ $(BIN)/python:
 # Reinstall only when the project metadata changes.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	touch $(STAMP)
 
+DEMO ?= examples/quickstart.py
+
 demo: $(STAMP)
-	$(BIN)/python examples/crash_recovery.py
+	$(BIN)/python $(DEMO)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

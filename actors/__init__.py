@@ -18,6 +18,7 @@ from actors.errors import SnapshotEncodeError as SnapshotEncodeError
 from actors.errors import SteeringQueueFull as SteeringQueueFull
 from actors.errors import ToolDefinitionError as ToolDefinitionError
 from actors.errors import TurnLimitExceeded as TurnLimitExceeded
+from actors.errors import UnknownModel as UnknownModel
 from actors.events import Event as Event
 from actors.events import EventBatch as EventBatch
 from actors.events import EventBuffer as EventBuffer
@@ -36,10 +37,10 @@ from actors.plugins import Plugin as Plugin
 from actors.plugins import PluginContext as PluginContext
 from actors.providers import ModelFactory as ModelFactory
 from actors.providers import ProviderRegistry as ProviderRegistry
-from actors.providers import UnknownModel as UnknownModel
 from actors.redact import is_secret_key as is_secret_key
 from actors.redact import redact_secrets as redact_secrets
 from actors.session import AgentSession as AgentSession
+from actors.session import Send as Send
 from actors.snapshot import SCHEMA_VERSION as SCHEMA_VERSION
 from actors.snapshot import Snapshot as Snapshot
 from actors.snapshot import schema_version as schema_version
@@ -73,6 +74,7 @@ __all__ = [
     "RegistryProfileMissing",
     "Role",
     "ScriptedModel",
+    "Send",
     "Snapshot",
     "SnapshotDecodeError",
     "SnapshotEncodeError",

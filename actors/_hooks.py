@@ -73,6 +73,8 @@ class PluginRunner:
 
     def pipe(self, hook: str, value: T, call: Callable[[Plugin, PluginContext, T], T | None]) -> T:
         """Pass ``value`` through ``hook`` of every plugin; a ``None`` result keeps it."""
+        if not self.plugins:
+            return value
         for plugin in self.plugins:
             result = self._guarded(plugin, hook, call, value)
             if result is not None:

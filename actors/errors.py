@@ -19,6 +19,7 @@ __all__ = [
     "SteeringQueueFull",
     "ToolDefinitionError",
     "TurnLimitExceeded",
+    "UnknownModel",
 ]
 
 
@@ -51,6 +52,15 @@ class RegistryProfileMissing(ActorsError, LookupError):
             f"provider profile {profile!r} is not registered; "
             "register it with ProviderRegistry.register() and try again"
         )
+
+
+class UnknownModel(ActorsError, LookupError):
+    """A model string names no registered plain model, is a malformed ``registry:``
+    string, or names a profile registered for another provider.
+
+    Differs from ``RegistryProfileMissing``: the profile exists or was never
+    needed; the string itself is wrong.
+    """
 
 
 class ModelScriptExhausted(ActorsError, RuntimeError):
@@ -130,6 +140,7 @@ for _cls in (
     ActorsError,
     InvalidMessage,
     RegistryProfileMissing,
+    UnknownModel,
     ModelScriptExhausted,
     ToolDefinitionError,
     TurnLimitExceeded,

@@ -27,8 +27,9 @@ class Event:
 
     Attributes:
         seq: Position in the session's stream, from 1, without gaps.
-        type: ``turn_started``, ``model_response``, ``tool_call``, ``tool_result``,
-            ``turn_finished``, ``plugin_error``, ``error``, or a plugin's own type.
+        type: ``turn_started``, ``steered`` (a steering message was injected),
+            ``model_response``, ``tool_call``, ``tool_result``, ``turn_finished``,
+            ``plugin_error``, ``error``, or a plugin's own type.
         data: Plain details (JSON-compatible).
         at: Wall-clock time (seconds since the epoch) it was published.
     """
@@ -76,7 +77,7 @@ class EventBuffer:
         self._seq = itertools.count(1)
         self._last = 0
         self._dropped = 0
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: tuple[Subscriber, ...] = ()  # replaced, never mutated
         self._lock = threading.Lock()
 
     @property
@@ -96,7 +97,7 @@ class EventBuffer:
                 self._dropped += 1
             self._events.append(event)
             self._last = event.seq
-            subscribers = tuple(self._subscribers)
+            subscribers = self._subscribers
         for subscriber in subscribers:
             try:
                 subscriber(event)
@@ -117,12 +118,14 @@ class EventBuffer:
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber`` for every future event; returns a function that unsubscribes."""
         with self._lock:
-            self._subscribers.append(subscriber)
+            self._subscribers = (*self._subscribers, subscriber)
 
         def unsubscribe() -> None:
             with self._lock:
-                if subscriber in self._subscribers:
-                    self._subscribers.remove(subscriber)
+                remaining = list(self._subscribers)
+                if subscriber in remaining:
+                    remaining.remove(subscriber)
+                self._subscribers = tuple(remaining)
 
         return unsubscribe
 

@@ -21,6 +21,17 @@ Role = Literal["system", "user", "assistant", "tool"]
 _ROLES: frozenset[str] = frozenset(get_args(Role))
 
 
+def _is_json(value: object) -> bool:
+    """Whether ``value`` is JSON-compatible: what tool arguments may hold."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    return False
+
+
 def _require_mapping(kind: str, data: object) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise InvalidMessage(kind, "<root>", f"must be a dict, got {type(data).__name__}")
@@ -37,9 +48,15 @@ def _get_str(kind: str, data: Mapping[str, Any], key: str, *, optional: bool = F
     return value
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _get_count(kind: str, data: Mapping[str, Any], key: str) -> int:
-    value = data.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if key not in data:
+        raise InvalidMessage(kind, key, "is missing")
+    value = data[key]
+    if not isinstance(value, int) or not _is_count(value):
         raise InvalidMessage(kind, key, f"must be a non-negative integer, got {value!r}")
     return value
 
@@ -72,8 +89,10 @@ class ToolCall:
         """
         d = _require_mapping("ToolCall", data)
         arguments = d.get("arguments", {})
-        if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
-            raise InvalidMessage("ToolCall", "arguments", "must be a dict with string keys")
+        if not isinstance(arguments, Mapping) or not _is_json(arguments):
+            raise InvalidMessage(
+                "ToolCall", "arguments", "must be a JSON object (str keys, JSON-compatible values)"
+            )
         return cls(
             id=_get_str("ToolCall", d, "id"),
             name=_get_str("ToolCall", d, "name"),
@@ -152,6 +171,11 @@ class Message:
         raw_calls = d.get("tool_calls", [])
         if not isinstance(raw_calls, list | tuple):
             raise InvalidMessage("Message", "tool_calls", "must be a list")
+        for index, raw in enumerate(raw_calls):
+            if not isinstance(raw, Mapping):
+                raise InvalidMessage(
+                    "Message", f"tool_calls[{index}]", f"must be a dict, got {type(raw).__name__}"
+                )
         return cls(
             role=cast(Role, role),
             content=_get_str("Message", d, "content", optional=True),
@@ -200,7 +224,7 @@ class Usage:
         """
         d = _require_mapping("Usage", data)
         usage = cls(_get_count("Usage", d, "input_tokens"), _get_count("Usage", d, "output_tokens"))
-        if "total" in d and d["total"] != usage.total:
+        if "total" in d and (not _is_count(d["total"]) or d["total"] != usage.total):
             raise InvalidMessage(
                 "Usage", "total", f"is {d['total']!r} but input + output is {usage.total}"
             )

@@ -70,9 +70,21 @@ def _count_tokens(messages: Iterable[Message]) -> int:
     return sum(len((m.content or "").split()) for m in messages)
 
 
+def _unread(messages: Sequence[Message]) -> list[Message]:
+    """Messages after the last assistant message: what an offline model newly reads.
+
+    Offline models charge input tokens for these only, so a long conversation
+    costs them constant time per call (a real provider bills the whole prompt).
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            return list(messages[index + 1 :])
+    return list(messages)
+
+
 def _answer(text: str, messages: Sequence[Message]) -> ModelResponse:
     message = Message.assistant(text)
-    return ModelResponse(message, Usage(_count_tokens(messages), _count_tokens([message])))
+    return ModelResponse(message, Usage(_count_tokens(_unread(messages)), _count_tokens([message])))
 
 
 class EchoModel:
@@ -80,7 +92,9 @@ class EchoModel:
 
     When the last user message is ``/<tool_name> {json arguments}`` and names a
     tool of the session, the model first calls that tool, then answers with the
-    tool's result. Stateless, hence thread-safe. Its model string is ``echo``.
+    tool's result. Usage counts words: input tokens are the words of the messages
+    after the last assistant message. Stateless, hence thread-safe. Its model
+    string is ``echo``.
     """
 
     model_string = "echo"
@@ -95,7 +109,7 @@ class EchoModel:
         call = self._tool_call(text, tools, call_id=f"call_{len(messages)}")
         if isinstance(call, ToolCall):
             message = Message.assistant(None, (call,))
-            return ModelResponse(message, Usage(_count_tokens(messages), 1))
+            return ModelResponse(message, Usage(_count_tokens(_unread(messages)), 1))
         return _answer(call or f"echo: {text}", messages)
 
     @staticmethod
@@ -152,7 +166,9 @@ class ScriptedModel:
         if isinstance(item, ModelResponse):
             return item
         message = Message.assistant(item) if isinstance(item, str) else item
-        return ModelResponse(message, Usage(_count_tokens(messages), _count_tokens([message])))
+        return ModelResponse(
+            message, Usage(_count_tokens(_unread(messages)), _count_tokens([message]))
+        )
 
 
 for _cls in (ModelResponse, Model, EchoModel, ScriptedModel):

@@ -16,19 +16,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.errors import RegistryProfileMissing
+from actors.errors import RegistryProfileMissing, UnknownModel
 from actors.model import EchoModel, Model
 
-__all__ = ["ModelFactory", "ProviderRegistry", "UnknownModel"]
+__all__ = ["ModelFactory", "ProviderRegistry"]
 
 ModelFactory = Callable[[str], Model]
 """Builds a live model for a model id (``registry:`` strings) or a plain name."""
 
 REGISTRY_PREFIX = "registry:"
-
-
-class UnknownModel(LookupError):
-    """A model string names no registered plain model, or is a malformed ``registry:`` string."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,5 +115,4 @@ class ProviderRegistry:
         return profile.factory(model_id)
 
 
-for _cls in (ProviderRegistry, UnknownModel):
-    _cls.__module__ = "actors"
+ProviderRegistry.__module__ = "actors"

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import pykka
@@ -26,11 +27,22 @@ from actors.steering import SteeringQueue
 from actors.template import AgentTemplate
 from actors.tools import Tool
 
-__all__ = ["AgentSession"]
+__all__ = ["AgentSession", "Send"]
 
 
 class _StartCheck:
     """Asked by ``AgentSession.start`` to learn whether ``session_start`` succeeded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Message form of ``AgentSession.send``: ``ref.ask(Send(text))`` runs one turn.
+
+    Same behaviour as the proxy call without the proxy's per-call cost, for
+    hosts that drive many turns.
+    """
+
+    text: str
 
 
 def _copy_containers(value: Any) -> Any:
@@ -101,11 +113,13 @@ class AgentSession(pykka.ThreadingActor):
         self.session_id = session_id or restored.get("session_id") or uuid.uuid4().hex
         self.template = template
         self.max_steps = max_steps
-        self.model_string = str(restored.get("model") or template.model_string)
-        self.model = model or self._resolve(template.model, providers)
+        self.model_string = template.model_string
+        self.model = model if model is not None else self._resolve(template.model, providers)
         self.tools: dict[str, Tool] = {t.name: t for t in template.tools}
-        self.steering = steering or SteeringQueue(max_steering_queue)
-        self.event_buffer = event_buffer or EventBuffer(event_buffer_size)
+        self.steering = steering if steering is not None else SteeringQueue(max_steering_queue)
+        self.event_buffer = (
+            event_buffer if event_buffer is not None else EventBuffer(event_buffer_size)
+        )
         self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
         self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
         self._turns = int(restored.get("turns", 0))
@@ -120,6 +134,7 @@ class AgentSession(pykka.ThreadingActor):
             events=self.event_buffer,
         )
         self._start_error: BaseException | None = None
+        self._steered: list[str] = []
 
     @staticmethod
     def _resolve(model: Model | str, providers: ProviderRegistry | None) -> Model:
@@ -150,11 +165,19 @@ class AgentSession(pykka.ThreadingActor):
             self.plugins.start()
         except Exception as exc:
             self._start_error = exc
+            self.plugins.end("error")
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _StartCheck) and self._start_error is not None:
-            raise self._start_error
-        return None
+        if isinstance(message, Send):
+            return self.send(message.text)
+        if isinstance(message, _StartCheck):
+            if self._start_error is not None:
+                raise self._start_error
+            return None
+        raise TypeError(
+            f"AgentSession does not understand {message!r}; "
+            "use ref.ask(Send(text)) or the proxy methods"
+        )
 
     def on_stop(self) -> None:
         self.plugins.end("normal")
@@ -168,18 +191,21 @@ class AgentSession(pykka.ThreadingActor):
         """Run one turn for user ``text`` and return the final assistant message.
 
         A failed turn (the model raised, or ``TurnLimitExceeded``) is rolled
-        back: the history is as before the call, an ``error`` event is
-        published, and the exception reaches the caller; the session lives on.
+        back: the history is as before the call, steering messages it had taken
+        go back to the front of the queue, an ``error`` event is published, and
+        the exception reaches the caller; the session lives on.
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
         mark = len(self._messages)
+        self._steered = []
         self._messages.append(Message.user(text))
         self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
         try:
             answer = self._run_turn()
         except Exception as exc:
             del self._messages[mark:]
+            self.steering.requeue(self._steered)
             self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
             raise
         self._turns += 1
@@ -205,9 +231,12 @@ class AgentSession(pykka.ThreadingActor):
         """Events after cursor ``since`` and the cursor to pass next time."""
         return self.event_buffer.since(since)
 
-    def subscribe(self, subscriber: Subscriber) -> None:
-        """Call ``subscriber`` (on this session's thread) with every future event."""
-        self.event_buffer.subscribe(subscriber)
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber`` (on this session's thread) with every future event.
+
+        Returns a function that unsubscribes it (callable from any thread).
+        """
+        return self.event_buffer.subscribe(subscriber)
 
     def state(self) -> dict[str, Any]:
         """The session's conversational state as plain containers.
@@ -233,6 +262,7 @@ class AgentSession(pykka.ThreadingActor):
         tools = list(self.tools.values())
         for _ in range(self.max_steps):
             for text in self.steering.drain():
+                self._steered.append(text)
                 self._messages.append(Message.user(text))
                 self.event_buffer.publish("steered", text=text)
             prompt = self._prompt()
@@ -281,3 +311,4 @@ class AgentSession(pykka.ThreadingActor):
 
 
 AgentSession.__module__ = "actors"
+Send.__module__ = "actors"

@@ -47,10 +47,21 @@ class SteeringQueue:
 
     def drain(self) -> list[str]:
         """Take every waiting message, oldest first."""
+        if not self._items:  # a lock-free peek: deque truthiness is atomic in CPython
+            return []
         with self._lock:
             items = list(self._items)
             self._items.clear()
         return items
+
+    def requeue(self, texts: list[str]) -> None:
+        """Put ``texts`` (taken by a turn that then failed) back at the front, in order.
+
+        Never refused: these messages were already accepted once.
+        """
+        if texts:
+            with self._lock:
+                self._items.extendleft(reversed(texts))
 
     def __len__(self) -> int:
         with self._lock:

@@ -16,7 +16,8 @@ def main() -> int:
     failures = []
     for script in sorted(here.glob("bench_*.py")):
         print(f"\n=== {script.stem} ===", flush=True)
-        if subprocess.run([sys.executable, str(script)], check=False).returncode != 0:
+        command = [sys.executable, "-m", f"benchmarks.{script.stem}"]
+        if subprocess.run(command, cwd=here.parent, check=False).returncode != 0:
             failures.append(script.name)
     if failures:
         print(f"\nfailed: {', '.join(failures)}")

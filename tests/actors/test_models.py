@@ -71,6 +71,15 @@ def test_echo_usage_counts_words() -> None:
     assert response.usage.total == 9
 
 
+def test_echo_input_tokens_count_only_what_follows_the_last_answer() -> None:
+    messages = [
+        Message.user("one two three"),
+        Message.assistant("echo: one two three"),
+        Message.user("four five"),
+    ]
+    assert EchoModel().generate(messages, []).usage == Usage(2, 3)
+
+
 def test_echo_slash_tool_emits_a_tool_call() -> None:
     messages = [Message.user('/add {"a": 2, "b": 3}')]
     response = EchoModel().generate(messages, TOOLS)
@@ -384,11 +393,6 @@ def test_registry_rejects_invalid_names(profile: str, provider: str, label: str)
     assert registry.profiles() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: UnknownModel (actors/providers.py) subclasses LookupError only, not "
-    "ActorsError, although ActorsError is documented as the base of every actors error",
-)
 def test_unknown_model_is_an_actors_error() -> None:
     assert issubclass(UnknownModel, ActorsError)
 

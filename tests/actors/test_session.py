@@ -31,6 +31,7 @@ from actors import (
     ProviderRegistry,
     RegistryProfileMissing,
     ScriptedModel,
+    Send,
     SteeringQueue,
     SteeringQueueFull,
     Tool,
@@ -361,14 +362,7 @@ def test_steer_between_turns_is_injected_after_the_next_user_message(start: Star
     "queue_source",
     [
         "session_attribute",
-        pytest.param(
-            "passed_in",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: session.py `steering or SteeringQueue(...)` replaces an empty "
-                "passed-in SteeringQueue (falsy through __len__), so the host's handle is dead",
-            ),
-        ),
+        "passed_in",
     ],
 )
 def test_steering_during_a_running_turn_reaches_the_next_model_call(
@@ -410,11 +404,6 @@ def test_steering_during_a_running_turn_reaches_the_next_model_call(
     assert len(queue) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: session.py `self.steering = steering or SteeringQueue(max_steering_queue)` "
-    "drops an empty passed-in queue because SteeringQueue.__len__ makes it falsy",
-)
 def test_passed_in_steering_queue_is_the_sessions_queue(start: Starter) -> None:
     queue = SteeringQueue(3)
     proxy = start(steering=queue).proxy()
@@ -960,9 +949,11 @@ def test_restored_state_continues_the_session(start: Starter) -> None:
 
 
 def answer_usage(model: RecordingModel, answer: Message) -> Usage:
-    """Usage EchoModel reports for the last prompt and ``answer`` (word counts)."""
+    """Usage EchoModel reports for the last prompt and ``answer``: word counts of the
+    messages after the prompt's last assistant message, and of the answer."""
     prompt = model.prompts[-1]
-    words = sum(len((m.content or "").split()) for m in prompt)
+    last = max((i for i, m in enumerate(prompt) if m.role == "assistant"), default=-1)
+    words = sum(len((m.content or "").split()) for m in prompt[last + 1 :])
     return Usage(words, len((answer.content or "").split()))
 
 
@@ -1142,3 +1133,57 @@ def test_stopped_session_refuses_calls(start: Starter) -> None:
     assert ref.stop(block=True, timeout=WAIT)
     with pytest.raises(pykka.ActorDeadError):
         send(proxy, "anyone?")
+
+
+# -- failure details: end reasons, steering kept, unsubscribe -----------------------
+
+
+def test_plugins_started_before_a_failed_start_end_with_reason_error() -> None:
+    reasons: list[str] = []
+
+    class Opens(Plugin):
+        def session_end(self, ctx: PluginContext, reason: str) -> None:
+            reasons.append(reason)
+
+    class Fails(Plugin):
+        def session_start(self, ctx: PluginContext) -> None:
+            raise OSError("no disk")
+
+    with pytest.raises(PluginError, match="'fails'"):
+        AgentSession.start(AgentTemplate(plugins=[Opens(), Fails()]))
+    assert reasons == ["error"]
+
+
+def test_steering_taken_by_a_failed_turn_is_kept_for_the_next_turn(start: Starter) -> None:
+    inner = ScriptedModel([RuntimeError("model is down"), "recovered"])
+    model = RecordingModel(inner)
+    proxy = start(AgentTemplate(model=model)).proxy()
+    proxy.steer("be brief").get(timeout=WAIT)
+
+    with pytest.raises(RuntimeError, match="model is down"):
+        send(proxy, "one")
+    assert history(proxy) == []
+
+    send(proxy, "two")
+    assert model.prompts[-1] == [Message.user("two"), Message.user("be brief")]
+
+
+def test_unsubscribe_stops_delivery(start: Starter) -> None:
+    seen: list[str] = []
+    proxy = start().proxy()
+    unsubscribe = proxy.subscribe(lambda e: seen.append(e.type)).get(timeout=WAIT)
+    send(proxy, "one")
+    count = len(seen)
+    assert count > 0
+    unsubscribe()
+    send(proxy, "two")
+    assert len(seen) == count
+
+
+def test_send_message_form_runs_a_turn(start: Starter) -> None:
+    ref = start()
+    answer = ref.ask(Send("hello"), timeout=WAIT)
+    assert answer == Message.assistant("echo: hello")
+    with pytest.raises(TypeError, match="does not understand"):
+        ref.ask("hello", timeout=WAIT)
+    assert history(ref.proxy()) == [Message.user("hello"), answer]

@@ -4,26 +4,84 @@ checkpoint stores, resume and the AgentHost facade.
 Imports ``actors``; ``actors`` never imports this package.
 """
 
+from supervisor._actor import SupervisedActor as SupervisedActor
+from supervisor._actor import supervised_class as supervised_class
+from supervisor._actor import terminate as terminate
+from supervisor._lifecycle import NOPROC as NOPROC
+from supervisor._lifecycle import NORMAL as NORMAL
+from supervisor._lifecycle import SHUTDOWN as SHUTDOWN
+from supervisor._lifecycle import Down as Down
+from supervisor._lifecycle import ExitReason as ExitReason
+from supervisor._lifecycle import MonitorRef as MonitorRef
+from supervisor._lifecycle import is_abnormal as is_abnormal
+from supervisor._session_attrs import SessionAttrs as SessionAttrs
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST as DEFAULT_KEEP_LAST
 from supervisor.checkpoint_store import CheckpointInfo as CheckpointInfo
 from supervisor.checkpoint_store import CheckpointStore as CheckpointStore
+from supervisor.child_spec import ChildCounts as ChildCounts
+from supervisor.child_spec import ChildInfo as ChildInfo
+from supervisor.child_spec import ChildSpec as ChildSpec
+from supervisor.child_spec import RestartType as RestartType
+from supervisor.child_spec import Strategy as Strategy
 from supervisor.errors import CheckpointNotFound as CheckpointNotFound
+from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
+from supervisor.errors import ChildNotFound as ChildNotFound
+from supervisor.errors import ChildStartError as ChildStartError
+from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
 from supervisor.errors import SessionAlreadyExists as SessionAlreadyExists
 from supervisor.errors import SessionNotFound as SessionNotFound
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import SupervisorError as SupervisorError
+from supervisor.handle import SupervisorHandle as SupervisorHandle
+from supervisor.intensity import Backoff as Backoff
+from supervisor.intensity import RestartIntensity as RestartIntensity
 from supervisor.memory_store import MemoryCheckpointStore as MemoryCheckpointStore
+from supervisor.monitors import demonitor as demonitor
+from supervisor.monitors import monitor as monitor
+from supervisor.session_store import EvictCallback as EvictCallback
+from supervisor.session_store import SessionEntry as SessionEntry
+from supervisor.session_store import SessionStore as SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointStore
+from supervisor.supervisor import Supervisor as Supervisor
 
 __all__ = [
     "DEFAULT_KEEP_LAST",
+    "NOPROC",
+    "NORMAL",
+    "SHUTDOWN",
+    "Backoff",
     "CheckpointInfo",
     "CheckpointNotFound",
     "CheckpointStore",
+    "ChildAlreadyExists",
+    "ChildCounts",
+    "ChildInfo",
+    "ChildNotFound",
+    "ChildSpec",
+    "ChildStartError",
+    "Down",
+    "EvictCallback",
+    "ExitReason",
     "MemoryCheckpointStore",
+    "MonitorRef",
+    "RestartIntensity",
+    "RestartIntensityExceeded",
+    "RestartType",
     "SQLiteCheckpointStore",
     "SessionAlreadyExists",
+    "SessionAttrs",
+    "SessionEntry",
     "SessionNotFound",
+    "SessionStore",
     "SnapshotTooLarge",
+    "Strategy",
+    "SupervisedActor",
+    "Supervisor",
     "SupervisorError",
+    "SupervisorHandle",
+    "demonitor",
+    "is_abnormal",
+    "monitor",
+    "supervised_class",
+    "terminate",
 ]

@@ -246,3 +246,7 @@ def supervised_class(actor_class: type[A]) -> type[A]:
             )
             _supervised_classes[actor_class] = cls
     return cls
+
+
+for _cls in (SupervisedActor,):
+    _cls.__module__ = "supervisor"

@@ -235,3 +235,7 @@ def lifecycle_of(actor_ref: object) -> Lifecycle | None:
 def attach_lifecycle(actor_ref: pykka.ActorRef[Any], lifecycle: Lifecycle) -> None:
     """Attach ``lifecycle`` to ``actor_ref`` so it outlives the actor object itself."""
     setattr(actor_ref, _LIFECYCLE_ATTR, lifecycle)
+
+
+for _cls in (MonitorRef, Down):
+    _cls.__module__ = "supervisor"

@@ -1,0 +1,127 @@
+"""Validation of the metadata a session is registered with (the seed's ``session_metadata``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, TypedDict
+
+__all__ = ["ALLOWED_ATTRS", "DEFAULT_EVENT_BUFFER_SIZE", "PluginSpec", "SessionAttrs", "validate"]
+
+DEFAULT_EVENT_BUFFER_SIZE: Final = 1000
+"""Default ``event_buffer_size``, the same as ``actors.AgentSession``'s."""
+
+PluginSpec = str | tuple[str, Mapping[str, Any]]
+"""A plugin as registered: its name, or ``(name, options)``."""
+
+
+class SessionAttrs(TypedDict, total=False):
+    """The keyword attributes ``SessionStore.create`` accepts (all optional)."""
+
+    api_key: str | None
+    tenant_id: str
+    blueprint: str | None
+    model: str | None
+    working_dir: str | os.PathLike[str] | None
+    group_id: str | None
+    event_buffer_size: int
+    hibernate_after_ms: int | None
+    max_steering_queue: int | None
+    plugins: Sequence[PluginSpec]
+
+
+ALLOWED_ATTRS: Final = frozenset(SessionAttrs.__annotations__)
+
+
+def _text(name: str, value: object, *, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        rule = "a non-empty str or None" if optional else "a non-empty str"
+        msg = f"session attribute {name!r} must be {rule}, got {value!r}"
+        raise (ValueError if isinstance(value, str) else TypeError)(msg)
+    return value
+
+
+def _int(name: str, value: object, *, minimum: int, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "an int or None" if optional else "an int"
+        msg = f"session attribute {name!r} must be {kind}, got {value!r}"
+        raise TypeError(msg)
+    if value < minimum:
+        msg = f"session attribute {name!r} must be >= {minimum}, got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def _plugins(value: object) -> tuple[PluginSpec, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        msg = (
+            f"session attribute 'plugins' must be a list of names or (name, options), got {value!r}"
+        )
+        raise TypeError(msg)
+    out: list[PluginSpec] = []
+    for item in value:
+        if isinstance(item, str) and item:
+            out.append(item)
+            continue
+        if (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[0]
+            and isinstance(item[1], Mapping)
+        ):
+            out.append((item[0], MappingProxyType(dict(item[1]))))
+            continue
+        msg = (
+            f"each plugin must be a non-empty name or a (name, options-mapping) tuple, got {item!r}"
+        )
+        raise TypeError(msg)
+    return tuple(out)
+
+
+def validate(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Check names and values of ``attrs``; return them normalised, defaults filled in.
+
+    Raises:
+        TypeError: an unknown attribute name, or a value of the wrong type.
+        ValueError: a value of the right type that breaks its rule (empty, < 1).
+    """
+    unknown = sorted(set(attrs) - ALLOWED_ATTRS)
+    if unknown:
+        msg = (
+            f"unknown session attribute(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(sorted(ALLOWED_ATTRS))}"
+        )
+        raise TypeError(msg)
+    working_dir = attrs.get("working_dir")
+    if isinstance(working_dir, os.PathLike):
+        working_dir = os.fspath(working_dir)
+    return {
+        "api_key": _text("api_key", attrs.get("api_key"), optional=True),
+        "tenant_id": _text("tenant_id", attrs.get("tenant_id", "default"), optional=False),
+        "blueprint": _text("blueprint", attrs.get("blueprint"), optional=True),
+        "model": _text("model", attrs.get("model"), optional=True),
+        "working_dir": _text("working_dir", working_dir, optional=True),
+        "group_id": _text("group_id", attrs.get("group_id"), optional=True),
+        "event_buffer_size": _int(
+            "event_buffer_size",
+            attrs.get("event_buffer_size", DEFAULT_EVENT_BUFFER_SIZE),
+            minimum=0,
+            optional=False,
+        ),
+        "hibernate_after_ms": _int(
+            "hibernate_after_ms", attrs.get("hibernate_after_ms"), minimum=1, optional=True
+        ),
+        "max_steering_queue": _int(
+            "max_steering_queue", attrs.get("max_steering_queue"), minimum=1, optional=True
+        ),
+        "plugins": _plugins(attrs.get("plugins", ())),
+    }
+
+
+SessionAttrs.__module__ = "supervisor"

@@ -1,0 +1,158 @@
+"""``SupervisorHandle``: the typed, timeout-bounded way to call a running ``Supervisor``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pykka
+
+from supervisor._lifecycle import lifecycle_of
+from supervisor.child_spec import ChildCounts, ChildInfo, ChildSpec, Strategy
+from supervisor.errors import ChildNotFound
+from supervisor.intensity import Backoff, Clock
+from supervisor.supervisor import (
+    Supervisor,
+    _CountChildren,
+    _ShutdownChildren,
+    _StartChild,
+    _TerminateChild,
+    _WhichChildren,
+)
+
+__all__ = ["SupervisorHandle"]
+
+
+class SupervisorHandle:
+    """A client of one ``Supervisor`` actor; every call is an ``ask`` with a timeout.
+
+    Thread-safe: it holds only the ref and the timeout, and each call is a message
+    to the supervisor, which handles them one at a time on its own thread. Never
+    call it from a child's start function or hooks (the supervisor would wait on
+    itself until the timeout).
+
+    Args:
+        actor_ref: The supervisor's ref (e.g. from ``Supervisor.start`` or from a
+            parent's ``which_children()``).
+        timeout: Seconds each call may take, plus the children's shutdown
+            timeouts for calls that stop children.
+    """
+
+    __slots__ = ("_ref", "_timeout")
+
+    def __init__(self, actor_ref: pykka.ActorRef[Supervisor], *, timeout: float = 5.0) -> None:
+        if not (
+            isinstance(actor_ref, pykka.ActorRef) and issubclass(actor_ref.actor_class, Supervisor)
+        ):
+            msg = f"SupervisorHandle needs the ref of a supervisor.Supervisor, got {actor_ref!r}"
+            raise TypeError(msg)
+        if not timeout > 0:
+            msg = f"timeout must be > 0 seconds, got {timeout!r}"
+            raise ValueError(msg)
+        self._ref = actor_ref
+        self._timeout = timeout
+
+    @classmethod
+    def start(
+        cls,
+        children: Sequence[ChildSpec] = (),
+        *,
+        strategy: Strategy = "one_for_one",
+        max_restarts: int = 3,
+        max_seconds: float = 5.0,
+        clock: Clock = time.monotonic,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+        timeout: float = 5.0,
+    ) -> SupervisorHandle:
+        """Start a ``Supervisor`` (its static children first, on this thread) and wrap it.
+
+        Raises:
+            ChildStartError: a static child failed to start; the ones already
+                started were stopped in reverse order.
+            ValueError, TypeError: an invalid option (the message names it).
+        """
+        ref = Supervisor.start(
+            children,
+            strategy=strategy,
+            max_restarts=max_restarts,
+            max_seconds=max_seconds,
+            clock=clock,
+            backoff=backoff,
+            name=name,
+        )
+        return cls(ref, timeout=timeout)
+
+    @property
+    def actor_ref(self) -> pykka.ActorRef[Supervisor]:
+        """The supervisor's ref: monitor it to learn why it exited."""
+        return self._ref
+
+    def is_alive(self) -> bool:
+        """Whether the supervisor is still running."""
+        return self._ref.is_alive()
+
+    def start_child(self, spec: ChildSpec) -> pykka.ActorRef[Any]:
+        """Start a dynamic child (after the existing ones in start order) and return its ref.
+
+        Raises:
+            ChildAlreadyExists: the id is taken.
+            ChildStartError: its start function failed; nothing was added.
+            pykka.ActorDeadError, pykka.Timeout: the supervisor is gone or stuck.
+        """
+        ref: pykka.ActorRef[Any] = self._call(_StartChild(spec), timeout=self._timeout)
+        return ref
+
+    def terminate_child(self, child_id: str) -> bool:
+        """Stop a child (reason ``shutdown``) and remove it; it will not be restarted.
+
+        Returns:
+            True if it stopped within its shutdown timeout; False if it was abandoned.
+
+        Raises:
+            ChildNotFound: no such child.
+        """
+        info = next((c for c in self.which_children() if c.id == child_id), None)
+        if info is None:
+            raise ChildNotFound(child_id)
+        stopped: bool = self._call(_TerminateChild(child_id), timeout=self._timeout + info.shutdown)
+        return stopped
+
+    def which_children(self) -> list[ChildInfo]:
+        """The children in start order, with their current refs."""
+        children: list[ChildInfo] = self._call(_WhichChildren(), timeout=self._timeout)
+        return children
+
+    def count_children(self) -> ChildCounts:
+        """How many children there are, how many run, and how many are supervisors."""
+        counts: ChildCounts = self._call(_CountChildren(), timeout=self._timeout)
+        return counts
+
+    def stop(self) -> list[str]:
+        """Stop the children in reverse start order, then the supervisor itself.
+
+        Waits for each child at most its shutdown timeout; returns the ids of the
+        children that did not stop in time and were abandoned (still running:
+        Python cannot kill a thread). A supervisor that is already gone returns [].
+        """
+        try:
+            budget = self._timeout + sum(c.shutdown for c in self.which_children())
+            abandoned: list[str] = self._call(_ShutdownChildren(), timeout=budget)
+        except pykka.ActorDeadError:
+            return []
+        self._ref.stop(timeout=self._timeout)
+        lifecycle = lifecycle_of(self._ref)
+        if lifecycle is not None:
+            lifecycle.finished.wait(self._timeout)
+        return abandoned
+
+    def _call(self, message: object, timeout: float) -> Any:
+        return self._ref.ask(message, block=True, timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"<SupervisorHandle of {self._ref}>"
+
+
+for _cls in (SupervisorHandle,):
+    _cls.__module__ = "supervisor"

@@ -1,0 +1,425 @@
+"""An OTP-style supervisor for Pykka actors.
+
+``Supervisor`` is itself a :class:`~supervisor.SupervisedActor`, so it can be a
+child of another supervisor and can be monitored. It mirrors OTP's
+``supervisor`` and Elixir's ``DynamicSupervisor``:
+
+* strategies ``one_for_one``, ``one_for_all``, ``rest_for_one``;
+* restart types ``permanent``, ``transient``, ``temporary``;
+* restart intensity: more than ``max_restarts`` restarts within ``max_seconds``
+  (defaults 3 in 5 s, as Elixir) and the supervisor stops every child in reverse
+  start order, then exits with :class:`~supervisor.RestartIntensityExceeded` as
+  its reason, which a parent supervisor treats as any abnormal child exit;
+* optional capped exponential :class:`~supervisor.Backoff` between restarts;
+* ordered shutdown: children stop in reverse start order, each within its
+  ``ChildSpec.shutdown`` seconds. A child that does not stop in time is logged
+  and abandoned, still running: Python cannot kill a thread.
+
+Unlike OTP's ``supervisor``, a child that is not restarted (temporary,
+transient after a normal exit, or terminated by ``terminate_child``) is
+removed, as in ``DynamicSupervisor``; start it again with ``start_child``.
+
+Everything runs on the supervisor's own thread: children's ``Down`` notices
+arrive as messages, and start functions and shutdown waits run there. Use
+:class:`~supervisor.SupervisorHandle` to call it from other threads: every call
+it makes carries a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import pykka
+
+from supervisor._actor import SupervisedActor, terminate
+from supervisor._lifecycle import (
+    NOPROC,
+    Down,
+    ExitReason,
+    MonitorRef,
+    is_abnormal,
+    lifecycle_of,
+)
+from supervisor.child_spec import ChildCounts, ChildInfo, ChildSpec, RestartType, Strategy
+from supervisor.errors import (
+    ChildAlreadyExists,
+    ChildNotFound,
+    ChildStartError,
+    RestartIntensityExceeded,
+)
+from supervisor.intensity import Backoff, Clock, RestartIntensity
+from supervisor.monitors import demonitor
+
+__all__ = ["Supervisor"]
+
+logger = logging.getLogger("supervisor")
+
+
+@dataclass(frozen=True, slots=True)
+class _StartChild:
+    spec: ChildSpec
+
+
+@dataclass(frozen=True, slots=True)
+class _TerminateChild:
+    child_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _WhichChildren:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _CountChildren:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _ShutdownChildren:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _RestartDue:
+    token: int
+
+
+class _Child:
+    """The supervisor's mutable record of one child (touched on its thread only)."""
+
+    __slots__ = ("is_supervisor", "mref", "pending", "ref", "spec", "started_at", "streak")
+
+    def __init__(self, spec: ChildSpec) -> None:
+        self.spec = spec
+        self.ref: pykka.ActorRef[Any] | None = None
+        self.mref: MonitorRef | None = None
+        self.pending: int | None = None  # token of the scheduled restart it waits for
+        self.started_at = 0.0
+        self.streak = 0  # consecutive restarts, for backoff
+        self.is_supervisor = False
+
+
+def _should_restart(restart: RestartType, reason: ExitReason) -> bool:
+    if restart == "permanent":
+        return True
+    if restart == "transient":
+        return is_abnormal(reason)
+    return False
+
+
+class Supervisor(SupervisedActor):
+    """Starts, watches and restarts child actors by policy. Talk to it through its ref.
+
+    Thread-safety: state is touched only on the supervisor's thread (and in
+    ``__init__`` on the caller's, before that thread exists).
+
+    Args:
+        children: Static children, started in order by ``Supervisor.start`` on the
+            caller's thread before it returns; if one fails, those already started
+            are stopped in reverse order and ``ChildStartError`` is raised.
+        strategy: ``one_for_one``, ``one_for_all`` or ``rest_for_one``.
+        max_restarts: Restarts allowed within ``max_seconds`` (>= 0).
+        max_seconds: Length of the intensity window (> 0).
+        clock: Monotonic seconds, injectable for tests.
+        backoff: Delay restarts per consecutive restart of a child; None restarts at once.
+        name: Shown in logs and in ``RestartIntensityExceeded``.
+    """
+
+    def __init__(
+        self,
+        children: Sequence[ChildSpec] = (),
+        *,
+        strategy: Strategy = "one_for_one",
+        max_restarts: int = 3,
+        max_seconds: float = 5.0,
+        clock: Clock = time.monotonic,
+        backoff: Backoff | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__()
+        if strategy not in get_args(Strategy):
+            msg = f"strategy must be one of {', '.join(get_args(Strategy))}; got {strategy!r}"
+            raise ValueError(msg)
+        if backoff is not None and not isinstance(backoff, Backoff):
+            msg = f"backoff must be a supervisor.Backoff or None, got {backoff!r}"
+            raise TypeError(msg)
+        specs = list(children)
+        for spec in specs:
+            if not isinstance(spec, ChildSpec):
+                msg = f"children must be ChildSpec instances, got {spec!r}"
+                raise TypeError(msg)
+        ids = [spec.id for spec in specs]
+        if len(set(ids)) != len(ids):
+            msg = f"child ids must be unique, got {ids}"
+            raise ValueError(msg)
+        self._strategy: Strategy = strategy
+        self._intensity = RestartIntensity(max_restarts, max_seconds, clock)
+        self._backoff = backoff
+        self._name = name if name is not None else f"Supervisor-{self.actor_urn[-8:]}"
+        self._children: list[_Child] = []
+        self._by_mref: dict[MonitorRef, _Child] = {}
+        self._timers: dict[int, threading.Timer] = {}
+        self._tokens = itertools.count()
+        try:
+            for spec in specs:
+                child = _Child(spec)
+                self._children.append(child)
+                self._start(child)
+        except BaseException:
+            self._shutdown_children()
+            raise
+
+    @classmethod
+    def child_spec(
+        cls,
+        id: str,
+        children: Sequence[ChildSpec] = (),
+        *,
+        restart: RestartType = "permanent",
+        shutdown: float | None = None,
+        **options: Any,
+    ) -> ChildSpec:
+        """A ChildSpec that starts a nested supervisor with ``children`` and ``options``.
+
+        ``shutdown`` defaults to the sum of the children's timeouts plus one
+        second (at least 5 s), so the nested tree can stop in order.
+        """
+        specs = tuple(children)
+        if shutdown is None:
+            shutdown = max(5.0, sum(spec.shutdown for spec in specs) + 1.0)
+        return ChildSpec(
+            id=id,
+            start=lambda: cls.start(specs, **options),
+            restart=restart,
+            shutdown=shutdown,
+        )
+
+    # -- Pykka hooks (all on the supervisor's thread) -------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        """Handle a child's Down, a due restart, or a call from ``SupervisorHandle``.
+
+        Raising from a ``Down`` (restart intensity exceeded) kills the supervisor
+        with that reason; a call's exception goes back to its caller.
+        """
+        match message:
+            case Down():
+                self._on_down(message)
+            case _StartChild(spec):
+                return self._start_child(spec)
+            case _TerminateChild(child_id):
+                return self._terminate_child(child_id)
+            case _WhichChildren():
+                return self._which_children()
+            case _CountChildren():
+                return self._count_children()
+            case _ShutdownChildren():
+                return self._shutdown_children()
+            case _RestartDue(token):
+                self._restart_due(token)
+            case _:
+                return super().on_receive(message)
+        return None
+
+    def on_stop(self) -> None:
+        """Stop every child in reverse start order (runs on the supervisor's thread)."""
+        self._shutdown_children()
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        """After a crash of the supervisor itself, still stop its children in order."""
+        self._shutdown_children()
+
+    # -- starting and stopping children ---------------------------------------
+
+    def _start(self, child: _Child) -> None:
+        spec = child.spec
+        try:
+            ref = spec.start()
+        except Exception as exc:
+            raise ChildStartError(spec.id, exc) from exc
+        lifecycle = lifecycle_of(ref)
+        if lifecycle is None:
+            if isinstance(ref, pykka.ActorRef):
+                ref.stop(block=False)
+            err = TypeError(
+                f"start must return the ref of a supervisor.SupervisedActor, got {ref!r}"
+            )
+            raise ChildStartError(spec.id, err) from err
+        mref, added = lifecycle.watch(ref, self.actor_ref, early=False)
+        child.ref, child.mref, child.pending = ref, mref, None
+        child.started_at = self._intensity.now()
+        child.is_supervisor = issubclass(ref.actor_class, Supervisor)
+        self._by_mref[mref] = child
+        if not added:  # it died before we could watch it: act on its recorded reason
+            self.actor_ref.tell(Down(mref, ref, lifecycle.reason or NOPROC))
+
+    def _stop_child(self, child: _Child) -> bool:
+        """Stop one child and forget its ref; False if it had to be abandoned."""
+        ref, mref = child.ref, child.mref
+        child.ref = child.mref = child.pending = None
+        if mref is not None:
+            self._by_mref.pop(mref, None)
+            demonitor(mref)
+        if ref is None:
+            return True
+        if terminate(ref, child.spec.shutdown):
+            return True
+        logger.warning(
+            "%s: child %r did not stop within %s s; abandoned, still running "
+            "(Python cannot kill a thread)",
+            self._name,
+            child.spec.id,
+            child.spec.shutdown,
+        )
+        return False
+
+    def _shutdown_children(self) -> list[str]:
+        """Stop all children in reverse start order; returns the ids of abandoned ones."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        abandoned = [
+            child.spec.id for child in reversed(self._children) if not self._stop_child(child)
+        ]
+        self._children.clear()
+        self._by_mref.clear()
+        return abandoned
+
+    # -- restarts --------------------------------------------------------------
+
+    def _on_down(self, down: Down) -> None:
+        child = self._by_mref.pop(down.ref, None)
+        if child is None or child.ref is not down.actor_ref:
+            return  # a child we terminated or replaced already
+        child.ref = child.mref = None
+        if not _should_restart(child.spec.restart, down.reason):
+            self._children.remove(child)
+            return
+        logger.info("%s: child %r exited (%r); restarting", self._name, child.spec.id, down.reason)
+        self._restart_group(child, down.reason)
+
+    def _restart_group(self, child: _Child, reason: ExitReason, *, defer: bool = False) -> None:
+        """Apply the strategy after ``child`` died (or failed to start) and must restart.
+
+        With ``defer`` (after a failed start) even an undelayed restart goes
+        through the inbox, so repeated failures never recurse.
+        """
+        if not self._intensity.allow():
+            self._give_up(child, reason)
+        if self._backoff is not None:
+            uptime = self._intensity.now() - child.started_at
+            child.streak = 1 if uptime >= self._backoff.reset_after else child.streak + 1
+        index = self._children.index(child)
+        if self._strategy == "one_for_one":
+            group = [child]
+        elif self._strategy == "one_for_all":
+            group = list(self._children)
+        else:
+            group = self._children[index:]
+        for sibling in reversed(group):
+            if sibling is not child:
+                self._stop_child(sibling)
+                if sibling.spec.restart == "temporary":
+                    self._children.remove(sibling)
+        group = [c for c in group if c is child or c.spec.restart != "temporary"]
+        token = next(self._tokens)
+        for member in group:
+            member.pending = token
+        delay = 0.0 if self._backoff is None else self._backoff.delay(child.streak)
+        if delay == 0 and defer:
+            self.actor_ref.tell(_RestartDue(token))
+        elif delay > 0:
+            timer = threading.Timer(delay, self._tell_due, args=(token,))
+            timer.name = f"{self._name}-backoff-{token}"
+            timer.daemon = True
+            self._timers[token] = timer
+            timer.start()
+        else:
+            self._restart_due(token)
+
+    def _tell_due(self, token: int) -> None:
+        """Runs on a timer thread: hand the due restart back to the supervisor's thread."""
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_RestartDue(token))
+
+    def _restart_due(self, token: int) -> None:
+        self._timers.pop(token, None)
+        for child in [c for c in self._children if c.pending == token]:
+            if child.pending != token:  # superseded by a restart started meanwhile
+                continue
+            try:
+                self._start(child)
+            except ChildStartError as err:
+                logger.error("%s: restarting %r failed: %r", self._name, child.spec.id, err.cause)
+                self._restart_group(child, err.cause, defer=True)
+                return
+
+    def _give_up(self, child: _Child, reason: ExitReason) -> None:
+        err = RestartIntensityExceeded(
+            self._name,
+            child.spec.id,
+            reason,
+            self._intensity.max_restarts,
+            self._intensity.max_seconds,
+        )
+        if isinstance(reason, BaseException):
+            err.__cause__ = reason
+        self._shutdown_children()
+        raise err
+
+    # -- calls from SupervisorHandle -------------------------------------------
+
+    def _find(self, child_id: str) -> _Child:
+        for child in self._children:
+            if child.spec.id == child_id:
+                return child
+        raise ChildNotFound(child_id)
+
+    def _start_child(self, spec: ChildSpec) -> pykka.ActorRef[Any]:
+        if not isinstance(spec, ChildSpec):
+            msg = f"start_child needs a ChildSpec, got {spec!r}"
+            raise TypeError(msg)
+        if any(child.spec.id == spec.id for child in self._children):
+            raise ChildAlreadyExists(spec.id)
+        child = _Child(spec)
+        self._children.append(child)
+        try:
+            self._start(child)
+        except ChildStartError:
+            self._children.remove(child)
+            raise
+        assert child.ref is not None
+        return child.ref
+
+    def _terminate_child(self, child_id: str) -> bool:
+        child = self._find(child_id)
+        stopped = self._stop_child(child)
+        self._children.remove(child)
+        return stopped
+
+    def _which_children(self) -> list[ChildInfo]:
+        return [
+            ChildInfo(c.spec.id, c.ref, c.spec.restart, c.is_supervisor, c.spec.shutdown)
+            for c in self._children
+        ]
+
+    def _count_children(self) -> ChildCounts:
+        supervisors = sum(1 for c in self._children if c.is_supervisor)
+        return ChildCounts(
+            specs=len(self._children),
+            active=sum(1 for c in self._children if c.ref is not None and c.ref.is_alive()),
+            supervisors=supervisors,
+            workers=len(self._children) - supervisors,
+        )
+
+
+for _cls in (Supervisor,):
+    _cls.__module__ = "supervisor"

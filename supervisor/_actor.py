@@ -92,6 +92,8 @@ class SupervisedActor(pykka.ThreadingActor):
                 f"{type(self).__name__}.__init__() did not run SupervisedActor.__init__(); "
                 "did you forget super().__init__() in your override?"
             )
+            pykka.ActorRegistry.unregister(self.actor_ref)  # start() registered it already
+            self.actor_stopped.set()
             raise TypeError(msg)
         super()._start_actor_loop()
 

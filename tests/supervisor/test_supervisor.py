@@ -1,0 +1,381 @@
+"""Supervisor: strategies x restart types x exit reasons, intensity, nesting, shutdown."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pykka
+import pytest
+
+from supervisor import (
+    NORMAL,
+    SHUTDOWN,
+    ChildAlreadyExists,
+    ChildNotFound,
+    ChildSpec,
+    ChildStartError,
+    RestartIntensityExceeded,
+    Supervisor,
+    SupervisorHandle,
+    monitor,
+    terminate,
+)
+from tests.supervisor.helpers import WAIT, Downs, FakeClock, Starts, Worker, crash, worker_spec
+
+
+@pytest.fixture
+def starts() -> Starts:
+    return Starts()
+
+
+def _exit(ref: pykka.ActorRef[Any], how: str) -> None:
+    """Make a child exit with the given kind of reason and wait until its Downs are out."""
+    downs = Downs()
+    monitor(ref, downs)  # added after the supervisor's: delivered after it
+    if how == "normal":
+        ref.stop()
+    elif how == "shutdown":
+        terminate(ref, WAIT)
+    elif how == "exception":
+        crash(ref)
+    else:
+        crash(ref, SystemExit(1))
+    downs.wait()
+
+
+def _refs(handle: SupervisorHandle) -> dict[str, pykka.ActorRef[Any] | None]:
+    return {c.id: c.actor_ref for c in handle.which_children()}
+
+
+RESTARTS = {
+    "permanent": {"normal", "shutdown", "exception", "system_exit"},
+    "transient": {"exception", "system_exit"},
+    "temporary": set(),
+}
+
+
+@pytest.mark.parametrize("how", ["normal", "shutdown", "exception", "system_exit"])
+@pytest.mark.parametrize("restart", ["permanent", "transient", "temporary"])
+@pytest.mark.parametrize("strategy", ["one_for_one", "one_for_all", "rest_for_one"])
+def test_strategy_restart_type_and_exit_reason(
+    strategy: Any, restart: str, how: str, starts: Starts
+) -> None:
+    specs = [
+        worker_spec("a", starts),
+        worker_spec("b", starts, restart=restart),
+        worker_spec("c", starts),
+    ]
+    handle = SupervisorHandle.start(specs, strategy=strategy)
+    before = _refs(handle)
+    _exit(before["b"], how)  # type: ignore[arg-type]
+    after = _refs(handle)
+    restarted = how in RESTARTS[restart]
+    if not restarted:
+        assert list(after) == ["a", "c"]  # not restarted: removed
+        assert after == {"a": before["a"], "c": before["c"]}
+    else:
+        assert list(after) == ["a", "b", "c"]
+        assert after["b"] is not before["b"]
+        assert after["b"] is starts.latest("b")
+        renewed = {
+            "one_for_one": set(),
+            "one_for_all": {"a", "c"},
+            "rest_for_one": {"c"},
+        }[strategy]
+        for sibling in ["a", "c"]:
+            assert (after[sibling] is not before[sibling]) == (sibling in renewed)
+        if strategy == "one_for_all":
+            assert starts.order[-3:] == ["a", "b", "c"]  # restarted in start order
+    assert all(ref is not None and ref.is_alive() for ref in after.values())
+    assert handle.count_children().active == len(after)
+    assert handle.stop() == []
+
+
+def test_temporary_sibling_terminated_by_one_for_all_is_not_restarted(starts: Starts) -> None:
+    specs = [worker_spec("a", starts), worker_spec("t", starts, restart="temporary")]
+    handle = SupervisorHandle.start(specs, strategy="one_for_all")
+    _exit(_refs(handle)["a"], "exception")  # type: ignore[arg-type]
+    assert list(_refs(handle)) == ["a"]
+    assert starts.count("t") == 1
+    handle.stop()
+
+
+def test_intensity_exactly_at_the_limit_keeps_running(starts: Starts) -> None:
+    clock = FakeClock()
+    handle = SupervisorHandle.start(
+        [worker_spec("a", starts)], max_restarts=3, max_seconds=5.0, clock=clock
+    )
+    for n in range(3):
+        _exit(starts.latest("a"), "exception")
+        starts.wait("a", n + 2)
+    assert handle.is_alive()
+    assert handle.count_children().active == 1
+    handle.stop()
+
+
+def test_intensity_one_past_the_limit_escalates(starts: Starts) -> None:
+    clock = FakeClock()
+    stops: list[str] = []
+    specs = [worker_spec(n, starts, stops=stops) for n in ["a", "b", "c"]]
+    handle = SupervisorHandle.start(specs, max_restarts=3, max_seconds=5.0, clock=clock, name="top")
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    for n in range(3):
+        _exit(starts.latest("b"), "exception")
+        starts.wait("b", n + 2)
+    stops.clear()
+    boom = RuntimeError("fourth")
+    crash(starts.latest("b"), boom)
+    [down] = downs.wait()
+    assert isinstance(down.reason, RestartIntensityExceeded)
+    assert down.reason.child_id == "b"
+    assert down.reason.last_reason is boom
+    assert down.reason.__cause__ is boom
+    assert "top" in str(down.reason)
+    assert stops == ["c", "a"]  # survivors stopped in reverse start order
+    assert starts.count("b") == 4
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_intensity_window_slides_with_the_clock(starts: Starts) -> None:
+    clock = FakeClock()
+    handle = SupervisorHandle.start(
+        [worker_spec("a", starts)], max_restarts=1, max_seconds=5.0, clock=clock
+    )
+    for n in range(4):
+        clock.now += 5.001  # each restart outside the window of the previous one
+        _exit(starts.latest("a"), "exception")
+        starts.wait("a", n + 2)
+    assert handle.is_alive()
+    clock.now += 5.0  # exactly max_seconds later: still inside the window (as OTP)
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    _exit(starts.latest("a"), "exception")
+    assert isinstance(downs.wait()[0].reason, RestartIntensityExceeded)
+
+
+def test_max_restarts_zero_gives_up_at_the_first_crash(starts: Starts) -> None:
+    handle = SupervisorHandle.start([worker_spec("a", starts)], max_restarts=0)
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    crash(starts.latest("a"))
+    assert isinstance(downs.wait()[0].reason, RestartIntensityExceeded)
+    assert starts.count("a") == 1
+
+
+def test_nested_supervisor_escalates_up_the_tree(starts: Starts) -> None:
+    clock = FakeClock()
+    sub = Supervisor.child_spec(
+        "sub", [worker_spec("w", starts)], max_restarts=1, clock=clock, name="sub"
+    )
+    top = SupervisorHandle.start([sub], max_restarts=0, clock=clock, name="top")
+    downs = Downs()
+    monitor(top.actor_ref, downs)
+    [info] = top.which_children()
+    assert info.supervisor
+    crash(starts.latest("w"))
+    starts.wait("w", 2)
+    crash(starts.latest("w"))
+    [down] = downs.wait()
+    assert isinstance(down.reason, RestartIntensityExceeded)
+    assert down.reason.child_id == "sub"
+    inner = down.reason.__cause__
+    assert isinstance(inner, RestartIntensityExceeded)
+    assert inner.child_id == "w"
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_parent_restarts_a_failed_nested_supervisor_with_fresh_children(starts: Starts) -> None:
+    sub = Supervisor.child_spec("sub", [worker_spec("w", starts)], max_restarts=0)
+    top = SupervisorHandle.start([sub])
+    first_sub = top.which_children()[0].actor_ref
+    crash(starts.latest("w"))
+    starts.wait("w", 2)
+    assert top.which_children()[0].actor_ref is not first_sub
+    assert starts.latest("w").ask("ping", timeout=WAIT) == "pong"
+    top.stop()
+
+
+def test_shutdown_stops_children_in_reverse_start_order(starts: Starts) -> None:
+    stops: list[str] = []
+    nested = Supervisor.child_spec("nested", [worker_spec("n1", starts, stops=stops)])
+    specs = [worker_spec("a", starts, stops=stops), nested, worker_spec("c", starts, stops=stops)]
+    handle = SupervisorHandle.start(specs)
+    handle.start_child(worker_spec("d", starts, stops=stops))
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    assert handle.stop() == []
+    assert stops == ["d", "c", "n1", "a"]
+    assert downs.wait()[0].reason == NORMAL
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_nested_supervisor_stopped_by_its_parent_exits_with_shutdown(starts: Starts) -> None:
+    top = SupervisorHandle.start([Supervisor.child_spec("sub", [worker_spec("w", starts)])])
+    sub_ref = top.which_children()[0].actor_ref
+    assert sub_ref is not None
+    downs = Downs()
+    monitor(sub_ref, downs)
+    assert top.terminate_child("sub") is True
+    assert downs.wait()[0].reason == SHUTDOWN
+    assert not starts.latest("w").is_alive()
+    top.stop()
+
+
+def test_child_that_does_not_stop_in_time_is_reported_and_abandoned(starts: Starts) -> None:
+    stops: list[str] = []
+    specs = [
+        worker_spec("a", starts, stops=stops),
+        worker_spec("slow", starts, shutdown=0.05, stops=stops),
+        worker_spec("c", starts, stops=stops),
+    ]
+    handle = SupervisorHandle.start(specs)
+    gate = threading.Event()
+    slow = starts.latest("slow")
+    busy = slow.ask(("block", gate), block=False)
+    assert handle.stop() == ["slow"]
+    assert stops == ["c", "a"]  # shutdown went on past the stuck child
+    assert slow.is_alive()  # abandoned, still running
+    gate.set()
+    assert busy.get(timeout=WAIT) == "unblocked"
+    assert terminate(slow, WAIT)  # it then handles the queued stop
+    assert stops == ["c", "a", "slow"]
+
+
+def test_dynamic_children(starts: Starts) -> None:
+    handle = SupervisorHandle.start([worker_spec("a", starts)])
+    ref = handle.start_child(worker_spec("b", starts, restart="transient"))
+    assert ref.ask("ping", timeout=WAIT) == "pong"
+    with pytest.raises(ChildAlreadyExists):
+        handle.start_child(worker_spec("b", starts))
+    counts = handle.count_children()
+    assert (counts.specs, counts.active, counts.workers, counts.supervisors) == (2, 2, 2, 0)
+    assert handle.terminate_child("b") is True
+    assert not ref.is_alive()
+    assert [c.id for c in handle.which_children()] == ["a"]
+    with pytest.raises(ChildNotFound):
+        handle.terminate_child("b")
+    handle.stop()
+
+
+def test_failed_start_child_adds_nothing(starts: Starts) -> None:
+    handle = SupervisorHandle.start()
+
+    def broken() -> pykka.ActorRef[Any]:
+        raise OSError("no upstream")
+
+    with pytest.raises(ChildStartError) as info:
+        handle.start_child(ChildSpec("x", broken))
+    assert isinstance(info.value.__cause__, OSError)
+    plain = pykka.ThreadingActor.start
+    with pytest.raises(ChildStartError, match="SupervisedActor"):
+        handle.start_child(ChildSpec("y", plain))
+    assert handle.which_children() == []
+    handle.stop()
+
+
+def test_static_child_start_failure_stops_the_started_ones(starts: Starts) -> None:
+    stops: list[str] = []
+
+    def broken() -> pykka.ActorRef[Any]:
+        raise OSError("down")
+
+    specs = [
+        worker_spec("a", starts, stops=stops),
+        worker_spec("b", starts, stops=stops),
+        ChildSpec("x", broken),
+    ]
+    with pytest.raises(ChildStartError) as info:
+        Supervisor.start(specs)
+    assert info.value.child_id == "x"
+    assert stops == ["b", "a"]
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_restart_whose_start_fails_is_retried_then_escalates(starts: Starts) -> None:
+    attempts: list[int] = []
+
+    def flaky() -> pykka.ActorRef[Any]:
+        attempts.append(1)
+        if len(attempts) > 1:
+            raise OSError("upstream down")
+        return Worker.start("f", starts=starts)
+
+    handle = SupervisorHandle.start([ChildSpec("f", flaky)], max_restarts=3, clock=FakeClock())
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    crash(starts.latest("f"))
+    [down] = downs.wait()
+    assert isinstance(down.reason, RestartIntensityExceeded)
+    assert isinstance(down.reason.last_reason, OSError)
+    assert len(attempts) == 4  # the first start, then 3 allowed restarts that failed
+
+
+def test_child_dying_in_on_start_counts_as_a_crash() -> None:
+    def doomed() -> pykka.ActorRef[Any]:
+        return Worker.start(fail_on_start=RuntimeError("bad config"))
+
+    handle = SupervisorHandle.start([ChildSpec("d", doomed)], max_restarts=2, clock=FakeClock())
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    reason = downs.wait()[0].reason
+    assert isinstance(reason, RestartIntensityExceeded)
+    assert isinstance(reason.last_reason, RuntimeError)
+
+
+def test_supervisor_is_stopped_cleanly_by_stop_all(starts: Starts) -> None:
+    handle = SupervisorHandle.start([worker_spec(n, starts) for n in ["a", "b"]])
+    handle.start_child(worker_spec("c", starts))
+    downs = Downs()
+    monitor(handle.actor_ref, downs)
+    pykka.ActorRegistry.stop_all(timeout=WAIT)
+    downs.wait()
+    assert handle.stop() == []  # already gone
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_handle_requires_a_supervisor_ref() -> None:
+    ref = Worker.start()
+    with pytest.raises(TypeError, match="Supervisor"):
+        SupervisorHandle(ref)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        SupervisorHandle(Supervisor.start(), timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"strategy": "one_for_some"}, ValueError, "strategy"),
+        ({"max_restarts": -1}, ValueError, "max_restarts must be >= 0"),
+        ({"max_restarts": 1.5}, TypeError, "max_restarts"),
+        ({"max_seconds": 0}, ValueError, "max_seconds"),
+        ({"clock": 3}, TypeError, "clock"),
+        ({"backoff": 1.0}, TypeError, "backoff"),
+        ({"children": ["x"]}, TypeError, "ChildSpec"),
+    ],
+)
+def test_invalid_options_are_named(kwargs: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        Supervisor.start(**kwargs)
+
+
+def test_duplicate_static_ids_are_refused(starts: Starts) -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Supervisor.start([worker_spec("a", starts), worker_spec("a", starts)])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"id": ""}, ValueError, "id"),
+        ({"start": None}, TypeError, "callable"),
+        ({"restart": "sometimes"}, ValueError, "restart must be one of"),
+        ({"shutdown": 0}, ValueError, "shutdown"),
+        ({"shutdown": "5"}, TypeError, "shutdown"),
+    ],
+)
+def test_child_spec_validation(kwargs: dict[str, Any], error: type, match: str) -> None:
+    base: dict[str, Any] = {"id": "a", "start": Worker.start}
+    with pytest.raises(error, match=match):
+        ChildSpec(**(base | kwargs))

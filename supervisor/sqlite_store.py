@@ -51,16 +51,17 @@ class SQLiteCheckpointStore:
     Do not share one instance across ``fork``; open a new one in the child.
 
     Storage grows linearly with a conversation. Messages are kept once per
-    session, in an append-only log (chunks compacted every
-    ``32`` appends); a checkpoint stores only its snapshot without the
-    messages (model, usage, plugin states...) plus "the first N bytes of the
-    log" and their SHA-256. A save whose messages do not extend the log (the
-    history was edited, or the session resumed from an older checkpoint)
-    starts a new log generation holding its full message list; generations
-    no retained checkpoint uses are deleted. On top of that ``keep_last``
+    session, in an append-only log (its chunks are merged after 32 appends);
+    a checkpoint stores only its snapshot without the messages (model, usage,
+    plugin states...) plus "the first N bytes of the log" and their SHA-256.
+    A save whose messages do not extend the log (the history was edited, or
+    the session resumed from an older checkpoint) starts a new log generation
+    holding its full message list; generations no retained checkpoint uses
+    are deleted. On top of that ``keep_last``
     (default 100) bounds the per-checkpoint part. A session of 1,000 turns
     checkpointed every turn thus takes about one final snapshot plus 100
-    small bodies (see ``benchmarks/bench_snapshot_store.py`` for the figure).
+    small bodies: 1.2x the final snapshot's size once closed, 1.9x while open
+    (WAL included), measured by ``benchmarks/bench_snapshot_store.py``.
     ``load`` reassembles, verifies the digest, and returns a snapshot equal
     to the one saved.
 

@@ -39,7 +39,7 @@ def _text(name: str, value: object, *, optional: bool) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         rule = "a non-empty str or None" if optional else "a non-empty str"
-        msg = f"session attribute {name!r} must be {rule}, got {value!r}"
+        msg = f"session attribute {name} must be {rule}, got {value!r}"
         raise (ValueError if isinstance(value, str) else TypeError)(msg)
     return value
 
@@ -49,19 +49,17 @@ def _int(name: str, value: object, *, minimum: int, optional: bool) -> int | Non
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         kind = "an int or None" if optional else "an int"
-        msg = f"session attribute {name!r} must be {kind}, got {value!r}"
+        msg = f"session attribute {name} must be {kind}, got {value!r}"
         raise TypeError(msg)
     if value < minimum:
-        msg = f"session attribute {name!r} must be >= {minimum}, got {value}"
+        msg = f"session attribute {name} must be >= {minimum}, got {value}"
         raise ValueError(msg)
     return value
 
 
 def _plugins(value: object) -> tuple[PluginSpec, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        msg = (
-            f"session attribute 'plugins' must be a list of names or (name, options), got {value!r}"
-        )
+        msg = f"session attribute plugins must be a list of names or (name, options), got {value!r}"
         raise TypeError(msg)
     out: list[PluginSpec] = []
     for item in value:

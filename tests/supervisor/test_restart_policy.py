@@ -67,6 +67,7 @@ def test_backoff_delays_the_restart_and_a_long_uptime_resets_the_streak() -> Non
     )
     crash(starts.latest("a"))
     starts.wait("a", 2)  # first restart of a streak: 0.01 s
+    handle.which_children()  # the supervisor has finished that restart
     clock.now += 61.0  # it then ran long enough: the next crash starts a new streak
     crash(starts.latest("a"))
     starts.wait("a", 3)  # 0.01 s again (10 s would time the wait out)

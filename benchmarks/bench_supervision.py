@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import threading
@@ -129,6 +130,10 @@ def crash_to_eviction() -> list[tuple[str, str]]:
     ]
 
 
+def _grew(items: list[Any], size: int) -> bool:
+    return len(items) > size
+
+
 def restarts_per_second() -> list[tuple[str, str]]:
     cond = threading.Condition()
     current: list[pykka.ActorRef[Any]] = []
@@ -152,7 +157,7 @@ def restarts_per_second() -> list[tuple[str, str]]:
                     victim = current[-1]
                 victim.tell("crash")
                 with cond:
-                    assert cond.wait_for(lambda n=before: len(current) > n, TIMEOUT)
+                    assert cond.wait_for(functools.partial(_grew, current, before), TIMEOUT)
                     fresh = current[-1]
                 assert fresh.ask("ping", timeout=TIMEOUT) == "pong"
             rates.append(RESTARTS_PER_ROUND / (time.perf_counter() - began))

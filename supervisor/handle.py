@@ -8,18 +8,18 @@ from typing import Any
 
 import pykka
 
+from supervisor._calls import (
+    CountChildren,
+    ShutdownChildren,
+    StartChild,
+    TerminateChild,
+    WhichChildren,
+)
 from supervisor._lifecycle import lifecycle_of
 from supervisor.child_spec import ChildCounts, ChildInfo, ChildSpec, Strategy
 from supervisor.errors import ChildNotFound
 from supervisor.intensity import Backoff, Clock
-from supervisor.supervisor import (
-    Supervisor,
-    _CountChildren,
-    _ShutdownChildren,
-    _StartChild,
-    _TerminateChild,
-    _WhichChildren,
-)
+from supervisor.supervisor import Supervisor
 
 __all__ = ["SupervisorHandle"]
 
@@ -101,7 +101,7 @@ class SupervisorHandle:
             ChildStartError: its start function failed; nothing was added.
             pykka.ActorDeadError, pykka.Timeout: the supervisor is gone or stuck.
         """
-        ref: pykka.ActorRef[Any] = self._call(_StartChild(spec), timeout=self._timeout)
+        ref: pykka.ActorRef[Any] = self._call(StartChild(spec), timeout=self._timeout)
         return ref
 
     def terminate_child(self, child_id: str) -> bool:
@@ -116,17 +116,17 @@ class SupervisorHandle:
         info = next((c for c in self.which_children() if c.id == child_id), None)
         if info is None:
             raise ChildNotFound(child_id)
-        stopped: bool = self._call(_TerminateChild(child_id), timeout=self._timeout + info.shutdown)
+        stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + info.shutdown)
         return stopped
 
     def which_children(self) -> list[ChildInfo]:
         """The children in start order, with their current refs."""
-        children: list[ChildInfo] = self._call(_WhichChildren(), timeout=self._timeout)
+        children: list[ChildInfo] = self._call(WhichChildren(), timeout=self._timeout)
         return children
 
     def count_children(self) -> ChildCounts:
         """How many children there are, how many run, and how many are supervisors."""
-        counts: ChildCounts = self._call(_CountChildren(), timeout=self._timeout)
+        counts: ChildCounts = self._call(CountChildren(), timeout=self._timeout)
         return counts
 
     def stop(self) -> list[str]:
@@ -138,7 +138,7 @@ class SupervisorHandle:
         """
         try:
             budget = self._timeout + sum(c.shutdown for c in self.which_children())
-            abandoned: list[str] = self._call(_ShutdownChildren(), timeout=budget)
+            abandoned: list[str] = self._call(ShutdownChildren(), timeout=budget)
         except pykka.ActorDeadError:
             return []
         self._ref.stop(timeout=self._timeout)

@@ -33,12 +33,19 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, get_args
 
 import pykka
 
 from supervisor._actor import SupervisedActor, terminate
+from supervisor._calls import (
+    CountChildren,
+    RestartDue,
+    ShutdownChildren,
+    StartChild,
+    TerminateChild,
+    WhichChildren,
+)
 from supervisor._lifecycle import (
     NOPROC,
     Down,
@@ -60,36 +67,6 @@ from supervisor.monitors import demonitor
 __all__ = ["Supervisor"]
 
 logger = logging.getLogger("supervisor")
-
-
-@dataclass(frozen=True, slots=True)
-class _StartChild:
-    spec: ChildSpec
-
-
-@dataclass(frozen=True, slots=True)
-class _TerminateChild:
-    child_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class _WhichChildren:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _CountChildren:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _ShutdownChildren:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _RestartDue:
-    token: int
 
 
 class _Child:
@@ -213,17 +190,17 @@ class Supervisor(SupervisedActor):
         match message:
             case Down():
                 self._on_down(message)
-            case _StartChild(spec):
+            case StartChild(spec):
                 return self._start_child(spec)
-            case _TerminateChild(child_id):
+            case TerminateChild(child_id):
                 return self._terminate_child(child_id)
-            case _WhichChildren():
+            case WhichChildren():
                 return self._which_children()
-            case _CountChildren():
+            case CountChildren():
                 return self._count_children()
-            case _ShutdownChildren():
+            case ShutdownChildren():
                 return self._shutdown_children()
-            case _RestartDue(token):
+            case RestartDue(token):
                 self._restart_due(token)
             case _:
                 return super().on_receive(message)
@@ -335,7 +312,7 @@ class Supervisor(SupervisedActor):
             member.pending = token
         delay = 0.0 if self._backoff is None else self._backoff.delay(child.streak)
         if delay == 0 and defer:
-            self.actor_ref.tell(_RestartDue(token))
+            self.actor_ref.tell(RestartDue(token))
         elif delay > 0:
             timer = threading.Timer(delay, self._tell_due, args=(token,))
             timer.name = f"{self._name}-backoff-{token}"
@@ -348,7 +325,7 @@ class Supervisor(SupervisedActor):
     def _tell_due(self, token: int) -> None:
         """Runs on a timer thread: hand the due restart back to the supervisor's thread."""
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_RestartDue(token))
+            self.actor_ref.tell(RestartDue(token))
 
     def _restart_due(self, token: int) -> None:
         self._timers.pop(token, None)

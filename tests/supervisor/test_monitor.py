@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Any
@@ -75,7 +76,12 @@ def test_tell_failure_is_a_death_after_on_failure() -> None:
     events: list[str] = []
     ref = Worker.start(events=events)
     downs = Downs()
-    monitor(ref, lambda d: (events.append("down"), downs(d)))
+
+    def watcher(down: Down) -> None:
+        events.append("down")
+        downs(down)
+
+    monitor(ref, watcher)
     boom = RuntimeError("boom")
     crash(ref, boom)
     [down] = downs.wait()
@@ -213,8 +219,8 @@ def test_many_watchers_early_phase_first_then_in_order() -> None:
     ref = Worker.start()
     order: list[str] = []
     for name in ["a", "b", "c"]:
-        monitor(ref, lambda d, n=name: order.append(n))
-    monitor(ref, lambda d: order.append("early"), early=True)
+        monitor(ref, functools.partial(lambda n, _d: order.append(n), name))
+    monitor(ref, lambda _d: order.append("early"), early=True)
     last = Downs()
     monitor(ref, last)
     ref.stop()
@@ -296,7 +302,7 @@ def test_actor_watcher_is_told_the_down() -> None:
     mref = monitor(ref, collector)
     crash(ref)
     assert terminate(ref, WAIT)  # returns once the Down has been told
-    got = collector.ask("got", timeout=WAIT)
+    got: list[Down] = collector.ask("got", block=True, timeout=WAIT)
     assert [d.ref for d in got] == [mref]
     collector.stop()
 

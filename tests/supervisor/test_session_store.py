@@ -95,7 +95,9 @@ def test_all_seed_attributes_are_kept_and_frozen(tmp_path: Path) -> None:
     )
     assert entry.working_dir == str(tmp_path)
     assert entry.plugins[0] == "memory"
-    name, options = entry.plugins[1]  # type: ignore[misc]
+    plugin = entry.plugins[1]
+    assert isinstance(plugin, tuple)
+    name, options = plugin
     assert (name, dict(options)) == ("search", {"k": 3})
     with pytest.raises(TypeError):
         options["k"] = 4  # type: ignore[index]
@@ -271,7 +273,12 @@ def test_create_replaces_an_entry_whose_actor_died_unnoticed() -> None:
     store = SessionStore()
     ref = Worker.start()
     entered, release = threading.Event(), threading.Event()
-    monitor(ref, lambda _d: (entered.set(), release.wait(WAIT)), early=True)
+
+    def hold(_down: Down) -> None:
+        entered.set()
+        release.wait(WAIT)
+
+    monitor(ref, hold, early=True)
     store.create("s", ref)
     ref.stop()
     assert entered.wait(WAIT)

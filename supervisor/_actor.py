@@ -198,7 +198,7 @@ def terminate(actor_ref: pykka.ActorRef[Any], timeout: float) -> bool:
     """Stop a SupervisedActor with reason ``shutdown`` and wait until its Down notices are out.
 
     The stop request is queued behind the messages already in the inbox (Pykka
-    has no out-of-band signal). Runs on the caller's thread.
+    has no out-of-band signal). Thread-safe; blocks the caller up to ``timeout``.
 
     Args:
         actor_ref: A SupervisedActor's ref (alive or not).

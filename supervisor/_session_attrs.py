@@ -17,7 +17,11 @@ PluginSpec = str | tuple[str, Mapping[str, Any]]
 
 
 class SessionAttrs(TypedDict, total=False):
-    """The keyword attributes ``SessionStore.create`` accepts (all optional)."""
+    """The keyword attributes ``SessionStore.create`` accepts (all optional).
+
+    A type for checkers only; the store validates and copies the values, so a
+    caller may reuse or mutate its dict afterwards.
+    """
 
     api_key: str | None
     tenant_id: str

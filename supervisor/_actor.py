@@ -14,8 +14,8 @@ that shape and close its holes:
   hands to ``_handle_failure`` (``on_start`` raising, a ``tell`` raising,
   ``on_stop`` raising), a ``BaseException`` in a handler, or the stop message
   that ended the loop (:func:`terminate` sends one that means ``shutdown``).
-  The receive loop itself is Pykka's, unchanged in cost: no lock, no extra call
-  per message.
+  The receive loop does exactly the work of Pykka's per message: no lock, no
+  extra call, no polling.
 * **SystemExit / KeyboardInterrupt** inside a handler stop *this* actor with that
   exception as reason (Pykka would call ``ActorRegistry.stop_all()``); an ``ask``
   that was being handled fails with ``ActorDeadError`` caused by it, never hangs.

@@ -9,6 +9,8 @@ from typing import Any, Literal, TypeAlias
 
 import pykka
 
+from supervisor.intensity import RestartIntensity
+
 __all__ = ["ChildCounts", "ChildInfo", "ChildSpec", "RestartType", "Strategy"]
 
 RestartType: TypeAlias = Literal["permanent", "transient", "temporary"]
@@ -33,12 +35,22 @@ class ChildSpec:
         restart: ``permanent``, ``transient`` or ``temporary`` (see :data:`RestartType`).
         shutdown: Seconds the supervisor waits for the child to stop before it
             reports and abandons it (Python cannot kill a thread).
+        max_restarts: Optional intensity of this child alone: more than this many
+            restarts within ``max_seconds`` and the supervisor gives up on *this
+            child* (removes it, logs its last exit reason, calls the supervisor's
+            ``on_give_up``) and goes on supervising the others. Not in OTP, where
+            only the supervisor-wide limit exists; a host of many independent
+            sessions needs it so one crash-looping session cannot take down the
+            rest. ``None`` (the default) leaves only the supervisor-wide limit.
+        max_seconds: Window of ``max_restarts``, seconds.
     """
 
     id: str
     start: Callable[[], pykka.ActorRef[Any]]
     restart: RestartType = "permanent"
     shutdown: float = 5.0
+    max_restarts: int | None = None
+    max_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -60,6 +72,9 @@ class ChildSpec:
         if not (shutdown > 0 and math.isfinite(shutdown)):
             msg = f"ChildSpec {self.id!r}: shutdown must be > 0 and finite, got {shutdown!r}"
             raise ValueError(msg)
+        if self.max_restarts is not None:
+            # Validates max_restarts and max_seconds with the supervisor's own rules.
+            RestartIntensity(self.max_restarts, self.max_seconds, lambda: 0.0)
 
 
 @dataclass(frozen=True, slots=True)

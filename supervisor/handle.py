@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
@@ -15,7 +15,7 @@ from supervisor._calls import (
     TerminateChild,
     WhichChildren,
 )
-from supervisor._lifecycle import lifecycle_of
+from supervisor._lifecycle import ExitReason, lifecycle_of
 from supervisor.child_spec import ChildCounts, ChildInfo, ChildSpec, Strategy
 from supervisor.errors import ChildNotFound
 from supervisor.intensity import Backoff, Clock
@@ -59,11 +59,12 @@ class SupervisorHandle:
         children: Sequence[ChildSpec] = (),
         *,
         strategy: Strategy = "one_for_one",
-        max_restarts: int = 3,
+        max_restarts: int | None = 3,
         max_seconds: float = 5.0,
         clock: Clock = time.monotonic,
         backoff: Backoff | None = None,
         name: str | None = None,
+        on_give_up: Callable[[str, ExitReason], None] | None = None,
         timeout: float = 5.0,
     ) -> SupervisorHandle:
         """Start a ``Supervisor`` (its static children first, on this thread) and wrap it.
@@ -81,6 +82,7 @@ class SupervisorHandle:
             clock=clock,
             backoff=backoff,
             name=name,
+            on_give_up=on_give_up,
         )
         return cls(ref, timeout=timeout)
 

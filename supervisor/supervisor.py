@@ -32,7 +32,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, get_args
 
 import pykka
@@ -72,10 +72,24 @@ logger = logging.getLogger("supervisor")
 class _Child:
     """The supervisor's mutable record of one child (touched on its thread only)."""
 
-    __slots__ = ("is_supervisor", "mref", "pending", "ref", "spec", "started_at", "streak")
+    __slots__ = (
+        "intensity",
+        "is_supervisor",
+        "mref",
+        "pending",
+        "ref",
+        "spec",
+        "started_at",
+        "streak",
+    )
 
-    def __init__(self, spec: ChildSpec) -> None:
+    def __init__(self, spec: ChildSpec, clock: Clock) -> None:
         self.spec = spec
+        self.intensity = (
+            None
+            if spec.max_restarts is None
+            else RestartIntensity(spec.max_restarts, spec.max_seconds, clock)
+        )
         self.ref: pykka.ActorRef[Any] | None = None
         self.mref: MonitorRef | None = None
         self.pending: int | None = None  # token of the scheduled restart it waits for
@@ -103,11 +117,16 @@ class Supervisor(SupervisedActor):
             caller's thread before it returns; if one fails, those already started
             are stopped in reverse order and ``ChildStartError`` is raised.
         strategy: ``one_for_one``, ``one_for_all`` or ``rest_for_one``.
-        max_restarts: Restarts allowed within ``max_seconds`` (>= 0).
+        max_restarts: Restarts allowed within ``max_seconds`` (>= 0); ``None``
+            sets no supervisor-wide limit (for hosts whose children each carry
+            their own ``ChildSpec.max_restarts``).
         max_seconds: Length of the intensity window (> 0).
         clock: Monotonic seconds, injectable for tests.
         backoff: Delay restarts per consecutive restart of a child; None restarts at once.
         name: Shown in logs and in ``RestartIntensityExceeded``.
+        on_give_up: Called as ``on_give_up(child_id, last_reason)`` on the
+            supervisor's thread when a child exceeds its own ``max_restarts`` and
+            is given up; what it raises is logged and ignored.
     """
 
     def __init__(
@@ -115,11 +134,12 @@ class Supervisor(SupervisedActor):
         children: Sequence[ChildSpec] = (),
         *,
         strategy: Strategy = "one_for_one",
-        max_restarts: int = 3,
+        max_restarts: int | None = 3,
         max_seconds: float = 5.0,
         clock: Clock = time.monotonic,
         backoff: Backoff | None = None,
         name: str | None = None,
+        on_give_up: Callable[[str, ExitReason], None] | None = None,
     ) -> None:
         super().__init__()
         if strategy not in get_args(Strategy):
@@ -138,7 +158,13 @@ class Supervisor(SupervisedActor):
             msg = f"child ids must be unique, got {ids}"
             raise ValueError(msg)
         self._strategy: Strategy = strategy
-        self._intensity = RestartIntensity(max_restarts, max_seconds, clock)
+        self._clock = clock
+        self._intensity = (
+            None if max_restarts is None else RestartIntensity(max_restarts, max_seconds, clock)
+        )
+        if max_restarts is None:
+            _ = RestartIntensity(0, max_seconds, clock)  # still validate max_seconds and clock
+        self._on_give_up = on_give_up
         self._backoff = backoff
         self._name = name if name is not None else f"Supervisor-{self.actor_urn[-8:]}"
         self._children: list[_Child] = []
@@ -147,7 +173,7 @@ class Supervisor(SupervisedActor):
         self._tokens = itertools.count()
         try:
             for spec in specs:
-                child = _Child(spec)
+                child = _Child(spec, self._clock)
                 self._children.append(child)
                 self._start(child)
         except BaseException:
@@ -232,7 +258,7 @@ class Supervisor(SupervisedActor):
             raise ChildStartError(spec.id, err) from err
         mref, added = lifecycle.watch(ref, self.actor_ref, early=False)
         child.ref, child.mref, child.pending = ref, mref, None
-        child.started_at = self._intensity.now()
+        child.started_at = self._clock()
         child.is_supervisor = issubclass(ref.actor_class, Supervisor)
         self._by_mref[mref] = child
         if not added:  # it died before we could watch it: act on its recorded reason
@@ -289,10 +315,13 @@ class Supervisor(SupervisedActor):
         With ``defer`` (after a failed start) even an undelayed restart goes
         through the inbox, so repeated failures never recurse.
         """
-        if not self._intensity.allow():
+        if child.intensity is not None and not child.intensity.allow():
+            self._give_up_child(child, reason)
+            return
+        if self._intensity is not None and not self._intensity.allow():
             self._give_up(child, reason)
         if self._backoff is not None:
-            uptime = self._intensity.now() - child.started_at
+            uptime = self._clock() - child.started_at
             child.streak = 1 if uptime >= self._backoff.reset_after else child.streak + 1
         index = self._children.index(child)
         if self._strategy == "one_for_one":
@@ -339,7 +368,29 @@ class Supervisor(SupervisedActor):
                 self._restart_group(child, err.cause, defer=True)
                 return
 
+    def _give_up_child(self, child: _Child, reason: ExitReason) -> None:
+        """``child`` exceeded its own intensity: drop it alone and report it."""
+        assert child.intensity is not None
+        self._stop_child(child)
+        self._children.remove(child)
+        logger.error(
+            "%s: child %r exceeded its restart intensity (%d in %s s); given up. "
+            "Last exit reason: %r",
+            self._name,
+            child.spec.id,
+            child.intensity.max_restarts,
+            child.intensity.max_seconds,
+            reason,
+            exc_info=reason if isinstance(reason, BaseException) else None,
+        )
+        if self._on_give_up is not None:
+            try:
+                self._on_give_up(child.spec.id, reason)
+            except Exception:
+                logger.exception("%s: on_give_up callback failed", self._name)
+
     def _give_up(self, child: _Child, reason: ExitReason) -> None:
+        assert self._intensity is not None
         err = RestartIntensityExceeded(
             self._name,
             child.spec.id,
@@ -366,7 +417,7 @@ class Supervisor(SupervisedActor):
             raise TypeError(msg)
         if any(child.spec.id == spec.id for child in self._children):
             raise ChildAlreadyExists(spec.id)
-        child = _Child(spec)
+        child = _Child(spec, self._clock)
         self._children.append(child)
         try:
             self._start(child)

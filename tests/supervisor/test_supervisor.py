@@ -379,3 +379,73 @@ def test_child_spec_validation(kwargs: dict[str, Any], error: type, match: str) 
     base: dict[str, Any] = {"id": "a", "start": Worker.start}
     with pytest.raises(error, match=match):
         ChildSpec(**(base | kwargs))
+
+
+# -- per-child restart intensity (a host of independent sessions) ----------------------
+
+
+def test_child_past_its_own_intensity_is_given_up_alone(starts: Starts) -> None:
+    clock = FakeClock()
+    given_up: list[tuple[str, Any]] = []
+    flaky = ChildSpec(
+        "flaky",
+        lambda: Worker.start("flaky", starts=starts),
+        max_restarts=2,
+        max_seconds=5.0,
+    )
+    handle = SupervisorHandle.start(
+        [worker_spec("steady", starts), flaky],
+        max_restarts=None,
+        clock=clock,
+        on_give_up=lambda child_id, reason: given_up.append((child_id, reason)),
+    )
+    steady = starts.latest("steady")
+    for n in range(2):  # exactly at the child's limit: restarted
+        _exit(starts.latest("flaky"), "exception")
+        starts.wait("flaky", n + 2)
+    boom = RuntimeError("third crash")
+    downs = Downs()
+    monitor(starts.latest("flaky"), downs)
+    crash(starts.latest("flaky"), boom)
+    downs.wait()
+    assert handle.is_alive()
+    assert list(_refs(handle)) == ["steady"]
+    assert _refs(handle)["steady"] is steady  # the sibling was not touched
+    assert given_up == [("flaky", boom)]
+    assert starts.count("flaky") == 3
+    handle.stop()
+
+
+def test_child_intensity_window_forgets_old_restarts(starts: Starts) -> None:
+    clock = FakeClock()
+    spec = ChildSpec("w", lambda: Worker.start("w", starts=starts), max_restarts=1, max_seconds=5.0)
+    handle = SupervisorHandle.start([spec], max_restarts=None, clock=clock)
+    for n in range(4):  # one restart per window is always allowed
+        _exit(starts.latest("w"), "exception")
+        starts.wait("w", n + 2)
+        clock.now += 6.0
+    assert list(_refs(handle)) == ["w"]
+    handle.stop()
+
+
+def test_no_supervisor_wide_limit_never_escalates(starts: Starts) -> None:
+    handle = SupervisorHandle.start(
+        [worker_spec("a", starts)], max_restarts=None, clock=FakeClock()
+    )
+    for n in range(20):
+        _exit(starts.latest("a"), "exception")
+        starts.wait("a", n + 2)
+    assert handle.is_alive()
+    handle.stop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_restarts": -1}, "max_restarts must be >= 0"),
+        ({"max_restarts": 1, "max_seconds": 0}, "max_seconds must be finite and > 0"),
+    ],
+)
+def test_child_intensity_is_validated(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ChildSpec("x", lambda: Worker.start("x", starts=Starts()), **kwargs)

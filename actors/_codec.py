@@ -11,14 +11,19 @@ Datetimes use msgpack's standard Timestamp extension (type -1), so any msgpack
 library reads them; they read back as UTC datetimes equal to the original
 instant. Any other extension type is refused when reading.
 
-Encoding is fast when the value is plain (one key walk plus the C packer) and
-only when it is not does a slower walk run to name the path of the offending
-value. Both functions are pure and thread-safe.
+Encoding is fast when the value is plain (the C packer plus a level-by-level
+key walk whose inner loops run in C) and only when it is not does a slower walk
+run to name the path of the offending value. Decoding is done by msgpack's C
+unpacker alone when the input holds no bytes value (the common case); input
+with bytes values, or bad input, is decoded again with a per-map key check,
+which also names the problem. Both functions are pure and thread-safe.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -32,6 +37,8 @@ _MAX_DEPTH = 500  # the path-naming walk gives up here; msgpack's own limit is 5
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 _SCALARS = frozenset((type(None), bool, int, float, str, bytes, bytearray, memoryview))
+_CONTAINERS = frozenset((dict, list, tuple))
+_chain = chain.from_iterable
 
 
 class _Refused(Exception):
@@ -52,23 +59,24 @@ def _default(obj: object) -> object:
 
 
 def _check_keys(value: object) -> None:
-    """Raise TypeError if any dict under ``value`` has a non-``str`` key (fast, no paths)."""
-    kind = type(value)
-    if kind is not dict and kind is not list and kind is not tuple:
-        return
-    stack = [value]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node = pop()
-        if type(node) is dict:
-            "".join(node)  # C-level check: raises TypeError on the first non-str key
-            children: Any = node.values()
+    """Raise TypeError if any dict under ``value`` has a non-``str`` key (fast, no paths).
+
+    Breadth-first, one level at a time, so the per-node work runs in C: one
+    ``str.join`` over every key of the level's dicts (it raises on the first
+    non-``str`` key) and one comprehension keeping the child containers.
+    Call it only on a value ``packb`` accepted: that rules out cycles.
+    """
+    level: list[Any] = [value] if type(value) in _CONTAINERS else []
+    while level:
+        dicts = [node for node in level if type(node) is dict]
+        children: Iterator[Any] = _chain(map(dict.values, dicts))
+        if dicts:
+            "".join(_chain(dicts))  # iterating a dict yields its keys
+            if len(dicts) != len(level):
+                children = chain(children, _chain([n for n in level if type(n) is not dict]))
         else:
-            children = node
-        for child in children:
-            kind = type(child)
-            if kind is dict or kind is list or kind is tuple:
-                push(child)
+            children = _chain(level)
+        level = [child for child in children if type(child) in _CONTAINERS]
 
 
 def _problem(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, object, str]:
@@ -146,6 +154,10 @@ def encode_plain(value: object, *, root: str = "") -> bytes:
     return packed
 
 
+# bin 8, bin 16 and bin 32 headers of an empty bytes value start with these two bytes
+_EMPTY_BIN = (b"\xc4\x00", b"\xc5\x00", b"\xc6\x00")
+
+
 class _BadKey(Exception):
     pass
 
@@ -191,6 +203,24 @@ def decode_plain(data: object) -> Any:
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise SnapshotDecodeError(f"expected bytes, got {type(data).__name__}")
+    # Fast path, all in C: strict_map_key refuses every key but str and bytes, and
+    # max_bin_len=0 every non-empty bytes value, so only an empty bytes key could slip
+    # through; its encodings all contain one of _EMPTY_BIN. Input with bytes values (or
+    # any error, or a memoryview, which `in` cannot search) takes the slow path, which
+    # checks each map's keys in Python and names the problem.
+    if type(data) is not memoryview and not any(marker in data for marker in _EMPTY_BIN):
+        try:
+            return msgpack.unpackb(
+                data,
+                raw=False,
+                strict_map_key=True,
+                use_list=True,
+                timestamp=3,
+                max_bin_len=0,
+                ext_hook=_ext_hook,
+            )
+        except Exception:  # the slow path below finds and names the problem
+            pass
     try:
         return msgpack.unpackb(
             data,

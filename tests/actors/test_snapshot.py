@@ -265,6 +265,46 @@ def test_deserialize_raises_one_clear_error(data: object, words: str) -> None:
         Snapshot.deserialize(data)
 
 
+# every map-key type the fast C paths must still refuse, at depth, in lists and tuples
+_BAD_KEYS = [(b"k", "b'k'"), (b"", "b''"), (7, "7"), (None, "None"), (1.5, "1.5"), (True, "True"),
+             (("t",), "('t',)")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "shown"), _BAD_KEYS, ids=[s for _, s in _BAD_KEYS])
+def test_serialize_refuses_every_non_str_key_at_depth(key: object, shown: str) -> None:
+    state = {"messages": [{"role": "user"}, {"role": "tool", "x": ({"ok": 1}, [{key: 1}])}]}
+    snap = replace(_snap(), state=state)
+    with pytest.raises(SnapshotEncodeError, match="is not a str") as info:
+        snap.serialize()
+    assert info.value.path == f"state.messages[1].x[1][0][{shown}]"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        msgpack.packb({"state": {b"": 1}}),  # bin 8
+        b"\x81\xa5state\x81\xc5\x00\x00\x01",  # empty bin 16 as a key
+        b"\x81\xa5state\x81\xc6\x00\x00\x00\x00\x01",  # empty bin 32 as a key
+        msgpack.packb({"blob": b"xyz", "state": {b"k": 1}}),  # bytes value, then bytes key
+        msgpack.packb({"blob": b"", "state": [{b"": 1}]}),
+    ],
+    ids=["empty-bin8-key", "empty-bin16-key", "empty-bin32-key", "bin-then-key", "empty-both"],
+)
+def test_deserialize_refuses_bytes_keys_however_encoded(data: bytes) -> None:
+    with pytest.raises(SnapshotDecodeError, match="map key is not a string"):
+        Snapshot.deserialize(data)
+
+
+def test_bytes_values_and_every_buffer_type_round_trip() -> None:
+    state = {"blob": b"\x00\x01", "empty": b"", "nested": [{"b": b"\xc4\x00"}]}
+    snap = replace(_snap(), state=state)
+    data = snap.serialize()
+    for form in (data, bytearray(data), memoryview(data)):
+        again = Snapshot.deserialize(form)
+        assert again == snap
+        assert type(again.state["nested"][0]["b"]) is bytes
+
+
 def test_newer_schema_is_refused_naming_both_versions() -> None:
     data = encode_plain(_plain(schema_version=SCHEMA_VERSION + 1))
     with pytest.raises(SnapshotDecodeError) as info:

@@ -30,7 +30,7 @@ import msgpack
 
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError
 
-__all__ = ["check_plain", "decode_plain", "encode_plain", "join_path"]
+__all__ = ["check_keys", "check_plain", "decode_plain", "encode_plain", "join_path", "pack_plain"]
 
 _MAX_DEPTH = 500  # the path-naming walk gives up here; msgpack's own limit is 511
 
@@ -143,15 +143,52 @@ def encode_plain(value: object, *, root: str = "") -> bytes:
     Raises:
         SnapshotEncodeError: some value is not plain; its path and the reason are named.
     """
+    packed = pack_plain(value, root=root)
+    check_keys(value, root=root)
+    return packed
+
+
+def pack_plain(value: object, *, root: str = "") -> bytes:
+    """The first half of ``encode_plain``: encode, checking everything but dict key types.
+
+    A non-``str`` key is encoded (as msgpack's type for it) instead of refused,
+    so the bytes still tell a ``str`` key from any other. Use it only with
+    ``check_keys``: see ``supervisor._message_log``, which checks just the part
+    of a message list whose encoding differs from one already fully checked.
+
+    Raises:
+        SnapshotEncodeError: as ``encode_plain``, for anything but a key's type.
+    """
     try:
         packed: bytes = msgpack.packb(
             value, use_bin_type=True, strict_types=True, datetime=True, default=_default
         )
-        _check_keys(value)  # after packing: packb has ruled out cycles and deep nesting
     except (_Refused, TypeError, ValueError, OverflowError, RecursionError) as exc:
         _raise_problem(value, root, exc)
         raise  # pragma: no cover - _raise_problem always raises
     return packed
+
+
+def check_keys(value: object, *, root: str = "", start: int = 0) -> None:
+    """The second half of ``encode_plain``: refuse a non-``str`` dict key anywhere in ``value``.
+
+    Call it only on a value ``pack_plain`` accepted (that rules out cycles).
+
+    Args:
+        value: The value to check.
+        root: Path prefix used in error messages.
+        start: For a list, check only ``value[start:]``; the caller vouches for the rest.
+
+    Raises:
+        SnapshotEncodeError: a key is not a ``str``; its path is named.
+    """
+    try:
+        if start and type(value) is list:
+            _check_keys(value[start:])
+        else:
+            _check_keys(value)
+    except TypeError as exc:
+        _raise_problem(value, root, exc)
 
 
 # bin 8, bin 16 and bin 32 headers of an empty bytes value start with these two bytes

@@ -28,8 +28,9 @@ from typing import Any
 import msgpack
 
 from actors import Snapshot, SnapshotDecodeError, decode_plain, encode_plain
+from actors._codec import check_keys, pack_plain
 
-__all__ = ["SplitSnapshot", "assemble", "digest", "join", "split"]
+__all__ = ["KnownLog", "SplitSnapshot", "assemble", "digest", "join", "split"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +44,27 @@ class SplitSnapshot:
             has no message list.
         count: Number of messages.
         size: Length of ``snapshot.serialize()``.
+        extends: Whether ``messages`` starts with the ``known`` log given to ``split``.
     """
 
     body: bytes
     messages: memoryview | None
     count: int
     size: int
+    extends: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KnownLog:
+    """Message bytes ``split`` produced before: a log the next save is likely to extend.
+
+    Attributes:
+        data: The encodings of the first ``count`` messages, back to back.
+        count: How many messages ``data`` holds.
+    """
+
+    data: bytes | memoryview
+    count: int
 
 
 def _array_header_length(first: int) -> int:
@@ -61,8 +77,15 @@ def _array_header_length(first: int) -> int:
     raise AssertionError(f"not a msgpack array header: {first:#x}")  # pragma: no cover
 
 
-def split(snapshot: Snapshot) -> SplitSnapshot:
+def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
     """Cut ``snapshot`` into body and message bytes.
+
+    Strict as ``serialize``. With ``known`` (a log an earlier ``split`` returned),
+    when the new message bytes start with exactly ``known.data``, the dict keys
+    of the first ``known.count`` messages are not walked again: equal msgpack
+    bytes mean values of equal types (a ``str`` key and any other key encode
+    differently), and those bytes were checked in full when first produced.
+    Everything is still encoded; only the Python-level key walk is saved.
 
     Raises:
         actors.SnapshotEncodeError: a value is not plain (path as in ``serialize``).
@@ -75,9 +98,15 @@ def split(snapshot: Snapshot) -> SplitSnapshot:
         return SplitSnapshot(body, None, 0, len(body))
     plain["state"] = {**state, "messages": None}
     body = encode_plain(plain)
-    array = encode_plain(messages, root="state.messages")
-    view = memoryview(array)[_array_header_length(array[0]) :]
-    return SplitSnapshot(body, view, len(messages), len(body) - 1 + len(array))
+    root = "state.messages"
+    array = pack_plain(messages, root=root)
+    start = _array_header_length(array[0])
+    extends = (
+        known is not None and known.count <= len(messages) and array.startswith(known.data, start)
+    )
+    check_keys(messages, root=root, start=known.count if extends and known else 0)
+    view = memoryview(array)[start:]
+    return SplitSnapshot(body, view, len(messages), len(body) - 1 + len(array), extends)
 
 
 def digest(data: bytes | memoryview) -> bytes:

@@ -7,14 +7,16 @@ import hashlib
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
 from actors import Snapshot, SnapshotDecodeError
-from supervisor._message_log import SplitSnapshot, assemble, digest, join, split
+from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, split
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST, CheckpointInfo, check_keep_last
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
@@ -23,12 +25,76 @@ __all__ = ["SQLiteCheckpointStore"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COMPACT_AFTER_CHUNKS = 32
+# Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
+_LOG_CACHE_BYTES = 64 * 1024 * 1024
 _ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest"
 
 
 def _micros(moment: datetime) -> int:
     delta = moment - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedLog:
+    """What this instance last wrote as a session's message log.
+
+    Valid only while the database's ``message_logs`` row still says
+    ``(gen, length, digest)``: then the log in the file is ``known.data``
+    (same SHA-256), and ``hasher`` holds the SHA-256 state after those bytes.
+    """
+
+    gen: int
+    length: int
+    digest: bytes
+    known: KnownLog
+    hasher: Any
+
+
+class _LogCache:
+    """Per-session ``_CachedLog`` entries, least recently used dropped beyond a byte budget.
+
+    An optimisation only: a missing or stale entry just means a full save
+    (every entry is checked against the database row before use). Thread-safe.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._bytes = 0
+        self._entries: OrderedDict[str, _CachedLog] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sid: str) -> _CachedLog | None:
+        with self._lock:
+            entry = self._entries.get(sid)
+            if entry is not None:
+                self._entries.move_to_end(sid)
+            return entry
+
+    def put(self, sid: str, entry: _CachedLog) -> None:
+        with self._lock:
+            self.drop(sid, locked=True)
+            if entry.length > self._budget:
+                return
+            self._entries[sid] = entry
+            self._bytes += entry.length
+            while self._bytes > self._budget:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= old.length
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def drop(self, sid: str, *, locked: bool = False) -> None:
+        if not locked:
+            with self._lock:
+                self.drop(sid, locked=True)
+            return
+        old = self._entries.pop(sid, None)
+        if old is not None:
+            self._bytes -= old.length
 
 
 class SQLiteCheckpointStore:
@@ -49,6 +115,14 @@ class SQLiteCheckpointStore:
     open the same file: writes use ``BEGIN IMMEDIATE`` and wait up to
     ``busy_timeout`` seconds for each other; readers never block writers.
     Do not share one instance across ``fork``; open a new one in the child.
+
+    Speed: an instance remembers, per session, the message log it last wrote
+    (64 MiB in all, least recently used first out). A save whose messages
+    extend that log still encodes them all (equal bytes are what prove the
+    old messages unchanged, even if edited in place), but walks dict keys and
+    hashes only the new ones. The remembered log is used only while the
+    database row still shows it, so saves by other processes or instances,
+    and failed saves, just take the full path.
 
     Storage grows linearly with a conversation. Messages are kept once per
     session, in an append-only log (its chunks are merged after 32 appends);
@@ -100,6 +174,7 @@ class SQLiteCheckpointStore:
         self.keep_last = check_keep_last(keep_last, allow_none=True)
         self.synchronous = synchronous.upper()
         self._lock = threading.Lock()
+        self._logs = _LogCache(_LOG_CACHE_BYTES)
         self._conn: sqlite3.Connection | None = open_database(
             path, synchronous=self.synchronous, busy_timeout=busy_timeout
         )
@@ -139,36 +214,49 @@ class SQLiteCheckpointStore:
         """Store ``snapshot``; durable when it returns (see ``CheckpointStore.save``)."""
         if not isinstance(snapshot, Snapshot):
             raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
-        cut = split(snapshot)
         sid = snapshot.session_id
+        cached = self._logs.get(sid)
+        cut = split(snapshot, None if cached is None else cached.known)
         if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
-        with self._transaction("IMMEDIATE") as db:
-            log: tuple[Any, ...] = (None, None, None, None)
-            if cut.messages is not None:
-                log = (*self._append(db, sid, cut), cut.count)
-            db.execute(
-                "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
-                " body, log_gen, log_bytes, log_digest, log_count)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
-                " saved_at_us = excluded.saved_at_us, label = excluded.label,"
-                " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
-                " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
-                " log_count = excluded.log_count",
-                (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
-                 cut.size, cut.body, *log),
-            )  # fmt: skip
-            if self.keep_last is not None:
-                self._prune(db, sid, self.keep_last)
+        try:
+            with self._transaction("IMMEDIATE") as db:
+                log: tuple[Any, ...] = (None, None, None, None)
+                if cut.messages is not None:
+                    log = (*self._append(db, sid, cut, cached), cut.count)
+                db.execute(
+                    "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
+                    " body, log_gen, log_bytes, log_digest, log_count)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
+                    " saved_at_us = excluded.saved_at_us, label = excluded.label,"
+                    " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
+                    " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
+                    " log_count = excluded.log_count",
+                    (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
+                     cut.size, cut.body, *log),
+                )  # fmt: skip
+                if self.keep_last is not None:
+                    self._prune(db, sid, self.keep_last)
+        except BaseException:
+            self._logs.drop(sid)
+            raise
         return CheckpointInfo(
             sid, snapshot.checkpoint_id, snapshot.saved_at, snapshot.label, cut.size
         )
 
     def _append(
-        self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot
+        self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot, cached: _CachedLog | None
     ) -> tuple[int, int, bytes]:
-        """Put the snapshot's messages in the log; returns (generation, length, digest)."""
+        """Put the snapshot's messages in the log; returns (generation, length, digest).
+
+        ``cached`` is what this instance last wrote for the session; it spares
+        hashing the log again when the database row shows the log is still that
+        one and ``split`` found the messages extend it. Any other case (another
+        process or instance wrote since, the history was edited) takes the full
+        path, which reads the truth from the row. The new state of the log is
+        remembered for the next save; ``save`` forgets it if the commit fails.
+        """
         messages = cut.messages
         assert messages is not None
         size = len(messages)
@@ -177,31 +265,42 @@ class SQLiteCheckpointStore:
         ).fetchone()
         if row is not None:
             gen, length, log_digest, chunks = row
-            if length <= size:
+            hasher: Any = None
+            if (
+                cached is not None
+                and cut.extends
+                and (cached.gen, cached.length, cached.digest) == (gen, length, log_digest)
+            ):
+                hasher = cached.hasher.copy()  # the log is known.data, a prefix of messages
+            elif length <= size:
                 hasher = hashlib.sha256(messages[:length])
-                if hasher.digest() == log_digest:  # the log is a prefix: append the rest
-                    hasher.update(messages[length:])
-                    new_digest = hasher.digest()
-                    if size > length:
-                        db.execute(
-                            "INSERT INTO message_chunks VALUES (?, ?, ?, ?)",
-                            (sid, gen, length, bytes(messages[length:])),
-                        )
-                        chunks += 1
-                    if chunks > _COMPACT_AFTER_CHUNKS:
-                        self._compact(db, sid, gen)
-                        chunks = 1
+                if hasher.digest() != log_digest:
+                    hasher = None
+            if hasher is not None:  # the log is a prefix: append the rest
+                hasher.update(messages[length:])
+                new_digest = hasher.digest()
+                if size > length:
                     db.execute(
-                        "UPDATE message_logs SET length = ?, digest = ?, chunks = ?"
-                        " WHERE session_id = ?",
-                        (size, new_digest, chunks, sid),
+                        "INSERT INTO message_chunks VALUES (?, ?, ?, ?)",
+                        (sid, gen, length, bytes(messages[length:])),
                     )
-                    return gen, size, new_digest
+                    chunks += 1
+                if chunks > _COMPACT_AFTER_CHUNKS:
+                    self._compact(db, sid, gen)
+                    chunks = 1
+                db.execute(
+                    "UPDATE message_logs SET length = ?, digest = ?, chunks = ?"
+                    " WHERE session_id = ?",
+                    (size, new_digest, chunks, sid),
+                )
+                self._remember(sid, cut, gen, new_digest, hasher)
+                return gen, size, new_digest
         # no log yet, or the messages do not extend it: start a new generation
         gen = db.execute(
             "SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?", (sid,)
         ).fetchone()[0]
-        new_digest = digest(messages)
+        hasher = hashlib.sha256(messages)
+        new_digest = hasher.digest()
         if size:
             db.execute(
                 "INSERT INTO message_chunks VALUES (?, ?, 0, ?)", (sid, gen, bytes(messages))
@@ -211,7 +310,16 @@ class SQLiteCheckpointStore:
             (sid, gen, size, new_digest, 1 if size else 0),
         )
         self._collect(db, sid)
+        self._remember(sid, cut, gen, new_digest, hasher)
         return gen, size, new_digest
+
+    def _remember(
+        self, sid: str, cut: SplitSnapshot, gen: int, log_digest: bytes, hasher: Any
+    ) -> None:
+        messages = cut.messages
+        assert messages is not None
+        known = KnownLog(messages, cut.count)  # a view of split's bytes: immutable, no copy
+        self._logs.put(sid, _CachedLog(gen, len(messages), log_digest, known, hasher))
 
     @staticmethod
     def _compact(db: sqlite3.Connection, sid: str, gen: int) -> None:
@@ -325,6 +433,8 @@ class SQLiteCheckpointStore:
                     (session_id, checkpoint_id),
                 ).rowcount
             self._collect_after_delete(db, session_id)
+        if checkpoint_id is None:
+            self._logs.drop(session_id)  # memory only: a stale entry would not be used
         return removed
 
     def prune(self, session_id: str, keep_last: int) -> int:
@@ -349,6 +459,7 @@ class SQLiteCheckpointStore:
         """Close the connection (checkpointing the WAL into the file). Idempotent."""
         with self._lock:
             conn, self._conn = self._conn, None
+        self._logs.clear()
         if conn is not None:
             conn.close()
 

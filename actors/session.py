@@ -23,6 +23,7 @@ from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
 from actors.model import Model, ModelResponse
 from actors.providers import ProviderRegistry
+from actors.snapshot import Snapshot
 from actors.steering import SteeringQueue
 from actors.template import AgentTemplate
 from actors.tools import Tool
@@ -85,6 +86,13 @@ class AgentSession(pykka.ThreadingActor):
         metadata: Plain user data kept in the state.
         steering: A queue to use (for a host that keeps a handle on it).
         event_buffer: A buffer to use (likewise).
+        checkpointer: Called with a fresh ``Snapshot`` after every
+            ``checkpoint_every``-th completed turn, on the session's thread and
+            before ``send`` returns, so an answer the caller received is already
+            saved (a host passes its store's ``save``). If it raises, the turn
+            stays in the history, an ``error`` event is published and ``send``
+            raises that exception: the caller knows the answer is not durable.
+        checkpoint_every: Turns between checkpoints (>= 1).
     """
 
     start_timeout: ClassVar[float] = 30.0
@@ -105,10 +113,15 @@ class AgentSession(pykka.ThreadingActor):
         metadata: Mapping[str, Any] | None = None,
         steering: SteeringQueue | None = None,
         event_buffer: EventBuffer | None = None,
+        checkpointer: Callable[[Snapshot], object] | None = None,
+        checkpoint_every: int = 1,
     ) -> None:
         super().__init__()
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.checkpointer = checkpointer
+        self.checkpoint_every = checkpoint_every
         restored = restored_state or {}
         self.session_id = session_id or restored.get("session_id") or uuid.uuid4().hex
         self.template = template
@@ -212,7 +225,17 @@ class AgentSession(pykka.ThreadingActor):
         added = tuple(self._messages[mark:])
         self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
         self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)
+        if self.checkpointer is not None and self._turns % self.checkpoint_every == 0:
+            try:
+                self.checkpointer(self.snapshot())
+            except Exception as exc:
+                self.event_buffer.publish("error", turn=self._turns, error=repr(exc))
+                raise
         return answer
+
+    def snapshot(self, label: str | None = None) -> Snapshot:
+        """A snapshot of the session now: its ``state()`` with live values stripped."""
+        return Snapshot.new(session_id=self.session_id, state=self.state(), label=label)
 
     def steer(self, text: str) -> None:
         """Queue ``text`` to be injected before the next model call (``SteeringQueueFull``

@@ -5,6 +5,7 @@ Imports ``actors``; ``actors`` never imports this package.
 """
 
 from supervisor._actor import SupervisedActor as SupervisedActor
+from supervisor._actor import kill as kill
 from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
 from supervisor._lifecycle import NOPROC as NOPROC
@@ -27,6 +28,7 @@ from supervisor.errors import CheckpointNotFound as CheckpointNotFound
 from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
 from supervisor.errors import ChildStartError as ChildStartError
+from supervisor.errors import Killed as Killed
 from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
 from supervisor.errors import SessionAlreadyExists as SessionAlreadyExists
 from supervisor.errors import SessionNotFound as SessionNotFound
@@ -62,6 +64,7 @@ __all__ = [
     "Down",
     "EvictCallback",
     "ExitReason",
+    "Killed",
     "MemoryCheckpointStore",
     "MonitorRef",
     "RestartIntensity",
@@ -81,6 +84,7 @@ __all__ = [
     "SupervisorHandle",
     "demonitor",
     "is_abnormal",
+    "kill",
     "monitor",
     "supervised_class",
     "terminate",

@@ -50,13 +50,14 @@ from supervisor._lifecycle import (
     attach_lifecycle,
     lifecycle_of,
 )
+from supervisor.errors import Killed
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from pykka._envelope import Envelope
 
-__all__ = ["SupervisedActor", "supervised_class", "terminate"]
+__all__ = ["SupervisedActor", "kill", "supervised_class", "terminate"]
 
 logger = logging.getLogger("supervisor")
 
@@ -135,6 +136,8 @@ class SupervisedActor(pykka.ThreadingActor):
         while not stopped.is_set():
             envelope = inbox.get()
             try:
+                if envelope.message.__class__ is _Kill:  # identity test: no cost per message
+                    raise Killed(envelope.message.reason)
                 response = self._handle_receive(envelope.message)
                 if envelope.reply_to is not None:
                     envelope.reply_to.set(response)
@@ -192,6 +195,34 @@ class SupervisedActor(pykka.ThreadingActor):
         self.actor_stopped.set()
         if call_on_failure:
             self._sv_call_on_failure(type(exc), exc, exc.__traceback__)
+
+
+class _Kill:
+    """Told by :func:`kill`; the receive loop turns it into a ``Killed`` exit."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def kill(actor_ref: pykka.ActorRef[Any], reason: str = "killed") -> None:
+    """Make a SupervisedActor exit abnormally with ``Killed(reason)``, as OTP's ``exit(Pid, kill)``.
+
+    For operators and tests: supervisors and monitors see a crash. The kill
+    is queued behind the messages already in the inbox and takes effect when
+    the actor finishes its current message (Python cannot interrupt a
+    thread). ``on_failure`` runs, ``on_stop`` does not. Thread-safe; returns
+    at once; a no-op for an actor that is already dead.
+
+    Raises:
+        TypeError: ``actor_ref`` is not the ref of a SupervisedActor.
+    """
+    if lifecycle_of(actor_ref) is None:
+        msg = f"kill() needs the ref of a supervisor.SupervisedActor, got {actor_ref!r}"
+        raise TypeError(msg)
+    with contextlib.suppress(pykka.ActorDeadError):
+        actor_ref.tell(_Kill(reason))
 
 
 def terminate(actor_ref: pykka.ActorRef[Any], timeout: float) -> bool:

@@ -12,6 +12,7 @@ __all__ = [
     "ChildAlreadyExists",
     "ChildNotFound",
     "ChildStartError",
+    "Killed",
     "RestartIntensityExceeded",
     "SessionAlreadyExists",
     "SessionNotFound",
@@ -70,6 +71,18 @@ class SnapshotTooLarge(SupervisorError, ValueError):
             f"snapshot of session {session_id!r} is {size} bytes, over the "
             f"max_snapshot_bytes limit of {limit}; nothing was stored"
         )
+
+
+class Killed(SupervisorError):
+    """The exit reason of an actor stopped on purpose by ``supervisor.kill``.
+
+    Abnormal, so supervisors restart it like any crash; differs from a crash in
+    that ``reason`` says who wanted it and why.
+    """
+
+    def __init__(self, reason: str = "killed") -> None:
+        self.reason = reason
+        super().__init__(f"killed: {reason}")
 
 
 class ChildStartError(SupervisorError):
@@ -141,5 +154,6 @@ for _cls in (
     ChildAlreadyExists,
     ChildNotFound,
     RestartIntensityExceeded,
+    Killed,
 ):
     _cls.__module__ = "supervisor"

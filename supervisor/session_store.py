@@ -138,7 +138,12 @@ class SessionStore:
     # -- writes ----------------------------------------------------------------
 
     def create(
-        self, session_id: str, actor_ref: pykka.ActorRef[Any], **attrs: Unpack[SessionAttrs]
+        self,
+        session_id: str,
+        actor_ref: pykka.ActorRef[Any],
+        *,
+        api_key_fingerprint: str | None = None,
+        **attrs: Unpack[SessionAttrs],
     ) -> SessionEntry:
         """Register a live session and start monitoring its actor.
 
@@ -149,6 +154,9 @@ class SessionStore:
                 ``"default"``), ``blueprint``, ``model``, ``working_dir``, ``group_id``,
                 ``event_buffer_size`` (default 1000), ``hibernate_after_ms``,
                 ``max_steering_queue``, ``plugins``.
+            api_key_fingerprint: Instead of ``api_key``: a fingerprint this store
+                made earlier (``fingerprint()``), for a host re-registering a
+                session whose raw key it deliberately did not keep.
 
         Returns:
             The new entry.
@@ -164,7 +172,10 @@ class SessionStore:
             raise (ValueError if isinstance(session_id, str) else TypeError)(msg)
         values = validate(attrs)
         api_key = values.pop("api_key")
-        fingerprint = None if api_key is None else self.fingerprint(api_key)
+        if api_key is not None and api_key_fingerprint is not None:
+            msg = "pass api_key or api_key_fingerprint, not both"
+            raise TypeError(msg)
+        fingerprint = api_key_fingerprint if api_key is None else self.fingerprint(api_key)
         lifecycle = lifecycle_of(actor_ref)
         if lifecycle is None:
             raise TypeError(_not_supervised_message(actor_ref))

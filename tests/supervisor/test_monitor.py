@@ -15,9 +15,11 @@ from supervisor import (
     NORMAL,
     SHUTDOWN,
     Down,
+    Killed,
     SupervisedActor,
     demonitor,
     is_abnormal,
+    kill,
     monitor,
     supervised_class,
     terminate,
@@ -381,3 +383,35 @@ def test_skipping_supervised_init_is_caught_with_a_hint() -> None:
 )
 def test_is_abnormal(reason: Any, abnormal: bool) -> None:
     assert is_abnormal(reason) is abnormal
+
+
+# -- kill: an abnormal exit on purpose (OTP's exit(Pid, kill)) ------------------------
+
+
+def test_kill_is_an_abnormal_exit_with_killed_reason() -> None:
+    failures: list[BaseException | None] = []
+
+    class Victim(SupervisedActor):
+        def on_failure(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+            failures.append(exc)
+
+    ref = Victim.start()
+    downs = Downs()
+    monitor(ref, downs)
+    kill(ref, "operator request")
+    [down] = downs.wait()
+    assert isinstance(down.reason, Killed)
+    assert down.reason.reason == "operator request"
+    assert down.abnormal
+    assert failures == [down.reason]
+    kill(ref)  # already dead: a no-op
+
+
+def test_kill_needs_a_supervised_actor() -> None:
+    class Plain(pykka.ThreadingActor):
+        pass
+
+    ref = Plain.start()
+    with pytest.raises(TypeError, match="SupervisedActor"):
+        kill(ref)
+    ref.stop()

@@ -169,6 +169,16 @@ def test_raw_api_key_is_never_stored_or_returned() -> None:
     assert store.list_by_api_key("sk-other") == []
 
 
+def test_reregister_with_a_stored_fingerprint() -> None:
+    raw = "sk-live-0123"
+    store = SessionStore()
+    entry = store.create("s", Worker.start(), api_key_fingerprint=store.fingerprint(raw))
+    assert store.api_key_matches("s", raw)
+    assert store.list_by_api_key(raw) == [entry]
+    with pytest.raises(TypeError, match="not both"):
+        store.create("t", Worker.start(), api_key=raw, api_key_fingerprint=store.fingerprint(raw))
+
+
 def test_fingerprints_are_keyed_per_store() -> None:
     a, b = SessionStore(), SessionStore()
     assert a.fingerprint("k") != b.fingerprint("k")

@@ -40,7 +40,9 @@ from actors.providers import ProviderRegistry as ProviderRegistry
 from actors.redact import is_secret_key as is_secret_key
 from actors.redact import redact_secrets as redact_secrets
 from actors.session import AgentSession as AgentSession
+from actors.session import GetHistory as GetHistory
 from actors.session import Send as Send
+from actors.session import TakeSnapshot as TakeSnapshot
 from actors.snapshot import SCHEMA_VERSION as SCHEMA_VERSION
 from actors.snapshot import Snapshot as Snapshot
 from actors.snapshot import schema_version as schema_version
@@ -60,6 +62,7 @@ __all__ = [
     "Event",
     "EventBatch",
     "EventBuffer",
+    "GetHistory",
     "InvalidMessage",
     "Message",
     "MigrationRegistry",
@@ -81,6 +84,7 @@ __all__ = [
     "SteeringQueue",
     "SteeringQueueFull",
     "Subscriber",
+    "TakeSnapshot",
     "Tool",
     "ToolCall",
     "ToolDefinitionError",

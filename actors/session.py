@@ -28,7 +28,7 @@ from actors.steering import SteeringQueue
 from actors.template import AgentTemplate
 from actors.tools import Tool
 
-__all__ = ["AgentSession", "Send"]
+__all__ = ["AgentSession", "GetHistory", "Send", "TakeSnapshot"]
 
 
 class _StartCheck:
@@ -44,6 +44,18 @@ class Send:
     """
 
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TakeSnapshot:
+    """Message form of ``AgentSession.snapshot``: ``ref.ask(TakeSnapshot(label))``."""
+
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetHistory:
+    """Message form of ``AgentSession.history``: ``ref.ask(GetHistory())``."""
 
 
 def _copy_containers(value: Any) -> Any:
@@ -183,6 +195,10 @@ class AgentSession(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Send):
             return self.send(message.text)
+        if isinstance(message, TakeSnapshot):
+            return self.snapshot(message.label)
+        if isinstance(message, GetHistory):
+            return self.history()
         if isinstance(message, _StartCheck):
             if self._start_error is not None:
                 raise self._start_error
@@ -334,4 +350,5 @@ class AgentSession(pykka.ThreadingActor):
 
 
 AgentSession.__module__ = "actors"
-Send.__module__ = "actors"
+for _cls in (Send, TakeSnapshot, GetHistory):
+    _cls.__module__ = "actors"

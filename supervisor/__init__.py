@@ -8,6 +8,8 @@ from supervisor._actor import SupervisedActor as SupervisedActor
 from supervisor._actor import kill as kill
 from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
+from supervisor._host_record import SessionInfo as SessionInfo
+from supervisor._host_record import SessionStatus as SessionStatus
 from supervisor._lifecycle import NOPROC as NOPROC
 from supervisor._lifecycle import NORMAL as NORMAL
 from supervisor._lifecycle import SHUTDOWN as SHUTDOWN
@@ -16,6 +18,7 @@ from supervisor._lifecycle import ExitReason as ExitReason
 from supervisor._lifecycle import MonitorRef as MonitorRef
 from supervisor._lifecycle import is_abnormal as is_abnormal
 from supervisor._session_attrs import SessionAttrs as SessionAttrs
+from supervisor._session_attrs import SessionMetadata as SessionMetadata
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST as DEFAULT_KEEP_LAST
 from supervisor.checkpoint_store import CheckpointInfo as CheckpointInfo
 from supervisor.checkpoint_store import CheckpointStore as CheckpointStore
@@ -31,10 +34,13 @@ from supervisor.errors import ChildStartError as ChildStartError
 from supervisor.errors import Killed as Killed
 from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
 from supervisor.errors import SessionAlreadyExists as SessionAlreadyExists
+from supervisor.errors import SessionCrashed as SessionCrashed
+from supervisor.errors import SessionFailed as SessionFailed
 from supervisor.errors import SessionNotFound as SessionNotFound
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import SupervisorError as SupervisorError
 from supervisor.handle import SupervisorHandle as SupervisorHandle
+from supervisor.host import AgentHost as AgentHost
 from supervisor.intensity import Backoff as Backoff
 from supervisor.intensity import RestartIntensity as RestartIntensity
 from supervisor.memory_store import MemoryCheckpointStore as MemoryCheckpointStore
@@ -51,6 +57,7 @@ __all__ = [
     "NOPROC",
     "NORMAL",
     "SHUTDOWN",
+    "AgentHost",
     "Backoff",
     "CheckpointInfo",
     "CheckpointNotFound",
@@ -73,8 +80,13 @@ __all__ = [
     "SQLiteCheckpointStore",
     "SessionAlreadyExists",
     "SessionAttrs",
+    "SessionMetadata",
+    "SessionCrashed",
     "SessionEntry",
+    "SessionFailed",
+    "SessionInfo",
     "SessionNotFound",
+    "SessionStatus",
     "SessionStore",
     "SnapshotTooLarge",
     "Strategy",

@@ -7,7 +7,14 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, TypedDict
 
-__all__ = ["ALLOWED_ATTRS", "DEFAULT_EVENT_BUFFER_SIZE", "PluginSpec", "SessionAttrs", "validate"]
+__all__ = [
+    "ALLOWED_ATTRS",
+    "DEFAULT_EVENT_BUFFER_SIZE",
+    "PluginSpec",
+    "SessionAttrs",
+    "SessionMetadata",
+    "validate",
+]
 
 DEFAULT_EVENT_BUFFER_SIZE: Final = 1000
 """Default ``event_buffer_size``, the same as ``actors.AgentSession``'s."""
@@ -16,15 +23,12 @@ PluginSpec = str | tuple[str, Mapping[str, Any]]
 """A plugin as registered: its name, or ``(name, options)``."""
 
 
-class SessionAttrs(TypedDict, total=False):
-    """The keyword attributes ``SessionStore.create`` accepts (all optional).
-
-    A type for checkers only; the store validates and copies the values, so a
-    caller may reuse or mutate its dict afterwards.
+class SessionMetadata(TypedDict, total=False):
+    """The descriptive registry attributes (all optional); ``SessionAttrs`` adds the
+    identity ones. ``AgentHost`` takes these as keywords next to its own
+    ``tenant_id`` and ``api_key`` parameters.
     """
 
-    api_key: str | None
-    tenant_id: str
     blueprint: str | None
     model: str | None
     working_dir: str | os.PathLike[str] | None
@@ -35,7 +39,18 @@ class SessionAttrs(TypedDict, total=False):
     plugins: Sequence[PluginSpec]
 
 
-ALLOWED_ATTRS: Final = frozenset(SessionAttrs.__annotations__)
+class SessionAttrs(SessionMetadata, total=False):
+    """The keyword attributes ``SessionStore.create`` accepts (all optional).
+
+    A type for checkers only; the store validates and copies the values, so a
+    caller may reuse or mutate its dict afterwards.
+    """
+
+    api_key: str | None
+    tenant_id: str
+
+
+ALLOWED_ATTRS: Final = SessionAttrs.__required_keys__ | SessionAttrs.__optional_keys__
 
 
 def _text(name: str, value: object, *, optional: bool) -> str | None:
@@ -127,3 +142,4 @@ def validate(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 SessionAttrs.__module__ = "supervisor"
+SessionMetadata.__module__ = "supervisor"

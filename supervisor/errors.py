@@ -15,6 +15,8 @@ __all__ = [
     "Killed",
     "RestartIntensityExceeded",
     "SessionAlreadyExists",
+    "SessionCrashed",
+    "SessionFailed",
     "SessionNotFound",
     "SnapshotTooLarge",
     "SupervisorError",
@@ -41,6 +43,35 @@ class SessionNotFound(SupervisorError, LookupError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"no live session {session_id!r} is registered")
+
+
+class SessionCrashed(SupervisorError):
+    """A call could not be answered because the session crashed (during the call, or
+    it is being restarted and did not come back in time).
+
+    The supervisor restarts it from its last checkpoint: a turn that raised this
+    was not acknowledged, so retry it. Differs from ``SessionFailed`` (given up).
+    """
+
+    def __init__(self, session_id: str, detail: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} crashed: {detail}; retry once it is back")
+
+
+class SessionFailed(SupervisorError):
+    """The session kept crashing past its restart intensity and was given up.
+
+    It is no longer restarted; its checkpoints are kept. Fix the cause, then
+    bring it back with ``AgentHost.resume``.
+    """
+
+    def __init__(self, session_id: str, reason: object) -> None:
+        self.session_id = session_id
+        self.reason = reason
+        super().__init__(
+            f"session {session_id!r} was given up after repeated crashes (last: {reason!r}); "
+            "fix the cause and call resume()"
+        )
 
 
 class CheckpointNotFound(SupervisorError, LookupError):
@@ -155,5 +186,7 @@ for _cls in (
     ChildNotFound,
     RestartIntensityExceeded,
     Killed,
+    SessionCrashed,
+    SessionFailed,
 ):
     _cls.__module__ = "supervisor"

@@ -1,0 +1,120 @@
+"""What an ``AgentHost`` remembers about each session, live or hibernated.
+
+A record outlives the session's actor: it carries the template, the
+registration metadata, the event buffer and the steering queue across crash
+restarts and hibernation, so callers keep one event stream and one steering
+queue per session whatever happens to the actor underneath.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pykka
+
+from actors import AgentTemplate, EventBuffer, SteeringQueue
+
+__all__ = ["SessionInfo", "SessionRecord", "SessionStatus"]
+
+SessionStatus = Literal["starting", "active", "restarting", "hibernated", "failed", "stopped"]
+"""Where a session is in its life on a host:
+
+- ``starting``: being started or resumed for the first time;
+- ``active``: an actor is running it;
+- ``restarting``: its actor died and the supervisor is resuming it from its last checkpoint;
+- ``hibernated``: checkpointed and its actor stopped; the next ``send`` reactivates it;
+- ``failed``: given up after too many crashes (``resume`` brings it back);
+- ``stopped``: stopped on purpose; the host forgets it.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One row of ``AgentHost.list_sessions()``. Thread-safe (immutable).
+
+    Attributes:
+        session_id: The session's id.
+        tenant_id: Its tenant.
+        status: See ``SessionStatus``.
+        model: The model string of its template.
+        created_at: When the host first registered it, ms since the Unix epoch.
+    """
+
+    session_id: str
+    tenant_id: str
+    status: SessionStatus
+    model: str
+    created_at: int
+
+
+class SessionRecord:
+    """The host's mutable record of one session.
+
+    Thread-safety: ``op_lock`` serializes the operations that change what runs
+    the session (send, hibernate, stop); ``status`` and ``ref`` change only
+    under the host's ``changed`` condition. Kept small (slots, the template
+    and attribute dict shared by reference) because a host may hold many
+    thousands of hibernated sessions.
+    """
+
+    __slots__ = (
+        "attrs",
+        "created_at",
+        "events",
+        "fingerprint",
+        "hibernate_after",
+        "incarnations",
+        "last_active",
+        "op_lock",
+        "ref",
+        "resume_from",
+        "session_id",
+        "status",
+        "steering",
+        "template",
+        "tenant_id",
+    )
+
+    def __init__(
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        *,
+        tenant_id: str,
+        fingerprint: str | None,
+        attrs: dict[str, Any],
+        created_at: int,
+        hibernate_after: float | None,
+        resume_from: str | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.template = template
+        self.tenant_id = tenant_id
+        self.fingerprint = fingerprint
+        self.attrs = attrs
+        self.created_at = created_at
+        self.hibernate_after = hibernate_after
+        self.resume_from = resume_from
+        self.status: SessionStatus = "starting"
+        self.ref: pykka.ActorRef[Any] | None = None
+        self.incarnations = 0
+        self.last_active = 0.0
+        self.op_lock = threading.Lock()
+        self.events = EventBuffer(attrs.get("event_buffer_size") or 1000)
+        self.steering = SteeringQueue(attrs.get("max_steering_queue") or 16)
+
+    def info(self) -> SessionInfo:
+        """An immutable view for listings."""
+        return SessionInfo(
+            self.session_id,
+            self.tenant_id,
+            self.status,
+            self.template.model_string,
+            self.created_at,
+        )
+
+
+for _cls in (SessionInfo,):
+    _cls.__module__ = "supervisor"

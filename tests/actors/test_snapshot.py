@@ -287,8 +287,16 @@ def test_serialize_refuses_every_non_str_key_at_depth(key: object, shown: str) -
         b"\x81\xa5state\x81\xc6\x00\x00\x00\x00\x01",  # empty bin 32 as a key
         msgpack.packb({"blob": b"xyz", "state": {b"k": 1}}),  # bytes value, then bytes key
         msgpack.packb({"blob": b"", "state": [{b"": 1}]}),
+        msgpack.packb({"text": "\u0105\u0106" * 40, "state": {b"": 1}}),  # many 0xc4 0xc5 bytes
     ],
-    ids=["empty-bin8-key", "empty-bin16-key", "empty-bin32-key", "bin-then-key", "empty-both"],
+    ids=[
+        "empty-bin8-key",
+        "empty-bin16-key",
+        "empty-bin32-key",
+        "bin-then-key",
+        "empty-both",
+        "after-non-ascii",
+    ],
 )
 def test_deserialize_refuses_bytes_keys_however_encoded(data: bytes) -> None:
     with pytest.raises(SnapshotDecodeError, match="map key is not a string"):

@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	touch $(STAMP)
 
-DEMO ?= examples/quickstart.py
+DEMO ?= examples/crash_recovery.py
 
 demo: $(STAMP)
 	$(BIN)/python $(DEMO)

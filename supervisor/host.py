@@ -38,6 +38,7 @@ from actors import (
     ProviderRegistry,
     Send,
     Snapshot,
+    Subscriber,
     TakeSnapshot,
 )
 from supervisor._actor import kill, supervised_class
@@ -321,6 +322,16 @@ class AgentHost:
     def events(self, session_id: str, since: int | None = None) -> EventBatch:
         """The session's events after cursor ``since``; one stream across restarts."""
         return self._record(session_id).events.since(since)
+
+    def subscribe(self, session_id: str, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber`` with every future event of the session, across restarts.
+
+        It runs on the thread that publishes: the session's for turn events, the
+        dying actor's for ``crashed`` (after the registry evicted the session and
+        before the supervisor restarts it), the supervisor's for ``resumed`` and
+        ``given_up``. Returns a function that unsubscribes.
+        """
+        return self._record(session_id).events.subscribe(subscriber)
 
     def checkpoint(self, session_id: str, label: str | None = None) -> Snapshot:
         """Save a checkpoint now and return it (the latest one, relabelled, if hibernated)."""

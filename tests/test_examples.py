@@ -1,0 +1,50 @@
+"""The examples are documentation: run each one and check what it tells a newcomer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(script: str, cwd: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_quickstart_shows_a_tool_call_and_a_plugin(tmp_path: Path) -> None:
+    out = _run("quickstart.py", tmp_path)
+    assert "[tool call]   convert_temperature({'celsius': 21.5})" in out
+    assert "convert_temperature returned: 70.7 F" in out
+    assert "[plugin]      tool call #1: convert_temperature" in out
+
+
+def test_crash_recovery_demo_survives_both_crashes(tmp_path: Path) -> None:
+    out = _run("crash_recovery.py", tmp_path)
+    assert "registry: alice evicted the moment her actor died" in out
+    assert "alice: resumed; rebuilding stripped fields ('file',)" in out
+    assert "host process ended by signal 9" in out
+    assert "new process resumed ['alice', 'bob']" in out
+    assert "alice: 10 messages, first: 'Hello, I am Alice.'" in out
+    assert "bob: 6 messages, first: 'Hi, Bob here.'" in out
+    journal = tmp_path / "sessionvisor-data" / "demo" / "journal-alice.txt"
+    assert journal.read_text(encoding="utf-8").count("word_count(") == 1
+
+
+@pytest.mark.parametrize("script", ["plugin_session_start.py"])
+def test_plugin_guide_rebuilds_its_live_state(script: str, tmp_path: Path) -> None:
+    out = _run(script, tmp_path)
+    assert out.count("session_start(resumed=True, stripped=['conn'])") == 2
+    assert "'still there?': the rebuilt table now holds 4 rows" in out

@@ -83,6 +83,8 @@ class PluginRunner:
 
     def notify(self, hook: str, call: Callable[[Plugin, PluginContext], object]) -> None:
         """Call ``hook`` of every plugin for its side effects."""
+        if not self.plugins:
+            return
         for plugin in self.plugins:
             self._guarded(plugin, hook, call)
 

@@ -13,17 +13,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 __all__ = ["Event", "EventBatch", "EventBuffer", "Subscriber"]
 
 logger = logging.getLogger("actors.events")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One thing that happened in a session. Immutable and thread-safe.
+
+    A named tuple rather than a dataclass: sessions publish several per turn,
+    and a tuple is the cheapest immutable record Python builds.
 
     Attributes:
         seq: Position in the session's stream, from 1, without gaps.
@@ -36,8 +38,8 @@ class Event:
 
     seq: int
     type: str
-    data: dict[str, Any] = field(default_factory=dict)
-    at: float = 0.0
+    data: dict[str, Any]
+    at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,19 +104,20 @@ class EchoModel:
         if messages and messages[-1].role == "tool":
             result = messages[-1]
             return _answer(f"{result.name} returned: {result.content}", messages)
-        last_user = next((m for m in reversed(messages) if m.role == "user"), None)
-        text = (last_user.content or "") if last_user else ""
-        call = self._tool_call(text, tools, call_id=f"call_{len(messages)}")
+        text = ""
+        for message in reversed(messages):
+            if message.role == "user":
+                text = message.content or ""
+                break
+        call = self._tool_call(text, tools, len(messages)) if text.startswith("/") else None
         if isinstance(call, ToolCall):
             message = Message.assistant(None, (call,))
             return ModelResponse(message, Usage(_count_tokens(_unread(messages)), 1))
         return _answer(call or f"echo: {text}", messages)
 
     @staticmethod
-    def _tool_call(text: str, tools: Sequence[Tool], call_id: str) -> ToolCall | str | None:
-        """The call ``text`` asks for, a complaint about its arguments, or ``None``."""
-        if not text.startswith("/"):
-            return None
+    def _tool_call(text: str, tools: Sequence[Tool], position: int) -> ToolCall | str | None:
+        """The call ``/name {json}`` asks for, a complaint about its arguments, or ``None``."""
         name, _, raw_args = text[1:].partition(" ")
         if name not in {t.name for t in tools}:
             return None
@@ -126,7 +127,7 @@ class EchoModel:
             return f"echo: cannot call {name}: arguments are not valid JSON ({exc.msg})"
         if not isinstance(arguments, dict):
             return f"echo: cannot call {name}: arguments must be a JSON object"
-        return ToolCall(call_id, name, arguments)
+        return ToolCall(f"call_{position}", name, arguments)
 
 
 class ScriptedModel:

@@ -141,6 +141,7 @@ class AgentSession(pykka.ThreadingActor):
         self.model_string = template.model_string
         self.model = model if model is not None else self._resolve(template.model, providers)
         self.tools: dict[str, Tool] = {t.name: t for t in template.tools}
+        self._tool_list = list(template.tools)
         self.steering = steering if steering is not None else SteeringQueue(max_steering_queue)
         self.event_buffer = (
             event_buffer if event_buffer is not None else EventBuffer(event_buffer_size)
@@ -298,7 +299,7 @@ class AgentSession(pykka.ThreadingActor):
     # -- the turn loop -------------------------------------------------------------
 
     def _run_turn(self) -> Message:
-        tools = list(self.tools.values())
+        tools = self._tool_list
         for _ in range(self.max_steps):
             for text in self.steering.drain():
                 self._steered.append(text)

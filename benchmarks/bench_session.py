@@ -11,6 +11,7 @@ a real prompt grows with) is the same in every round.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from typing import Any
@@ -36,25 +37,36 @@ def _timed(fn: Any) -> float:
     return TURNS / (time.perf_counter() - start)
 
 
-def _round() -> tuple[float, float, float]:
-    """Rates of ask(Send), proxy send and the bare actor, each on a fresh actor."""
+def _round(index: int) -> tuple[float, float, float]:
+    """Rates of ask(Send), proxy send and the bare actor, each on a fresh actor.
+
+    The order of the three blocks rotates from round to round and garbage is
+    collected before each block, so neither side always runs on a dirtier heap.
+    """
     template = AgentTemplate(model=EchoModel())
     refs = [AgentSession.start(template), AgentSession.start(template), BareEcho.start()]
     ask_ref, proxy_ref, bare_ref = refs
     send = proxy_ref.proxy().send
+    blocks = [
+        lambda: ask_ref.ask(Send("hello there"), timeout=10),
+        lambda: send("hello there").get(timeout=10),
+        lambda: bare_ref.ask("hello there", timeout=10),
+    ]
+    rates = [0.0, 0.0, 0.0]
     try:
-        ask_rate = _timed(lambda: ask_ref.ask(Send("hello there"), timeout=10))
-        proxy_rate = _timed(lambda: send("hello there").get(timeout=10))
-        bare_rate = _timed(lambda: bare_ref.ask("hello there", timeout=10))
+        for offset in range(3):
+            which = (index + offset) % 3
+            gc.collect()
+            rates[which] = _timed(blocks[which])
     finally:
         for ref in refs:
             ref.stop()
-    return ask_rate, proxy_rate, bare_rate
+    return rates[0], rates[1], rates[2]
 
 
 def main() -> None:
-    _round()  # warm-up
-    results = [_round() for _ in range(ROUNDS)]
+    _round(0)  # warm-up
+    results = [_round(i) for i in range(ROUNDS)]
 
     def median(index: int) -> float:
         return statistics.median(r[index] for r in results)

@@ -1,0 +1,195 @@
+"""``AgentHost`` hibernation, driven by an injected clock (no background sweeper, no sleeps)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from actors import Message
+from supervisor import AgentHost, MemoryCheckpointStore, SessionNotFound
+from tests.supervisor.helpers import FakeClock
+from tests.supervisor.host_helpers import (
+    WAIT,
+    Gate,
+    Journal,
+    assert_threads_back,
+    blocking_tool,
+    registry_lookup_fails,
+    session_thread_gone,
+    template,
+    watch_events,
+)
+
+LIMIT_MS = 1000
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(100.0)
+
+
+@pytest.fixture
+def host(clock: FakeClock) -> Iterator[AgentHost]:
+    with AgentHost(
+        store=MemoryCheckpointStore(),
+        hibernate_after_ms=LIMIT_MS,
+        auto_hibernate=False,
+        clock=clock,
+    ) as host:
+        yield host
+
+
+@pytest.fixture
+def journal() -> Journal:
+    return Journal()
+
+
+def _contents(history: list[Message]) -> list[str | None]:
+    return [m.content for m in history]
+
+
+def test_idle_session_hibernates_then_reactivates_on_send(
+    host: AgentHost, clock: FakeClock, journal: Journal
+) -> None:
+    sid = host.start_session(template(journal), "sleepy", tenant_id="acme", api_key="k")
+    host.send(sid, "hello")
+    waiter = watch_events(host, sid)
+
+    clock.now += 0.5
+    assert host.hibernate_idle() == []  # not idle long enough
+    clock.now += 0.5
+    assert host.hibernate_idle() == [sid]
+
+    # Checkpointed, no actor, no thread, no registry entry: never a dead ref.
+    assert (
+        waiter.wait_for("hibernated").data["checkpoint_id"] == host.store.list(sid)[0].checkpoint_id
+    )
+    assert host.store.list(sid)[0].label == "hibernate"
+    assert [(s.session_id, s.tenant_id, s.status) for s in host.list_sessions("acme")] == [
+        (sid, "acme", "hibernated")
+    ]
+    assert registry_lookup_fails(host, sid)
+    assert host.registry.count() == 0
+    assert session_thread_gone(journal, sid)
+    assert journal.ends == [(sid, "normal")]
+    assert host.hibernate_idle() == []
+
+    answer = host.send(sid, "wake up")
+
+    assert answer.content == "echo: wake up"
+    assert _contents(host.history(sid)) == ["hello", "echo: hello", "wake up", "echo: wake up"]
+    starts = journal.of(sid)
+    assert [(s.resumed, s.stripped, s.turns_seen) for s in starts] == [
+        (False, (), 0),
+        (True, ("handle",), 1),
+    ]
+    assert waiter.wait_for("reactivated")
+    assert [s.status for s in host.list_sessions()] == ["active"]
+    assert host.registry.get(sid).actor_ref.is_alive()
+    assert host.registry.api_key_matches(sid, "k")  # the fingerprint was kept meanwhile
+
+
+def test_history_of_a_hibernated_session_does_not_wake_it(
+    host: AgentHost, clock: FakeClock, journal: Journal
+) -> None:
+    sid = host.start_session(template(journal))
+    host.send(sid, "one")
+    clock.now += 5
+    assert host.hibernate_idle() == [sid]
+
+    assert _contents(host.history(sid)) == ["one", "echo: one"]
+    assert host.events(sid).events[-1].type == "hibernated"
+    snapshot = host.checkpoint(sid, label="while asleep")
+
+    assert snapshot.label == "while asleep"
+    assert snapshot.messages() == host.history(sid)
+    assert len(journal.of(sid)) == 1
+    assert [s.status for s in host.list_sessions()] == ["hibernated"]
+    assert registry_lookup_fails(host, sid)
+
+
+def test_a_busy_session_is_not_hibernated(host: AgentHost, clock: FakeClock) -> None:
+    gate = Gate()
+    sid = host.start_session(template(tools=[blocking_tool(gate)]))
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(host.send, sid, "/hold {}")
+        assert gate.entered.wait(WAIT)
+        clock.now += 60
+
+        assert host.hibernate_idle() == []
+        assert host.hibernate(sid) is False
+
+        gate.release.set()
+        assert busy.result(timeout=WAIT).content == "hold returned: released"
+    assert [s.status for s in host.list_sessions()] == ["active"]
+    # The turn that just ended counts as activity.
+    assert host.hibernate_idle() == []
+    clock.now += 1
+    assert host.hibernate_idle() == [sid]
+
+
+def test_per_session_limit_overrides_the_hosts(clock: FakeClock) -> None:
+    with AgentHost(store=MemoryCheckpointStore(), auto_hibernate=False, clock=clock) as host:
+        quick = host.start_session(template(), "quick", hibernate_after_ms=200)
+        never = host.start_session(template(), "never")
+        clock.now += 3600
+
+        assert host.hibernate_idle() == [quick]
+        assert {s.session_id: s.status for s in host.list_sessions()} == {
+            "quick": "hibernated",
+            "never": "active",
+        }
+        assert host.send(never, "x").content == "echo: x"
+
+
+def test_hibernated_sessions_hold_no_threads(clock: FakeClock) -> None:
+    before = set(threading.enumerate())
+    with AgentHost(
+        store=MemoryCheckpointStore(), hibernate_after_ms=1, auto_hibernate=False, clock=clock
+    ) as host:
+        with_host = set(threading.enumerate())
+        ids = [host.start_session(template(), f"s{i}", tenant_id=f"t{i % 3}") for i in range(60)]
+        clock.now += 1
+        assert sorted(host.hibernate_idle()) == sorted(ids)
+
+        assert_threads_back(with_host)
+        assert host.registry.count() == 0
+        assert len(host.list_sessions("t1")) == 20
+        assert {s.status for s in host.list_sessions()} == {"hibernated"}
+        assert host.send("s7", "still there?").content == "echo: still there?"
+    assert_threads_back(before)
+
+
+def test_stop_and_shutdown_with_hibernated_sessions(host: AgentHost, clock: FakeClock) -> None:
+    first = host.start_session(template(), "first")
+    second = host.start_session(template(), "second")
+    host.send(first, "a")
+    host.send(second, "b")
+    clock.now += 5
+    assert sorted(host.hibernate_idle()) == [first, second]
+
+    host.stop_session(first)
+
+    assert [s.session_id for s in host.list_sessions()] == [second]
+    with pytest.raises(SessionNotFound):
+        host.send(first, "x")
+    assert _contents(host.store.load(first).messages()) == ["a", "echo: a"]
+    host.shutdown()
+    assert _contents(host.store.load(second).messages()) == ["b", "echo: b"]
+
+
+def test_steering_queued_while_hibernated_reaches_the_reactivated_session(
+    host: AgentHost, clock: FakeClock
+) -> None:
+    sid = host.start_session(template())
+    clock.now += 5
+    assert host.hibernate_idle() == [sid]
+
+    host.steer(sid, "be quick")
+    answer = host.send(sid, "question")
+
+    assert answer.content == "echo: be quick"
+    assert _contents(host.history(sid)) == ["question", "be quick", "echo: be quick"]

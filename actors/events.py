@@ -11,7 +11,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -71,11 +70,15 @@ class EventBuffer:
         size: Most events kept; the oldest are dropped beyond it.
     """
 
+    __slots__ = ("_dropped", "_events", "_last", "_lock", "_seq", "_subscribers", "size")
+
     def __init__(self, size: int = 1000) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"event_buffer_size must be a positive integer, got {size!r}")
         self.size = size
-        self._events: deque[Event] = deque(maxlen=size)
+        # A list, not a deque: an idle session's buffer then costs bytes, not a
+        # 64-slot block (hosts keep thousands of hibernated sessions).
+        self._events: list[Event] = []
         self._seq = itertools.count(1)
         self._last = 0
         self._dropped = 0
@@ -97,6 +100,7 @@ class EventBuffer:
             event = Event(next(self._seq), type_, data, time.time())
             if len(self._events) == self.size:
                 self._dropped += 1
+                del self._events[0]
             self._events.append(event)
             self._last = event.seq
             subscribers = self._subscribers

@@ -10,7 +10,6 @@ steering cannot grow a session without limit.
 from __future__ import annotations
 
 import threading
-from collections import deque
 
 from actors.errors import SteeringQueueFull
 
@@ -24,11 +23,13 @@ class SteeringQueue:
         limit: Most messages waiting at once (``max_steering_queue``).
     """
 
+    __slots__ = ("_items", "_lock", "limit")
+
     def __init__(self, limit: int = 16) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"max_steering_queue must be a positive integer, got {limit!r}")
         self.limit = limit
-        self._items: deque[str] = deque()
+        self._items: list[str] = []  # a list: costs nothing while empty
         self._lock = threading.Lock()
 
     def put(self, text: str) -> None:
@@ -47,11 +48,10 @@ class SteeringQueue:
 
     def drain(self) -> list[str]:
         """Take every waiting message, oldest first."""
-        if not self._items:  # a lock-free peek: deque truthiness is atomic in CPython
+        if not self._items:  # a lock-free peek: list truthiness is atomic in CPython
             return []
         with self._lock:
-            items = list(self._items)
-            self._items.clear()
+            items, self._items = self._items, []
         return items
 
     def requeue(self, texts: list[str]) -> None:
@@ -61,7 +61,7 @@ class SteeringQueue:
         """
         if texts:
             with self._lock:
-                self._items.extendleft(reversed(texts))
+                self._items[:0] = texts
 
     def __len__(self) -> int:
         with self._lock:

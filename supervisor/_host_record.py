@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import pykka
 
-from actors import AgentTemplate, EventBuffer, SteeringQueue
+from actors import AgentTemplate, EventBuffer, Snapshot, SteeringQueue
 
 __all__ = ["SessionInfo", "SessionRecord", "SessionStatus"]
 
@@ -87,7 +87,7 @@ class SessionRecord:
         attrs: dict[str, Any],
         created_at: int,
         hibernate_after: float | None,
-        resume_from: str | None = None,
+        resume_from: Snapshot | None = None,
     ) -> None:
         self.session_id = session_id
         self.template = template

@@ -66,6 +66,7 @@ logger = logging.getLogger("supervisor.host")
 
 _SessionActor = supervised_class(AgentSession)
 DEFAULT_DATA_DIR = "sessionvisor-data"
+_SHARED_ATTR_SETS = 1024  # distinct attribute dicts shared between records, at most
 
 
 class AgentHost:
@@ -152,6 +153,7 @@ class AgentHost:
         self._clock = clock
         self._records: dict[str, SessionRecord] = {}
         self._by_tenant: dict[str, dict[str, None]] = {}
+        self._attr_dicts: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()  # guards _records and _by_tenant
         self._changed = threading.Condition()  # guards status/ref of every record
         self._closed = False
@@ -192,6 +194,7 @@ class AgentHost:
             TypeError, ValueError: an invalid attribute (the message names it).
         """
         session_id = session_id if session_id is not None else uuid.uuid4().hex
+        self._check_open()
         if self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
         record = self._new_record(session_id, template, tenant_id, api_key, dict(attrs))
@@ -224,12 +227,20 @@ class AgentHost:
                 registered; register it and call again.
             PluginError: a ``session_start`` hook raised.
         """
+        self._check_open()
         snapshot = self.store.load(session_id, checkpoint_id)
         self._resolve_model(template)
+        if checkpoint_id is not None:
+            # Continuing from an older checkpoint abandons the turns saved after
+            # it: make it the newest, so a crash restart comes back here too.
+            snapshot = Snapshot.new(
+                session_id=session_id, state=snapshot.state, label=f"resumed from {checkpoint_id}"
+            )
+            self.store.save(snapshot)
         saved_tenant = snapshot.state.get("metadata", {}).get("tenant_id")
         tenant = tenant_id or (saved_tenant if isinstance(saved_tenant, str) else "default")
         record = self._new_record(
-            session_id, template, tenant, api_key, dict(attrs), resume_from=snapshot.checkpoint_id
+            session_id, template, tenant, api_key, dict(attrs), resume_from=snapshot
         )
         return self._launch(record)
 
@@ -455,7 +466,7 @@ class AgentHost:
         tenant_id: str,
         api_key: str | None,
         attrs: dict[str, Any],
-        resume_from: str | None = None,
+        resume_from: Snapshot | None = None,
     ) -> SessionRecord:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
@@ -464,6 +475,7 @@ class AgentHost:
         attrs.setdefault("model", template.model_string)
         attrs.setdefault("plugins", [p.name for p in template.plugins])
         validate({**attrs, "tenant_id": tenant_id, "api_key": api_key})
+        attrs = self._shared_attrs(attrs)
         own_limit = attrs.get("hibernate_after_ms") or self.hibernate_after_ms
         record = SessionRecord(
             session_id,
@@ -476,8 +488,7 @@ class AgentHost:
             resume_from=resume_from,
         )
         with self._lock:
-            if self._closed:
-                raise RuntimeError("this AgentHost is shut down; create a new one")
+            self._check_open()
             existing = self._records.get(session_id)
             if existing is not None and existing.status != "failed":
                 raise SessionAlreadyExists(session_id)
@@ -487,6 +498,19 @@ class AgentHost:
             self._by_tenant.setdefault(tenant_id, {})[session_id] = None
         return record
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this AgentHost is shut down; create a new one")
+
+    def _shared_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """One dict per distinct set of attributes: sessions started alike share it
+        (records are kept for every hibernated session, so bytes count)."""
+        key = repr(sorted(attrs.items()))
+        with self._lock:
+            if key in self._attr_dicts or len(self._attr_dicts) < _SHARED_ATTR_SETS:
+                return self._attr_dicts.setdefault(key, attrs)
+        return attrs
+
     def _launch(self, record: SessionRecord) -> str:
         """Start the record's first incarnation as a child of the root supervisor."""
         try:
@@ -494,7 +518,7 @@ class AgentHost:
             self._root.start_child(self._spec(record))
         except ChildStartError as err:
             self._forget(record)
-            raise err.cause from err
+            raise err.cause from err.cause.__cause__  # keep the original chain
         except BaseException:
             self._forget(record)
             raise
@@ -556,12 +580,13 @@ class AgentHost:
         return ref
 
     def _load_latest(self, record: SessionRecord) -> Snapshot | None:
-        checkpoint_id, record.resume_from = record.resume_from, None
+        """The snapshot ``resume`` already loaded (first incarnation), else the latest."""
+        pending, record.resume_from = record.resume_from, None
+        if pending is not None:
+            return pending
         try:
-            return self.store.load(record.session_id, checkpoint_id)
+            return self.store.load(record.session_id)
         except CheckpointNotFound:
-            if checkpoint_id is not None:
-                raise
             return None
 
     def _live_ref(self, record: SessionRecord) -> pykka.ActorRef[Any]:
@@ -588,7 +613,7 @@ class AgentHost:
         try:
             self._root.start_child(self._spec(record))
         except ChildStartError as err:
-            raise err.cause from err
+            raise err.cause from err.cause.__cause__  # keep the original chain
         record.events.publish("reactivated")
         assert record.ref is not None
         return record.ref

@@ -168,17 +168,10 @@ def test_plugin_error_on_start_leaves_nothing_registered_or_running(
     assert host.send("bad", "hello").content == "echo: hello"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: AgentHost._launch re-raises ChildStartError.cause with `from err` "
-        "(supervisor/host.py:506, also :600), replacing the PluginError's __cause__ "
-        "(the plugin's own exception) with the ChildStartError wrapper"
-    ),
-)
 def test_plugin_error_keeps_the_plugin_exception_as_its_cause(
     make_host: HostFactory, journal: Journal
 ) -> None:
+    """Regression: the host re-raised the PluginError ``from`` its ChildStartError wrapper."""
     host = make_host()
     journal.fail_first_start = True
 
@@ -391,20 +384,15 @@ def test_a_shut_down_host_refuses_new_sessions(make_host: HostFactory) -> None:
         host.send("s", "hello")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: with its own store (data_dir) a shut-down host's start_session raises "
-        "ValueError('... is closed') from store.list (supervisor/host.py start_session) "
-        "before _new_record's RuntimeError('this AgentHost is shut down')"
-    ),
-)
 def test_a_shut_down_host_with_its_own_store_refuses_new_sessions(tmp_path: Path) -> None:
+    """Regression: the closed store's ValueError came out before the host's own error."""
     host = AgentHost(data_dir=tmp_path)
     host.shutdown()
 
     with pytest.raises(RuntimeError, match="shut down"):
         host.start_session(template(), "late")
+    with pytest.raises(RuntimeError, match="shut down"):
+        host.resume("late", template())
 
 
 # -- checkpoint policy -----------------------------------------------------------------------
@@ -657,32 +645,31 @@ def test_resume_a_stopped_session_from_its_latest_checkpoint(
     assert host.send(sid, "three").content == "echo: three"
 
 
-def test_resume_from_a_given_checkpoint(make_host: HostFactory) -> None:
+def test_resume_from_a_given_checkpoint(make_host: HostFactory, journal: Journal) -> None:
     host = make_host()
-    sid = host.start_session(template())
+    sid = host.start_session(template(journal))
     host.send(sid, "one")
     early = host.checkpoint(sid, label="after one")
     host.send(sid, "two")
     host.stop_session(sid)
 
-    host.resume(sid, template(), checkpoint_id=early.checkpoint_id)
+    host.resume(sid, template(journal), checkpoint_id=early.checkpoint_id)
 
     assert _contents(host.history(sid)) == ["one", "echo: one"]
+    assert [(s.resumed, s.stripped, s.turns_seen) for s in journal.of(sid)][-1] == (
+        True,
+        ("handle",),
+        1,
+    )
     host.send(sid, "two again")
     assert _contents(host.history(sid)) == ["one", "echo: one", "two again", "echo: two again"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a session resumed from an older checkpoint_id is crash-restarted from the "
-        "store's newest checkpoint (supervisor/host.py _load_latest), resurrecting the "
-        "turns the resume abandoned"
-    ),
-)
 def test_a_crash_after_resuming_an_older_checkpoint_keeps_that_checkpoint(
     make_host: HostFactory,
 ) -> None:
+    """Regression: the crash restart came back from the store's newest checkpoint,
+    resurrecting the turns the resume had abandoned."""
     host = make_host()
     sid = host.start_session(template())
     host.send(sid, "one")

@@ -105,8 +105,12 @@ def _template(tmp_path: Path) -> AgentTemplate:
     )
 
 
+def _ask(ref: Ref, message: object) -> Any:
+    return ref.ask(message, block=True, timeout=WAIT)
+
+
 def _send(ref: Ref, text: str) -> Message:
-    answer: Message = ref.ask(Send(text), timeout=WAIT)
+    answer: Message = _ask(ref, Send(text))
     return answer
 
 
@@ -158,14 +162,14 @@ def test_message_forms_take_snapshot_and_get_history(tmp_path: Path, start: Star
     ref = start(_template(tmp_path))
     _send(ref, "hi")
 
-    snapshot = ref.ask(TakeSnapshot("x"), timeout=WAIT)
-    history = ref.ask(GetHistory(), timeout=WAIT)
+    snapshot = _ask(ref, TakeSnapshot("x"))
+    history = _ask(ref, GetHistory())
 
     assert isinstance(snapshot, Snapshot)
     assert snapshot.label == "x"
     assert history == [Message.user("hi"), Message.assistant("echo: hi")]
     assert snapshot.messages() == history
-    assert ref.ask(TakeSnapshot(), timeout=WAIT).label is None
+    assert _ask(ref, TakeSnapshot()).label is None
 
 
 def test_checkpointer_runs_after_every_completed_turn(tmp_path: Path, start: Starter) -> None:
@@ -176,7 +180,7 @@ def test_checkpointer_runs_after_every_completed_turn(tmp_path: Path, start: Sta
         _send(ref, f"turn {index}")
         # Saved before send returned: the newest snapshot holds this very turn.
         assert len(recorder.snapshots) == index + 1
-        assert recorder.snapshots[-1].messages() == ref.ask(GetHistory(), timeout=WAIT)
+        assert recorder.snapshots[-1].messages() == _ask(ref, GetHistory())
         assert recorder.snapshots[-1].state["turns"] == index + 1
 
 
@@ -209,7 +213,7 @@ def test_checkpointer_is_not_called_for_a_failed_turn(tmp_path: Path, start: Sta
         _send(ref, "anything")
 
     assert recorder.snapshots == []
-    assert ref.ask(GetHistory(), timeout=WAIT) == []
+    assert _ask(ref, GetHistory()) == []
 
 
 def test_failing_checkpointer_raises_from_send_keeps_the_turn(
@@ -224,7 +228,7 @@ def test_failing_checkpointer_raises_from_send_keeps_the_turn(
         _send(ref, "not durable")
 
     # The turn happened (the model answered): it stays in the history...
-    history = ref.ask(GetHistory(), timeout=WAIT)
+    history = _ask(ref, GetHistory())
     assert [m.content for m in history] == [
         "durable",
         "echo: durable",

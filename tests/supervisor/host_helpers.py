@@ -116,9 +116,9 @@ class Journal(Plugin):
                 handle.flush()
 
     def session_end(self, ctx: PluginContext, reason: str) -> None:
-        handle = ctx.state.get("handle")
-        if hasattr(handle, "close"):
-            handle.close()
+        close = getattr(ctx.state.get("handle"), "close", None)
+        if callable(close):
+            close()
         with self._cond:
             self.ends.append((ctx.session_id, reason))
             self._cond.notify_all()

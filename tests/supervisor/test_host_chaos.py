@@ -8,6 +8,7 @@ only the interleaving varies from run to run.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 from collections import Counter
@@ -68,18 +69,16 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
             ref = host.registry.get(sid).actor_ref
             ref.proxy().subscribe(resumes.subscriber(sid)).get(timeout=WAIT)
 
+        def within_pace(turn: int) -> bool:
+            return stop.is_set() or turn < TURNS_PER_CRASH * (crashes_done[0] + 2)
+
         def sender(index: int) -> None:
             rng = random.Random(index)
             turn = 0
             try:
                 while not stop.is_set():
                     with pace:
-                        pace.wait_for(
-                            lambda t=turn: (
-                                stop.is_set() or t < TURNS_PER_CRASH * (crashes_done[0] + 2)
-                            ),
-                            WAIT,
-                        )
+                        pace.wait_for(functools.partial(within_pace, turn), WAIT)
                     sid = rng.choice(list(acked))
                     text = f"sender {index} turn {turn}"
                     turn += 1

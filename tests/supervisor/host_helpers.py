@@ -173,16 +173,9 @@ class EventWaiter:
 
 
 def watch_events(host: AgentHost, session_id: str) -> EventWaiter:
-    """Subscribe an ``EventWaiter`` to the session's event stream.
-
-    The host hands every incarnation of a session the same event buffer (one
-    stream across restarts), so subscribing through the running actor's
-    ``subscribe`` also receives the host's own ``crashed``/``resumed``/
-    ``given_up``/``hibernated`` events.
-    """
+    """Subscribe an ``EventWaiter`` to the session's one event stream (across restarts)."""
     waiter = EventWaiter()
-    ref = host.registry.get(session_id).actor_ref
-    ref.proxy().subscribe(waiter).get(timeout=WAIT)
+    host.subscribe(session_id, waiter)
     return waiter
 
 

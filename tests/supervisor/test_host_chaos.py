@@ -66,8 +66,7 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
     try:
         for sid in acked:
             host.start_session(template(journal), sid)
-            ref = host.registry.get(sid).actor_ref
-            ref.proxy().subscribe(resumes.subscriber(sid)).get(timeout=WAIT)
+            host.subscribe(sid, resumes.subscriber(sid))
 
         def within_pace(turn: int) -> bool:
             return stop.is_set() or turn < TURNS_PER_CRASH * (crashes_done[0] + 2)

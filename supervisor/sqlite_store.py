@@ -27,6 +27,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COMPACT_AFTER_CHUNKS = 32
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
+_LOG_CACHE_SESSIONS = 1024
 _ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest"
 
 
@@ -52,7 +53,9 @@ class _CachedLog:
 
 
 class _LogCache:
-    """Per-session ``_CachedLog`` entries, least recently used dropped beyond a byte budget.
+    """Per-session ``_CachedLog`` entries, least recently used dropped beyond a byte
+    budget or ``_LOG_CACHE_SESSIONS`` sessions (a host may hold 100,000 sessions
+    of which only the busy ones gain from a cached log).
 
     An optimisation only: a missing or stale entry just means a full save
     (every entry is checked against the database row before use). Thread-safe.
@@ -78,7 +81,7 @@ class _LogCache:
                 return
             self._entries[sid] = entry
             self._bytes += entry.length
-            while self._bytes > self._budget:
+            while self._bytes > self._budget or len(self._entries) > _LOG_CACHE_SESSIONS:
                 _, old = self._entries.popitem(last=False)
                 self._bytes -= old.length
 

@@ -27,7 +27,13 @@ from typing import Any
 
 import msgpack
 
-from actors import Snapshot, SnapshotDecodeError, decode_plain, encode_plain
+from actors import (
+    MigrationRegistry,
+    Snapshot,
+    SnapshotDecodeError,
+    decode_plain,
+    encode_plain,
+)
 from actors._codec import check_keys, pack_plain
 
 __all__ = ["KnownLog", "SplitSnapshot", "assemble", "digest", "join", "split"]
@@ -138,7 +144,12 @@ def assemble(chunks: Sequence[tuple[Any, Any]], length: int, expected: bytes) ->
     return log
 
 
-def join(body: object, messages: bytes | None, count: int) -> Snapshot:
+def join(
+    body: object,
+    messages: bytes | None,
+    count: int,
+    migrations: MigrationRegistry | None = None,
+) -> Snapshot:
     """Rebuild the snapshot ``split`` cut (``messages=None``: the body is complete).
 
     Raises:
@@ -153,4 +164,4 @@ def join(body: object, messages: bytes | None, count: int) -> Snapshot:
             raise SnapshotDecodeError("body has no message placeholder in its state")
         header: bytes = msgpack.Packer().pack_array_header(count)
         state["messages"] = decode_plain(header + messages)
-    return Snapshot.from_dict(plain)
+    return Snapshot.from_dict(plain, migrations=migrations)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from actors import Snapshot, SnapshotDecodeError
+from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST, CheckpointInfo, check_keep_last
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
 
@@ -35,6 +35,8 @@ class MemoryCheckpointStore:
             serialized size is larger; ``None`` for no limit.
         keep_last: After each save keep only this many newest checkpoints of
             the session; ``None`` keeps all.
+        migrations: Upgrades checkpoints of older schema versions on ``load``;
+            defaults to the shared ``SNAPSHOT_MIGRATIONS``.
     """
 
     def __init__(
@@ -42,11 +44,13 @@ class MemoryCheckpointStore:
         *,
         max_snapshot_bytes: int | None = None,
         keep_last: int | None = DEFAULT_KEEP_LAST,
+        migrations: MigrationRegistry | None = None,
     ) -> None:
         if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
             raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
         self.max_snapshot_bytes = max_snapshot_bytes
         self.keep_last = check_keep_last(keep_last, allow_none=True)
+        self._migrations = migrations
         self._lock = threading.Lock()
         self._sessions: dict[str, dict[str, _Entry]] = {}
         self._closed = False
@@ -101,7 +105,7 @@ class MemoryCheckpointStore:
         if entry is None:
             raise CheckpointNotFound(session_id, checkpoint_id)
         try:
-            return Snapshot.deserialize(entry.data)
+            return Snapshot.deserialize(entry.data, migrations=self._migrations)
         except SnapshotDecodeError as exc:  # pragma: no cover - only our own bytes are stored
             raise SnapshotDecodeError(
                 f"checkpoint {entry.info.checkpoint_id!r} of session {session_id!r}: {exc.reason}"

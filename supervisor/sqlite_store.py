@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from actors import Snapshot, SnapshotDecodeError
+from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, split
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST, CheckpointInfo, check_keep_last
@@ -155,6 +155,8 @@ class SQLiteCheckpointStore:
             checkpoints; ``None`` keeps all.
         synchronous: ``"FULL"`` (default), ``"EXTRA"`` or ``"NORMAL"``, see above.
         busy_timeout: Seconds to wait for another writer before failing.
+        migrations: Upgrades checkpoints of older schema versions on ``load``;
+            defaults to the shared ``SNAPSHOT_MIGRATIONS``.
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class SQLiteCheckpointStore:
         keep_last: int | None = DEFAULT_KEEP_LAST,
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
+        migrations: MigrationRegistry | None = None,
     ) -> None:
         if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
             raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
@@ -174,6 +177,7 @@ class SQLiteCheckpointStore:
             raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout}")
         self.path = os.fspath(path)
         self.max_snapshot_bytes = max_snapshot_bytes
+        self._migrations = migrations
         self.keep_last = check_keep_last(keep_last, allow_none=True)
         self.synchronous = synchronous.upper()
         self._lock = threading.Lock()
@@ -388,7 +392,7 @@ class SQLiteCheckpointStore:
                 if not isinstance(length, int) or not isinstance(expected, bytes):
                     raise SnapshotDecodeError("message log reference is damaged")
                 messages = assemble(chunks, length, expected)
-            snapshot = join(body, messages, count)
+            snapshot = join(body, messages, count, self._migrations)
             if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
                 raise SnapshotDecodeError(
                     f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "

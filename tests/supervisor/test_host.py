@@ -6,7 +6,6 @@ resume); every wait is on an event, a condition or a future, with a bound.
 
 from __future__ import annotations
 
-import builtins
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +29,8 @@ from actors import (
 )
 from supervisor import (
     AgentHost,
-    CheckpointInfo,
     CheckpointNotFound,
+    CheckpointStore,
     Down,
     MemoryCheckpointStore,
     SessionAlreadyExists,
@@ -41,7 +40,6 @@ from supervisor import (
     SQLiteCheckpointStore,
     monitor,
 )
-from supervisor.checkpoint_store import check_keep_last
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import (
     WAIT,
@@ -756,74 +754,6 @@ def test_resume_takes_the_live_half_from_the_template(make_host: HostFactory) ->
     assert host.checkpoint(sid).state["model"] == "flaky-echo"
 
 
-class MigratingStore:
-    """A checkpoint store whose reads upgrade through a given ``MigrationRegistry``.
-
-    The real stores always read with ``actors.SNAPSHOT_MIGRATIONS`` (no way to
-    inject another) and this code's ``SCHEMA_VERSION`` is 1, the first one,
-    so no payload can be older than the current schema through them. This
-    fake plays a release where the current schema is 2: version-1 payloads
-    are the older schema, upgraded by a registered step on every load.
-    """
-
-    def __init__(self, migrations: MigrationRegistry) -> None:
-        self.migrations = migrations
-        self._lock = threading.Lock()
-        self._data: dict[str, dict[str, bytes]] = {}
-
-    def put_bytes(self, session_id: str, checkpoint_id: str, data: bytes) -> None:
-        with self._lock:
-            self._data.setdefault(session_id, {})[checkpoint_id] = data
-
-    def save(self, snapshot: Snapshot) -> CheckpointInfo:
-        data = snapshot.serialize()
-        self.put_bytes(snapshot.session_id, snapshot.checkpoint_id, data)
-        return CheckpointInfo(
-            snapshot.session_id,
-            snapshot.checkpoint_id,
-            snapshot.saved_at,
-            snapshot.label,
-            len(data),
-        )
-
-    def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
-        with self._lock:
-            entries = dict(self._data.get(session_id, {}))
-        key = max(entries, default=None) if checkpoint_id is None else checkpoint_id
-        if key is None or key not in entries:
-            raise CheckpointNotFound(session_id, checkpoint_id)
-        return Snapshot.deserialize(entries[key], migrations=self.migrations)
-
-    def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
-        with self._lock:
-            ids = sorted(self._data.get(session_id, {}), reverse=True)
-        return [self._info(session_id, cid) for cid in ids]
-
-    def _info(self, session_id: str, checkpoint_id: str) -> CheckpointInfo:
-        snapshot = self.load(session_id, checkpoint_id)
-        size = len(self._data[session_id][checkpoint_id])
-        return CheckpointInfo(session_id, checkpoint_id, snapshot.saved_at, snapshot.label, size)
-
-    def sessions(self) -> builtins.list[str]:
-        with self._lock:
-            return sorted(self._data)
-
-    def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
-        with self._lock:
-            entries = self._data.get(session_id, {})
-            if checkpoint_id is None:
-                return len(self._data.pop(session_id, {}))
-            return 1 if entries.pop(checkpoint_id, None) is not None else 0
-
-    def prune(self, session_id: str, keep_last: int) -> int:
-        keep = check_keep_last(keep_last, allow_none=False)
-        ids = [c.checkpoint_id for c in self.list(session_id)][keep:]
-        return sum(self.delete(session_id, cid) for cid in ids)
-
-    def close(self) -> None:
-        return None
-
-
 def _schema_v2_registry() -> MigrationRegistry:
     """Version 1 kept the history under ``state.history`` and usage as ``state.tokens``."""
     registry = MigrationRegistry(current_version=SCHEMA_VERSION + 1)
@@ -845,11 +775,16 @@ def _schema_v2_registry() -> MigrationRegistry:
     return registry
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_resume_a_checkpoint_of_an_older_schema_through_a_migration(
-    make_host: HostFactory, journal: Journal
+    make_host: HostFactory, journal: Journal, kind: str, tmp_path: Path
 ) -> None:
     migrations = _schema_v2_registry()
-    store = MigratingStore(migrations)
+    store: CheckpointStore = (
+        MemoryCheckpointStore(migrations=migrations)
+        if kind == "memory"
+        else SQLiteCheckpointStore(tmp_path / "legacy.db", migrations=migrations)
+    )
     old = Snapshot.new(session_id="legacy", state={}).to_dict()
     old["state"] = {
         "session_id": "legacy",
@@ -862,12 +797,12 @@ def test_resume_a_checkpoint_of_an_older_schema_through_a_migration(
         "model": "echo",
         "plugins": {"journal": {"turns_seen": 1}},
     }
-    legacy_bytes = encode_plain(old)
-    store.put_bytes("legacy", old["checkpoint_id"], legacy_bytes)
-    # What the host will read, checked through the public decoder first.
-    upgraded = Snapshot.deserialize(legacy_bytes, migrations=migrations)
+    # Written as this code writes version 1, in the old shape the test migration upgrades.
+    store.save(Snapshot.from_dict(old))
+    upgraded = Snapshot.deserialize(encode_plain(old), migrations=migrations)
     assert upgraded.schema_version == SCHEMA_VERSION + 1
     assert upgraded.usage() == Usage(2, 2)
+    assert store.load("legacy").schema_version == SCHEMA_VERSION + 1
 
     host = make_host(store=store)
     host.resume("legacy", template(journal))

@@ -12,11 +12,18 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
 
 from actors import Snapshot
 
-__all__ = ["DEFAULT_KEEP_LAST", "CheckpointInfo", "CheckpointStore", "check_keep_last"]
+__all__ = [
+    "DEFAULT_KEEP_LAST",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "ClosingContext",
+    "check_keep_last",
+]
 
 DEFAULT_KEEP_LAST = 100
 """Checkpoints kept per session unless a store is told otherwise (``None`` keeps all)."""
@@ -104,6 +111,24 @@ class CheckpointStore(Protocol):
     def close(self) -> None:
         """Release the store's resources. Idempotent; other methods then raise ValueError."""
         ...
+
+
+class ClosingContext:
+    """Mixin for stores: ``with store:`` closes it on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def check_keep_last(keep_last: object, *, allow_none: bool) -> int | None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import builtins
 import threading
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
-from supervisor.checkpoint_store import DEFAULT_KEEP_LAST, CheckpointInfo, check_keep_last
+from supervisor.checkpoint_store import (
+    DEFAULT_KEEP_LAST,
+    CheckpointInfo,
+    ClosingContext,
+    check_keep_last,
+)
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
 
 __all__ = ["MemoryCheckpointStore"]
@@ -21,7 +24,7 @@ class _Entry:
     data: bytes
 
 
-class MemoryCheckpointStore:
+class MemoryCheckpointStore(ClosingContext):
     """A ``CheckpointStore`` that keeps serialized snapshots in memory.
 
     Snapshots are stored as their ``serialize()`` bytes, so a save refuses
@@ -57,17 +60,6 @@ class MemoryCheckpointStore:
 
     def __repr__(self) -> str:
         return f"MemoryCheckpointStore(sessions={len(self._sessions)})"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -12,13 +12,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, split
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
-from supervisor.checkpoint_store import DEFAULT_KEEP_LAST, CheckpointInfo, check_keep_last
+from supervisor.checkpoint_store import (
+    DEFAULT_KEEP_LAST,
+    CheckpointInfo,
+    ClosingContext,
+    check_keep_last,
+)
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
 
 __all__ = ["SQLiteCheckpointStore"]
@@ -100,7 +104,7 @@ class _LogCache:
             self._bytes -= old.length
 
 
-class SQLiteCheckpointStore:
+class SQLiteCheckpointStore(ClosingContext):
     """A ``CheckpointStore`` in one SQLite file: durable, shared by threads and processes.
 
     Durability: WAL journal with ``synchronous=FULL`` by default, which fsyncs
@@ -188,17 +192,6 @@ class SQLiteCheckpointStore:
 
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStore({self.path!r})"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @contextmanager
     def _transaction(self, mode: str) -> Iterator[sqlite3.Connection]:

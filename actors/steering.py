@@ -10,6 +10,7 @@ steering cannot grow a session without limit.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from actors.errors import SteeringQueueFull
 
@@ -23,7 +24,7 @@ class SteeringQueue:
         limit: Most messages waiting at once (``max_steering_queue``).
     """
 
-    __slots__ = ("_items", "_lock", "limit")
+    __slots__ = ("_forward", "_items", "_lock", "limit")
 
     def __init__(self, limit: int = 16) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -31,6 +32,7 @@ class SteeringQueue:
         self.limit = limit
         self._items: list[str] = []  # a list: costs nothing while empty
         self._lock = threading.Lock()
+        self._forward: Callable[[str], None] | None = None
 
     def put(self, text: str) -> None:
         """Queue ``text`` for the next model call.
@@ -38,13 +40,36 @@ class SteeringQueue:
         Raises:
             TypeError: ``text`` is not a string.
             SteeringQueueFull: ``limit`` messages are already waiting; nothing was queued.
+            Exception: what the ``forward_to`` target raised, when forwarding.
         """
         if not isinstance(text, str):
             raise TypeError(f"steering text must be a str, got {type(text).__name__}")
         with self._lock:
-            if len(self._items) >= self.limit:
+            target = self._forward
+            if target is None and len(self._items) >= self.limit:
                 raise SteeringQueueFull(self.limit)
-            self._items.append(text)
+            if target is None:
+                self._items.append(text)
+                return
+        target(text)  # outside the lock: it may block (a call to another process)
+
+    def forward_to(self, target: Callable[[str], None]) -> list[str]:
+        """Hand every later ``put`` to ``target`` instead of queueing it; return what was waiting.
+
+        For a session that runs elsewhere (a worker process): its proxy forwards
+        the steering to the remote queue so it reaches a running turn. ``target``
+        runs on the caller's thread of ``put`` and may raise ``SteeringQueueFull``.
+        """
+        with self._lock:
+            self._forward = target
+            items, self._items = self._items, []
+        return items
+
+    def stop_forwarding(self, target: Callable[[str], None]) -> None:
+        """Queue locally again, if ``target`` is still the one forwarded to."""
+        with self._lock:
+            if self._forward is target:
+                self._forward = None
 
     def drain(self) -> list[str]:
         """Take every waiting message, oldest first."""

@@ -32,6 +32,7 @@ from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
 from supervisor.errors import ChildStartError as ChildStartError
 from supervisor.errors import Killed as Killed
+from supervisor.errors import RemoteError as RemoteError
 from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
 from supervisor.errors import SessionAlreadyExists as SessionAlreadyExists
 from supervisor.errors import SessionCrashed as SessionCrashed
@@ -39,6 +40,8 @@ from supervisor.errors import SessionFailed as SessionFailed
 from supervisor.errors import SessionNotFound as SessionNotFound
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import SupervisorError as SupervisorError
+from supervisor.errors import TemplateNotPicklable as TemplateNotPicklable
+from supervisor.errors import WorkerCrashed as WorkerCrashed
 from supervisor.handle import SupervisorHandle as SupervisorHandle
 from supervisor.host import AgentHost as AgentHost
 from supervisor.intensity import Backoff as Backoff
@@ -51,6 +54,7 @@ from supervisor.session_store import SessionEntry as SessionEntry
 from supervisor.session_store import SessionStore as SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointStore
 from supervisor.supervisor import Supervisor as Supervisor
+from supervisor.workers import WorkerPool as WorkerPool
 
 __all__ = [
     "DEFAULT_KEEP_LAST",
@@ -74,6 +78,7 @@ __all__ = [
     "Killed",
     "MemoryCheckpointStore",
     "MonitorRef",
+    "RemoteError",
     "RestartIntensity",
     "RestartIntensityExceeded",
     "RestartType",
@@ -94,6 +99,9 @@ __all__ = [
     "Supervisor",
     "SupervisorError",
     "SupervisorHandle",
+    "TemplateNotPicklable",
+    "WorkerCrashed",
+    "WorkerPool",
     "demonitor",
     "is_abnormal",
     "kill",

@@ -13,6 +13,7 @@ __all__ = [
     "ChildNotFound",
     "ChildStartError",
     "Killed",
+    "RemoteError",
     "RestartIntensityExceeded",
     "SessionAlreadyExists",
     "SessionCrashed",
@@ -20,6 +21,8 @@ __all__ = [
     "SessionNotFound",
     "SnapshotTooLarge",
     "SupervisorError",
+    "TemplateNotPicklable",
+    "WorkerCrashed",
 ]
 
 
@@ -175,6 +178,59 @@ class RestartIntensityExceeded(SupervisorError):
         )
 
 
+class WorkerCrashed(SessionCrashed):
+    """A call could not be answered because the worker *process* running the session died
+    (killed by a signal, segfault, ``os._exit``, out of memory, or a call timeout).
+
+    A kind of ``SessionCrashed``: the session is resumed from its last checkpoint
+    on a live worker, and a turn that raised this was not acknowledged, so retry
+    it. Differs from its parent in the cause: the whole worker process died (every
+    session on it crashed at once), not only this session. ``pid`` and ``exit_status``
+    (the exit code, or ``"signal SIGKILL"``) name the dead worker.
+    """
+
+    def __init__(self, pid: int | None, exit_status: str, session_id: str | None = None) -> None:
+        self.pid = pid
+        self.exit_status = exit_status
+        self.session_id = session_id  # type: ignore[assignment]  # None: not about one session
+        who = "" if session_id is None else f"session {session_id!r}: "
+        SupervisorError.__init__(
+            self, f"{who}worker process pid {pid} died ({exit_status}); retry once it is resumed"
+        )
+
+
+class RemoteError(SupervisorError):
+    """An exception raised inside a worker process that has no local equivalent to re-raise.
+
+    ``type_name`` and ``remote_message`` are the original exception's class name and
+    message (the model raising on a turn, say). Not a crash: the session lives on,
+    exactly as when the model raises in thread mode.
+    """
+
+    def __init__(self, type_name: str, remote_message: str) -> None:
+        self.type_name = type_name
+        self.remote_message = remote_message
+        super().__init__(f"{type_name}: {remote_message} (raised in a worker process)")
+
+
+class TemplateNotPicklable(SupervisorError, TypeError):
+    """A template cannot be sent to a worker process: cloudpickle refused one of its parts.
+
+    ``attribute`` names the part (``model``, ``tools[1]``, ``plugins[0]``,
+    ``instructions``, or ``providers`` for the host's ProviderRegistry). Nothing
+    was started; keep live resources out of the template (open them in a
+    plugin's ``session_start`` instead).
+    """
+
+    def __init__(self, attribute: str, error: BaseException) -> None:
+        self.attribute = attribute
+        self.error = error
+        super().__init__(
+            f"the template cannot be sent to a worker process: {attribute} cannot be pickled "
+            f"({type(error).__name__}: {error}); create live resources in session_start instead"
+        )
+
+
 for _cls in (
     SupervisorError,
     SessionAlreadyExists,
@@ -188,5 +244,8 @@ for _cls in (
     Killed,
     SessionCrashed,
     SessionFailed,
+    WorkerCrashed,
+    RemoteError,
+    TemplateNotPicklable,
 ):
     _cls.__module__ = "supervisor"

@@ -10,6 +10,13 @@ crash costs at most the turn that was running (which its caller saw fail).
 Durability: by default every completed turn is checkpointed on the
 session's thread before ``send`` returns, so every answer a caller has
 received survives any crash of the session or of the whole process.
+
+Process mode (``workers=N``): each session runs in one of N worker processes
+and is represented here by a proxy actor, so everything above holds unchanged;
+a worker that dies (signal, segfault, ``os._exit``, memory limit) crashes only
+its own sessions, which are resumed from their last checkpoints on a live
+worker. A ``send`` in flight on a dying worker raises ``WorkerCrashed`` (a
+``SessionCrashed``: not acknowledged, retry it).
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ from supervisor.handle import SupervisorHandle
 from supervisor.intensity import RestartIntensity
 from supervisor.session_store import SessionEntry, SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore
+from supervisor.workers import SessionLost, WorkerPool
+from supervisor.workers._proxy import start_in_worker
 
 __all__ = ["AgentHost"]
 
@@ -100,6 +109,14 @@ class AgentHost:
         call_timeout: Default seconds a ``send`` may take.
         restart_wait: Seconds a call waits for a crashed session to come back.
         max_steps: Most model calls in one turn of each session.
+        workers: Run sessions in this many worker processes (``None``: in
+            threads of this process). Templates must then be picklable by
+            cloudpickle (``TemplateNotPicklable`` names the part that is not).
+        worker_memory_limit: RLIMIT_AS of each worker in bytes; a tool
+            allocating past it kills its worker (its sessions are resumed).
+        worker_call_timeout: Seconds a call may take in a worker before the
+            worker is SIGKILLed and replaced (``None``: no limit).
+        worker_start_method: ``forkserver`` (default where available) or ``spawn``.
     """
 
     def __init__(
@@ -117,6 +134,10 @@ class AgentHost:
         call_timeout: float = 120.0,
         restart_wait: float = 10.0,
         max_steps: int = 8,
+        workers: int | None = None,
+        worker_memory_limit: int | None = None,
+        worker_call_timeout: float | None = None,
+        worker_start_method: str | None = None,
     ) -> None:
         if checkpoint_every is not None and (
             isinstance(checkpoint_every, bool)
@@ -135,6 +156,14 @@ class AgentHost:
                 f"hibernate_after_ms must be a positive integer or None, got {hibernate_after_ms!r}"
             )
         RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
+        self._pool: WorkerPool | None = None
+        if workers is not None:
+            self._pool = WorkerPool(
+                workers,
+                memory_limit=worker_memory_limit,
+                call_timeout=worker_call_timeout,
+                start_method=worker_start_method,
+            )
         self._owns_store = store is None
         if store is None:
             directory = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
@@ -303,6 +332,8 @@ class AgentHost:
         except pykka.ActorDeadError as exc:
             if exc.__cause__ is None and retry:
                 raise _NeverHandled from exc
+            if isinstance(exc.__cause__, SessionLost):  # process mode: WorkerCrashed & co
+                raise exc.__cause__.error from exc
             raise SessionCrashed(record.session_id, f"it died during the turn ({exc})") from exc
         except pykka.Timeout as exc:
             raise TimeoutError(
@@ -443,6 +474,8 @@ class AgentHost:
         abandoned = self._root.stop()
         if abandoned:
             logger.warning("sessions that did not stop in time: %s", abandoned)
+        if self._pool is not None:
+            self._pool.close()
         if self._owns_store:
             self.store.close()
 
@@ -546,6 +579,8 @@ class AgentHost:
         every crash restart alike.
         """
         snapshot = self._load_latest(record)
+        if self._pool is not None:
+            return self._register(record, snapshot, self._start_in_worker(record, snapshot))
         ref = _SessionActor.start(
             record.template,
             session_id=record.session_id,
@@ -559,6 +594,35 @@ class AgentHost:
             checkpointer=None if self.checkpoint_every is None else self.store.save,
             checkpoint_every=self.checkpoint_every or 1,
         )
+        return self._register(record, snapshot, ref)
+
+    def _start_in_worker(
+        self, record: SessionRecord, snapshot: Snapshot | None
+    ) -> pykka.ActorRef[Any]:
+        assert self._pool is not None
+        ref: pykka.ActorRef[Any] = start_in_worker(
+            self._pool,
+            record.template,
+            self._resolve_model(record.template),
+            session_id=record.session_id,
+            snapshot=snapshot,
+            options={
+                "max_steps": self.max_steps,
+                "checkpoint_every": self.checkpoint_every,
+                "max_steering_queue": record.steering.limit,
+                "metadata": {"tenant_id": record.tenant_id},
+            },
+            steering=record.steering,
+            events=record.events,
+            checkpointer=None if self.checkpoint_every is None else self.store.save,
+            timeout=self.call_timeout,
+        )
+        return ref
+
+    def _register(
+        self, record: SessionRecord, snapshot: Snapshot | None, ref: pykka.ActorRef[Any]
+    ) -> pykka.ActorRef[Any]:
+        """Register a started incarnation and mark the record active (supervisor's thread)."""
         try:
             self.registry.create(
                 record.session_id,

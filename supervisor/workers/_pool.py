@@ -1,0 +1,279 @@
+"""``WorkerPool``: N worker processes, session placement, and what happens when one dies.
+
+A session is placed on the live worker with the fewest sessions and stays
+there. When a worker dies the pool (on that worker's reader thread) starts a
+replacement, then crashes the proxy actor of every session that was on it with
+``supervisor.kill`` and a reason naming the worker and its exit code or
+signal: the registry evicts each at once and the host's supervisor resumes it
+from its last checkpoint on a live worker. Workers that keep dying are
+themselves subject to a restart intensity: past it the pool stops replacing
+them and calls ``on_give_up``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import pykka
+
+from actors import AgentTemplate, EventBuffer, Model
+from supervisor._actor import kill
+from supervisor.errors import TemplateNotPicklable, WorkerCrashed
+from supervisor.intensity import RestartIntensity
+from supervisor.workers._client import WorkerClient
+
+__all__ = ["WorkerPool"]
+
+logger = logging.getLogger("supervisor.workers")
+
+
+class _Placement:
+    __slots__ = ("client", "events", "ref")
+
+    def __init__(self, client: WorkerClient, events: EventBuffer) -> None:
+        self.client = client
+        self.events = events
+        self.ref: pykka.ActorRef[Any] | None = None
+
+
+def _default_context() -> multiprocessing.context.BaseContext:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context("spawn")
+
+
+class WorkerPool:
+    """Worker processes hosting sessions for an ``AgentHost`` (``AgentHost(workers=N)``).
+
+    Thread-safe: one lock guards placement; worker deaths are handled on the
+    dead worker's reader thread.
+
+    Args:
+        size: Number of worker processes (>= 1).
+        memory_limit: RLIMIT_AS per worker in bytes, or ``None``.
+        call_timeout: Seconds a call to a worker may take before the worker is
+            SIGKILLed and replaced (``None``: no limit; a dead worker still
+            fails its calls at once).
+        start_method: ``forkserver`` (default where available) or ``spawn``;
+            never ``fork`` (the parent is threaded).
+        max_restarts: Worker replacements allowed within ``max_seconds``.
+        max_seconds: Window of ``max_restarts``.
+        on_give_up: Called (with a message) when workers die too often and the
+            pool stops replacing them.
+        clock: Monotonic seconds, for the intensity window.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        memory_limit: int | None = None,
+        call_timeout: float | None = None,
+        start_method: str | None = None,
+        max_restarts: int = 50,
+        max_seconds: float = 10.0,
+        on_give_up: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"workers must be a positive integer, got {size!r}")
+        if start_method == "fork":
+            raise ValueError("start_method='fork' is unsafe in a threaded host; use forkserver")
+        if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
+            raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
+        context = _default_context() if start_method is None else None
+        self._context = context or multiprocessing.get_context(start_method)
+        if self._context.get_start_method() == "forkserver":
+            self._context.set_forkserver_preload(["supervisor.workers._worker"])
+        self.size = size
+        self.memory_limit = memory_limit
+        self.call_timeout = call_timeout
+        self._intensity = RestartIntensity(max_restarts, max_seconds, clock)
+        self._on_give_up = on_give_up
+        self._lock = threading.Lock()
+        self._workers: list[WorkerClient] = []
+        self._placements: dict[str, _Placement] = {}
+        self._pickled: dict[int, tuple[AgentTemplate, bytes]] = {}
+        self._closed = False
+        self.gave_up = False
+        self.deaths = 0
+        try:
+            for _ in range(size):
+                self._spawn()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- workers ------------------------------------------------------------------
+
+    def _spawn(self) -> WorkerClient:
+        client = WorkerClient(self._context, self._on_push, self._on_death, self.memory_limit)
+        with self._lock:
+            self._workers.append(client)
+        return client
+
+    def workers(self) -> list[WorkerClient]:
+        """The live workers (a copy)."""
+        with self._lock:
+            return [w for w in self._workers if w.alive]
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers."""
+        return [w.pid for w in self.workers() if w.pid is not None]
+
+    def worker_of(self, session_id: str) -> WorkerClient | None:
+        """The worker a session is placed on, if any."""
+        with self._lock:
+            placement = self._placements.get(session_id)
+        return None if placement is None else placement.client
+
+    def _on_death(self, client: WorkerClient) -> None:
+        """A worker died (on its reader thread): replace it, crash its sessions' proxies."""
+        gave_up_now = replace = False
+        with self._lock:
+            if client in self._workers:
+                self._workers.remove(client)
+            victims = [p.ref for p in self._placements.values() if p.client is client]
+            if not self._closed and not self.gave_up:
+                self.deaths += 1
+                replace = self._intensity.allow()
+                gave_up_now = self.gave_up = not replace
+        if gave_up_now:
+            message = (
+                f"workers died too often (more than {self._intensity.max_restarts} in "
+                f"{self._intensity.max_seconds} s; last: pid {client.pid}, {client.exit_status}); "
+                "no longer replacing them"
+            )
+            logger.error(message)
+            if self._on_give_up is not None:
+                self._on_give_up(message)
+        if replace:
+            try:
+                self._spawn()
+            except Exception:
+                logger.exception("could not start a replacement worker")
+        reason = f"worker pid {client.pid} died ({client.exit_status})"
+        for ref in victims:
+            if ref is not None:
+                kill(ref, reason)
+
+    def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
+        session_id = frame.get("session")
+        with self._lock:
+            placement = self._placements.get(session_id) if isinstance(session_id, str) else None
+        if placement is None or placement.client is not client:
+            return
+        if frame.get("op") == "event":
+            data = frame.get("data") or {}
+            placement.events.publish(str(frame.get("type")), **data)
+        elif frame.get("op") == "down" and placement.ref is not None:
+            kill(placement.ref, f"died in worker pid {client.pid}: {frame.get('reason')}")
+
+    # -- placement ------------------------------------------------------------------
+
+    def place(self, session_id: str, events: EventBuffer) -> WorkerClient:
+        """Pick the least-loaded live worker for a new incarnation of ``session_id``.
+
+        Raises:
+            WorkerCrashed: no worker is alive (they died too often, or the pool is closed).
+        """
+        with self._lock:
+            live = [w for w in self._workers if w.alive]
+            if self._closed or not live:
+                raise WorkerCrashed(None, "no live worker process left", session_id)
+            client = min(live, key=lambda w: w.sessions)
+            client.sessions += 1
+            self._placements[session_id] = _Placement(client, events)
+        return client
+
+    def attach(self, session_id: str, client: WorkerClient, ref: pykka.ActorRef[Any]) -> None:
+        """Record the proxy of a placed session; crash it at once if its worker already died."""
+        with self._lock:
+            placement = self._placements.get(session_id)
+            if placement is not None and placement.client is client:
+                placement.ref = ref
+        if not client.alive:
+            kill(ref, f"worker pid {client.pid} died ({client.exit_status})")
+
+    def release(self, session_id: str, client: WorkerClient) -> None:
+        """Forget the placement of ``session_id`` on ``client`` (its proxy ended)."""
+        with self._lock:
+            placement = self._placements.get(session_id)
+            if placement is not None and placement.client is client:
+                del self._placements[session_id]
+                client.sessions -= 1
+
+    # -- templates --------------------------------------------------------------------
+
+    def load_template(self, client: WorkerClient, template: AgentTemplate, model: Model) -> str:
+        """Ship ``template`` and its resolved ``model`` to ``client`` once; return their key.
+
+        The model is resolved in the parent (through the host's ProviderRegistry,
+        as in thread mode), so a re-registered profile takes effect at once.
+
+        Raises:
+            TemplateNotPicklable: naming the part cloudpickle refused.
+        """
+        template_bytes = self._pickle(template)
+        try:
+            model_bytes = model if model is template.model else cloudpickle.dumps(model)
+        except Exception as exc:
+            raise TemplateNotPicklable(f"model (resolved from {template.model!r})", exc) from exc
+        if not isinstance(model_bytes, bytes):
+            model_bytes = b""  # the template's own model: shipped inside the template
+        key = hashlib.blake2b(template_bytes + model_bytes, digest_size=16).hexdigest()
+        if key not in client.templates:
+            payload = {"key": key, "template": template_bytes, "model": model_bytes}
+            client.call("load_template", payload, self.call_timeout)
+            client.templates.add(key)
+        return key
+
+    def _pickle(self, template: AgentTemplate) -> bytes:
+        with self._lock:
+            cached = self._pickled.get(id(template))
+        if cached is not None and cached[0] is template:
+            return cached[1]
+        try:
+            data: bytes = cloudpickle.dumps(template)
+        except Exception as exc:
+            raise _not_picklable(template, exc) from exc
+        with self._lock:
+            self._pickled[id(template)] = (template, data)  # keeps it alive: the id stays valid
+        return data
+
+    # -- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Shut every worker down, join it, close its pipe. Idempotent; call after the
+        sessions were stopped (the host does)."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers)
+        for client in workers:
+            client.shutdown()
+        with self._lock:
+            self._workers.clear()
+            self._pickled.clear()
+
+
+def _not_picklable(template: AgentTemplate, error: BaseException) -> TemplateNotPicklable:
+    parts: list[tuple[str, object]] = [("model", template.model)]
+    parts += [(f"tools[{i}] ({t.name})", t) for i, t in enumerate(template.tools)]
+    parts += [(f"plugins[{i}] ({p.name})", p) for i, p in enumerate(template.plugins)]
+    parts.append(("instructions", template.instructions))
+    for name, part in parts:
+        try:
+            cloudpickle.dumps(part)
+        except Exception as exc:
+            return TemplateNotPicklable(name, exc)
+    return TemplateNotPicklable("template", error)
+
+
+WorkerPool.__module__ = "supervisor"

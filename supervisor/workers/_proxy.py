@@ -1,0 +1,207 @@
+"""``WorkerSession``: the parent-side actor of a session that runs in a worker process.
+
+To the registry, monitors and the supervisor it is an ordinary session actor
+(a ``SupervisedActor``); it answers the messages an ``AgentHost`` sends a
+thread-mode ``AgentSession`` (``Send``, ``TakeSnapshot``, ``GetHistory``) by
+forwarding them to its worker. It saves the checkpoint the worker returns with
+an answer (through the host's checkpointer, in this process) before replying,
+so an answer is durable before ``send`` returns, whatever the store.
+
+When its worker dies, or the worker reports the session dead, a call in flight
+fails: the proxy exits abnormally with ``SessionLost`` (the ask fails with
+``ActorDeadError`` caused by it, as when a thread-mode session dies mid-turn),
+and the pool kills idle proxies of a dead worker with ``supervisor.kill``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from actors import (
+    AgentTemplate,
+    EventBuffer,
+    GetHistory,
+    Message,
+    Model,
+    Send,
+    Snapshot,
+    SteeringQueue,
+    TakeSnapshot,
+)
+from supervisor._actor import SupervisedActor
+from supervisor.errors import RemoteError, SessionCrashed, WorkerCrashed
+from supervisor.workers._client import WorkerClient
+from supervisor.workers._pool import WorkerPool
+from supervisor.workers._protocol import SESSION_DOWN
+
+__all__ = ["SessionLost", "WorkerSession", "start_in_worker"]
+
+logger = logging.getLogger("supervisor.workers")
+
+Checkpointer = Callable[[Snapshot], object]
+
+
+class SessionLost(BaseException):
+    """Exit reason of a proxy whose session died remotely during a call.
+
+    A ``BaseException`` so that raising it ends the proxy actor (a crash its
+    supervisor acts on) instead of being returned to the caller. ``error`` is
+    what the caller of ``AgentHost.send`` gets: a ``WorkerCrashed`` when the
+    worker process died, a ``SessionCrashed`` when only the session did.
+    """
+
+    def __init__(self, error: SessionCrashed) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Steer:
+    """Forwards the host's steering queue to the session's queue in the worker."""
+
+    def __init__(self, client: WorkerClient, session_id: str, queue: SteeringQueue) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.queue = queue
+
+    def __call__(self, text: str) -> None:
+        try:
+            self.client.call("steer", {"session": self.session_id, "text": text}, 10.0)
+        except (WorkerCrashed, RemoteError, TimeoutError):
+            # The session is dying: keep the text here for its next incarnation.
+            self.queue.stop_forwarding(self)
+            self.queue.put(text)
+
+
+def start_in_worker(
+    pool: WorkerPool,
+    template: AgentTemplate,
+    model: Model,
+    *,
+    session_id: str,
+    snapshot: Snapshot | None,
+    options: dict[str, Any],
+    steering: SteeringQueue,
+    events: EventBuffer,
+    checkpointer: Checkpointer | None,
+    timeout: float,
+) -> Any:
+    """Start ``session_id`` on the least-loaded worker and its proxy here; return the proxy ref.
+
+    Runs the plugins' ``session_start`` in the worker before returning.
+
+    Raises:
+        PluginError: a ``session_start`` hook raised (its cause names the original).
+        TemplateNotPicklable: the template cannot be sent to a worker.
+        WorkerCrashed: the worker died during the start, or none is alive.
+    """
+    client = pool.place(session_id, events)
+    forward = _Steer(client, session_id, steering)
+    queued: list[str] = []
+    try:
+        key = pool.load_template(client, template, model)
+        queued = steering.forward_to(forward)
+        payload = {
+            "session": session_id,
+            "key": key,
+            "snapshot": None if snapshot is None else snapshot.serialize(),
+            "options": {**options, "steering": queued},
+        }
+        client.call("start", payload, timeout)
+    except BaseException:
+        steering.stop_forwarding(forward)
+        steering.requeue(queued)
+        pool.release(session_id, client)
+        raise
+    try:
+        ref = WorkerSession.start(pool, client, session_id, events, forward, checkpointer)
+    except BaseException:
+        steering.stop_forwarding(forward)
+        client.submit("stop", {"session": session_id})
+        pool.release(session_id, client)
+        raise
+    pool.attach(session_id, client, ref)
+    return ref
+
+
+class WorkerSession(SupervisedActor):
+    """The proxy actor of one session in a worker. Talk to it through its ref, like
+    any actor (thread-safe that way); its handlers run on its own thread and block
+    while the worker works, so calls to one session stay serialized."""
+
+    def __init__(  # noqa: PLR0917 (internal: start_in_worker is its only caller)
+        self,
+        pool: WorkerPool,
+        client: WorkerClient,
+        session_id: str,
+        events: EventBuffer,
+        steer: _Steer,
+        checkpointer: Checkpointer | None,
+    ) -> None:
+        super().__init__()
+        self.pool = pool
+        self.client = client
+        self.session_id = session_id
+        self.events = events
+        self._steer = steer
+        self.checkpointer = checkpointer
+        self._timeout = pool.call_timeout
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Send):
+            return self._send(message.text)
+        if isinstance(message, TakeSnapshot):
+            data = self._call("snapshot", {"session": self.session_id, "label": message.label})
+            return Snapshot.deserialize(data)
+        if isinstance(message, GetHistory):
+            history = self._call("history", {"session": self.session_id})
+            return [Message.from_dict(m) for m in history]
+        raise TypeError(f"a session in a worker does not understand {message!r}")
+
+    def _send(self, text: str) -> Message:
+        if not isinstance(text, str):
+            raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
+        reply = self._call("send", {"session": self.session_id, "text": text})
+        answer = Message.from_dict(reply["message"])
+        checkpoint = reply.get("checkpoint")
+        if checkpoint is not None and self.checkpointer is not None:
+            try:
+                self.checkpointer(Snapshot.deserialize(checkpoint))
+            except Exception as exc:
+                self.events.publish("error", error=repr(exc))
+                raise
+        return answer
+
+    def _call(self, op: str, payload: dict[str, Any]) -> Any:
+        try:
+            return self.client.call(op, payload, self._timeout)
+        except WorkerCrashed as exc:
+            raise SessionLost(WorkerCrashed(exc.pid, exc.exit_status, self.session_id)) from exc
+        except RemoteError as exc:
+            if exc.type_name != SESSION_DOWN:
+                raise
+            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
+            raise SessionLost(SessionCrashed(self.session_id, detail)) from exc
+
+    def on_stop(self) -> None:
+        """Stopped on purpose (hibernate, stop_session, shutdown): stop the remote session."""
+        self._release(wait=True)
+
+    def on_failure(self, *_exc_info: object) -> None:
+        """Crashed (killed, or lost with its worker): stop the remote session if it still runs."""
+        self._release(wait=True)
+
+    def _release(self, *, wait: bool) -> None:
+        self._steer.queue.stop_forwarding(self._steer)
+        if self.client.alive:
+            with contextlib.suppress(Exception):
+                future = self.client.submit("stop", {"session": self.session_id})
+                if wait:
+                    future.result(self.pool.call_timeout or 30.0)
+        self.pool.release(self.session_id, self.client)
+
+
+for _cls in (WorkerSession, SessionLost):
+    _cls.__module__ = "supervisor"

@@ -1,0 +1,303 @@
+"""The worker process: hosts many ``AgentSession`` actors behind one pipe.
+
+``worker_main`` is the process target. Its reader loop (the main thread) takes
+frames off the pipe (schema in ``supervisor.workers._protocol``) and never
+blocks on a session: calls on a session are *told* to its actor, which replies
+on the pipe itself when it has finished; ``start`` and ``stop`` (which wait for
+plugin hooks) run on a small thread pool; ``steer`` goes straight into the
+session's steering queue so it reaches a turn that is already running.
+
+Sessions run as ``SupervisedActor`` subclasses of ``AgentSession``: a tool
+raising ``SystemExit`` kills its session alone; the worker fails every call
+that was waiting on it and pushes a ``down`` frame so the parent crashes the
+session's proxy with that reason. A ``MemoryError`` in a tool is fatal to the
+whole worker (exit code ``MEMORY_EXIT``): past its memory limit a process is in
+no state to go on, and the parent resumes its sessions elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+import cloudpickle
+import pykka
+
+from actors import (
+    AgentSession,
+    AgentTemplate,
+    Event,
+    EventBuffer,
+    Model,
+    Snapshot,
+    SteeringQueue,
+    Tool,
+)
+from supervisor._actor import SupervisedActor, terminate
+from supervisor._lifecycle import Down, is_abnormal
+from supervisor.monitors import monitor
+from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, unpack
+
+__all__ = ["MEMORY_EXIT", "worker_main"]
+
+logger = logging.getLogger("supervisor.workers")
+
+MEMORY_EXIT = 75
+"""Exit code of a worker that ran out of memory (a tool raised ``MemoryError``)."""
+
+_STOP_TIMEOUT = 10.0
+
+
+class _Call(NamedTuple):
+    """A request told to a session actor; it replies on the pipe itself."""
+
+    id: int
+    op: str
+    payload: dict[str, Any]
+
+
+def _fatal_on_memory_error(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run(**arguments: Any) -> Any:
+        try:
+            return fn(**arguments)
+        except MemoryError:
+            os._exit(MEMORY_EXIT)
+
+    return run
+
+
+def worker_main(conn: Connection, memory_limit: int | None) -> None:
+    """Process target: apply the memory limit, serve the pipe until ``shutdown`` or EOF."""
+    if memory_limit is not None:
+        import resource  # noqa: PLC0415 (POSIX only; imported where it is needed)
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    _Worker(conn).run()
+
+
+class _Hosted:
+    __slots__ = ("pending", "ref", "steering")
+
+    def __init__(self, ref: pykka.ActorRef[Any], steering: SteeringQueue) -> None:
+        self.ref = ref
+        self.steering = steering
+        self.pending: set[int] = set()
+
+
+class _Worker:
+    """The worker's state. Its reader loop runs on the main thread; replies come from any."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _sessions and every _Hosted.pending
+        self._sessions: dict[str, _Hosted] = {}
+        self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
+
+    # -- the pipe ------------------------------------------------------------
+
+    def _write(self, frame: dict[str, Any]) -> None:
+        data = pack(frame)
+        with self._send_lock, contextlib.suppress(OSError):  # parent gone: nobody to tell
+            self.conn.send_bytes(data)
+
+    def reply(self, call_id: int, payload: Any) -> None:
+        self._write({"id": call_id, "ok": True, "payload": payload})
+
+    def fail(self, call_id: int, exc: BaseException) -> None:
+        self._write({"id": call_id, "ok": False, "error": encode_error(exc)})
+
+    def run(self) -> None:
+        try:
+            while True:
+                try:
+                    data = self.conn.recv_bytes()
+                except (EOFError, OSError):
+                    return  # the parent closed the pipe or died
+                frame = unpack(data)
+                if frame["op"] == "shutdown":
+                    self._stop_all()
+                    self.reply(frame["id"], None)
+                    return
+                try:
+                    self._dispatch(frame["id"], frame["op"], frame.get("payload"))
+                except Exception as exc:
+                    self.fail(frame["id"], exc)
+        finally:
+            self._stop_all()
+            self._pool.shutdown(wait=True)
+            self.conn.close()
+
+    def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
+        if op == "load_template":
+            template = cloudpickle.loads(payload["template"])
+            tools = tuple(
+                dataclasses.replace(t, fn=_fatal_on_memory_error(t.fn))
+                for t in template.tools
+                if isinstance(t, Tool)
+            )
+            template = dataclasses.replace(template, tools=tools)
+            model = cloudpickle.loads(payload["model"]) if payload["model"] else template.model
+            self._templates[payload["key"]] = (template, model)
+            self.reply(call_id, None)
+        elif op == "start":
+            self._pool.submit(self._blocking, call_id, self._start, payload)
+        elif op == "stop":
+            self._pool.submit(self._blocking, call_id, self._stop, payload["session"])
+        elif op == "steer":
+            self._hosted(payload["session"]).steering.put(payload["text"])
+            self.reply(call_id, None)
+        elif op in {"send", "snapshot", "history"}:
+            self._tell(payload["session"], _Call(call_id, op, payload))
+        else:
+            raise ValueError(f"unknown worker op {op!r}")
+
+    def _blocking(self, call_id: int, fn: Callable[[Any], None], arg: Any) -> None:
+        try:
+            fn(arg)
+        except Exception as exc:
+            self.fail(call_id, exc)
+        else:
+            self.reply(call_id, None)
+
+    # -- sessions --------------------------------------------------------------
+
+    def _hosted(self, session_id: str) -> _Hosted:
+        with self._lock:
+            hosted = self._sessions.get(session_id)
+        if hosted is None:
+            raise LookupError(f"no session {session_id!r} in worker pid {os.getpid()}")
+        return hosted
+
+    def _tell(self, session_id: str, call: _Call) -> None:
+        hosted = self._hosted(session_id)
+        with self._lock:
+            hosted.pending.add(call.id)
+        try:
+            hosted.ref.tell(call)
+        except pykka.ActorDeadError:
+            self._settle(hosted, call.id)
+            self._write(_down_reply(call.id, "the session is no longer running"))
+
+    def _settle(self, hosted: _Hosted, call_id: int) -> None:
+        with self._lock:
+            hosted.pending.discard(call_id)
+
+    def _start(self, payload: dict[str, Any]) -> None:
+        session_id: str = payload["session"]
+        template, model = self._templates[payload["key"]]
+        options: dict[str, Any] = payload["options"]
+        saved = payload["snapshot"]
+        snapshot = None if saved is None else Snapshot.deserialize(saved)
+        steering = SteeringQueue(options["max_steering_queue"])
+        steering.requeue(list(options.get("steering", [])))
+        events = EventBuffer(8)  # a relay only: the parent keeps the session's stream
+        events.subscribe(functools.partial(self._push_event, session_id))
+        ref = _RemoteSession.start(
+            template,
+            worker=self,
+            checkpoints=options["checkpoint_every"] is not None,
+            session_id=session_id,
+            restored_state=None if snapshot is None else snapshot.state,
+            stripped_fields=() if snapshot is None else snapshot.stripped_fields,
+            model=model,
+            max_steps=options["max_steps"],
+            metadata=options.get("metadata"),
+            steering=steering,
+            event_buffer=events,
+            checkpoint_every=options["checkpoint_every"] or 1,
+        )
+        hosted = _Hosted(ref, steering)
+        with self._lock:
+            self._sessions[session_id] = hosted
+        monitor(ref, functools.partial(self._on_down, session_id, hosted))
+
+    def _push_event(self, session_id: str, event: Event) -> None:
+        self._write({"op": "event", "session": session_id, "type": event.type, "data": event.data})
+
+    def _on_down(self, session_id: str, hosted: _Hosted, down: Down) -> None:
+        """A session actor exited (on its dying thread): fail its waiting calls, tell the parent."""
+        with self._lock:
+            if self._sessions.get(session_id) is hosted:
+                del self._sessions[session_id]
+            pending, hosted.pending = hosted.pending, set()
+        for call_id in sorted(pending):
+            self._write(_down_reply(call_id, repr(down.reason)))
+        if is_abnormal(down.reason):
+            self._write({"op": "down", "session": session_id, "reason": repr(down.reason)})
+
+    def _stop(self, session_id: str) -> None:
+        with self._lock:
+            hosted = self._sessions.get(session_id)
+        if hosted is not None:
+            terminate(hosted.ref, _STOP_TIMEOUT)
+
+    def _stop_all(self) -> None:
+        with self._lock:
+            refs = [h.ref for h in self._sessions.values()]
+        for ref in refs:
+            terminate(ref, _STOP_TIMEOUT)
+
+
+def _down_reply(call_id: int, reason: str) -> dict[str, Any]:
+    error = {"type": SESSION_DOWN, "message": reason, "args": []}
+    return {"id": call_id, "ok": False, "error": error}
+
+
+class _RemoteSession(SupervisedActor, AgentSession):
+    """An ``AgentSession`` that answers ``_Call`` requests on the worker's pipe.
+
+    Runs on its own actor thread. A checkpoint due after a turn is captured as
+    bytes and returned with the answer; the parent saves it before ``send``
+    returns there.
+    """
+
+    def __init__(self, *args: Any, worker: _Worker, checkpoints: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._worker = worker
+        self._captured: bytes | None = None
+        self.checkpointer = self._capture if checkpoints else None
+
+    def _capture(self, snapshot: Snapshot) -> None:
+        self._captured = snapshot.serialize()
+
+    def on_receive(self, message: Any) -> Any:
+        if message.__class__ is not _Call:
+            return super().on_receive(message)
+        call: _Call = message
+        try:
+            result = self._answer(call)
+        except Exception as exc:
+            self._finish(call.id)
+            self._worker.fail(call.id, exc)
+        else:
+            self._finish(call.id)
+            self._worker.reply(call.id, result)
+        return None
+
+    def _finish(self, call_id: int) -> None:
+        worker = self._worker
+        with worker._lock:
+            hosted = worker._sessions.get(self.session_id)
+            if hosted is not None:
+                hosted.pending.discard(call_id)
+
+    def _answer(self, call: _Call) -> Any:
+        if call.op == "send":
+            self._captured = None
+            answer = self.send(call.payload["text"])
+            checkpoint, self._captured = self._captured, None
+            return {"message": answer.to_dict(), "checkpoint": checkpoint}
+        if call.op == "snapshot":
+            return self.snapshot(call.payload.get("label")).serialize()
+        return [m.to_dict() for m in self.history()]

@@ -1,0 +1,241 @@
+"""A representative part of the ``AgentHost`` suite, run in thread mode and process mode.
+
+The same assertions hold whether sessions run in threads of this process or
+in worker processes behind proxy actors.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from actors import Message, PluginError, Snapshot
+from supervisor import (
+    AgentHost,
+    MemoryCheckpointStore,
+    RemoteError,
+    SessionNotFound,
+    TemplateNotPicklable,
+)
+from tests.supervisor.host_helpers import (
+    FlakyModel,
+    ModelDown,
+    pairs,
+    registry_lookup_fails,
+    template,
+    watch_events,
+)
+from tests.supervisor.workers.worker_tools import FailingStart, Holder, boom, crash_template
+
+HostFactory = Callable[..., AgentHost]
+
+
+@pytest.fixture(params=["thread", "process"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_host(mode: str) -> Iterator[HostFactory]:
+    """Hosts in the parametrised mode (two workers in process mode); all shut down after."""
+    hosts: list[AgentHost] = []
+
+    def _make(**kwargs: Any) -> AgentHost:
+        kwargs.setdefault("store", MemoryCheckpointStore())
+        if mode == "process":
+            kwargs.setdefault("workers", 2)
+        host = AgentHost(**kwargs)
+        hosts.append(host)
+        return host
+
+    yield _make
+    for host in hosts:
+        host.shutdown()
+
+
+def _contents(history: list[Message]) -> list[str | None]:
+    return [m.content for m in history]
+
+
+def test_send_history_events_tools_and_checkpoints(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template(), "s1", tenant_id="acme")
+
+    assert host.send(sid, "hello").content == "echo: hello"
+    assert host.send(sid, '/add {"a": 2, "b": 3}').content == "add returned: 5"
+
+    assert _contents(host.history(sid)) == [
+        "hello",
+        "echo: hello",
+        '/add {"a": 2, "b": 3}',
+        None,
+        "5",
+        "add returned: 5",
+    ]
+    types = [e.type for e in host.events(sid).events]
+    assert types == [
+        "turn_started",
+        "model_response",
+        "turn_finished",
+        "turn_started",
+        "model_response",
+        "tool_call",
+        "tool_result",
+        "model_response",
+        "turn_finished",
+    ]
+    saved = host.store.load(sid)
+    assert saved.state["turns"] == 2
+    assert len(saved.messages()) == 6
+    assert host.registry.get(sid).tenant_id == "acme"
+
+
+def test_snapshot_has_the_same_shape_in_both_modes(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template(), "shape")
+    host.send(sid, "hi")
+
+    snap = host.checkpoint(sid, label="mine")
+
+    assert isinstance(snap, Snapshot)
+    assert snap.label == "mine"
+    assert sorted(snap.state) == [
+        "instructions",
+        "messages",
+        "metadata",
+        "model",
+        "plugins",
+        "provider_state",
+        "session_id",
+        "turns",
+        "usage",
+    ]
+    assert snap.state["metadata"] == {"tenant_id": "default"}
+    assert host.store.load(sid).checkpoint_id == snap.checkpoint_id
+
+
+def test_steer_injects_before_the_next_model_call(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template())
+
+    host.steer(sid, "also mention the weather")
+    answer = host.send(sid, "what now?")
+
+    assert answer.content == "echo: also mention the weather"
+    assert _contents(host.history(sid)) == [
+        "what now?",
+        "also mention the weather",
+        "echo: also mention the weather",
+    ]
+    with pytest.raises(SessionNotFound):
+        host.steer("nobody", "x")
+
+
+def test_a_tool_raising_is_a_tool_message_not_a_crash(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(crash_template())
+    waiter = watch_events(host, sid)
+
+    answer = host.send(sid, "/boom {}")
+
+    assert answer.content == "boom returned: error: ValueError: tool failed on purpose"
+    assert waiter.count("crashed") == 0
+    assert host.send(sid, "still here").content == "echo: still here"
+    assert boom.name == "boom"
+
+
+def test_the_model_raising_is_not_a_crash(make_host: HostFactory, mode: str) -> None:
+    host = make_host()
+    sid = host.start_session(template(model=FlakyModel()))
+    host.send(sid, "one")
+
+    expected = ModelDown if mode == "thread" else RemoteError
+    with pytest.raises(expected, match="provider unavailable"):
+        host.send(sid, "!fail now")
+
+    assert pairs(host.history(sid)) == [("one", "echo: one")]
+    assert host.send(sid, "two").content == "echo: two"
+    assert host.events(sid).events[-4].type == "error"
+
+
+def test_plugin_error_on_start_leaves_nothing_registered(make_host: HostFactory) -> None:
+    host = make_host()
+
+    with pytest.raises(PluginError, match="storage unavailable"):
+        host.start_session(template(plugins=[FailingStart()]), "bad")
+
+    assert registry_lookup_fails(host, "bad")
+    assert host.list_sessions() == []
+
+
+def test_kill_resume_continue(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template(), "k")
+    host.send(sid, "before")
+    waiter = watch_events(host, sid)
+
+    host.kill(sid, reason="test")
+    waiter.wait_for("resumed")
+
+    assert host.send(sid, "after").content == "echo: after"
+    assert pairs(host.history(sid)) == [("before", "echo: before"), ("after", "echo: after")]
+    assert waiter.types()[:2] == ["crashed", "resumed"]
+
+
+def test_a_tool_raising_system_exit_crashes_its_session_alone(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template(), "sx")
+    other = host.start_session(template(), "other")
+    host.send(sid, "kept")
+    waiter = watch_events(host, sid)
+
+    with pytest.raises(Exception, match="crashed"):
+        host.send(sid, "/exit_tool {}")
+    waiter.wait_for("resumed")
+
+    assert host.send(other, "fine").content == "echo: fine"
+    assert host.send(sid, "back").content == "echo: back"
+    assert pairs(host.history(sid)) == [("kept", "echo: kept"), ("back", "echo: back")]
+
+
+def test_stop_resume_hibernate_reactivate_and_list(make_host: HostFactory) -> None:
+    host = make_host()
+    a = host.start_session(template(), "a", tenant_id="t1")
+    b = host.start_session(template(), "b", tenant_id="t2")
+    host.send(a, "one")
+    host.send(b, "uno")
+
+    assert host.hibernate(b)
+    assert {(s.session_id, s.status) for s in host.list_sessions()} == {
+        ("a", "active"),
+        ("b", "hibernated"),
+    }
+    assert registry_lookup_fails(host, b)
+    assert host.send(b, "dos").content == "echo: dos"
+    assert pairs(host.history(b)) == [("uno", "echo: uno"), ("dos", "echo: dos")]
+
+    host.stop_session(a)
+    assert [s.session_id for s in host.list_sessions()] == ["b"]
+    with pytest.raises(SessionNotFound):
+        host.send(a, "gone")
+    host.resume(a, template())
+    assert host.send(a, "two").content == "echo: two"
+    assert pairs(host.history(a)) == [("one", "echo: one"), ("two", "echo: two")]
+    assert [s.session_id for s in host.list_sessions("t1")] == ["a"]
+
+
+def test_unpicklable_template_names_the_attribute(mode: str) -> None:
+    if mode == "thread":
+        pytest.skip("only process mode pickles templates")
+    with socket.socket() as sock:
+        host = AgentHost(MemoryCheckpointStore(), workers=1)
+        try:
+            with pytest.raises(TemplateNotPicklable, match=r"plugins\[0\] \(holder\)"):
+                host.start_session(template(plugins=[Holder(sock)]), "np")
+            assert host.list_sessions() == []
+            assert host.send(host.start_session(template()), "ok").content == "echo: ok"
+        finally:
+            host.shutdown()

@@ -1,0 +1,134 @@
+"""Tools and helpers for the worker-process tests.
+
+Tools defined at module level are imported by reference in the workers, so
+this module must import cheaply and have no side effects. Tools report back to
+the test only through what the host carries across processes: events,
+history and checkpoints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+from actors import AgentTemplate, Plugin, PluginContext, tool
+from supervisor import AgentHost, SessionNotFound
+from tests.supervisor.host_helpers import WAIT, EventWaiter, watch_events
+
+__all__ = [
+    "WAIT",
+    "EventWaiter",
+    "FailingStart",
+    "Holder",
+    "boom",
+    "burn",
+    "crash_template",
+    "evicted_or_resumed",
+    "fds",
+    "hang",
+    "hog",
+    "quit_process",
+    "segfault",
+    "sessions_on",
+    "watch_events",
+    "worker_pid",
+]
+
+
+@tool
+def segfault() -> str:
+    """Read address 0: the worker dies with SIGSEGV."""
+    return str(ctypes.string_at(0))
+
+
+@tool
+def quit_process() -> str:
+    """Leave the worker process at once, without cleanup."""
+    os._exit(1)
+
+
+@tool
+def hog(mb: int) -> int:
+    """Allocate ``mb`` megabytes (past the worker's memory limit)."""
+    block = bytearray(mb * 1024 * 1024)
+    return len(block)
+
+
+@tool
+def hang() -> str:
+    """Block the session for a long time (the test kills the worker meanwhile)."""
+    threading.Event().wait(30)
+    return "woke up"
+
+
+@tool
+def burn(n: int) -> int:
+    """CPU-bound: sum of squares below ``n``, in pure Python."""
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+@tool
+def boom() -> str:
+    """An ordinary exception: a tool message with the error, never a crash."""
+    raise ValueError("tool failed on purpose")
+
+
+def crash_template() -> AgentTemplate:
+    """Echo model with every tool of this module."""
+    return AgentTemplate(tools=(segfault, quit_process, hog, hang, burn, boom))
+
+
+def worker_pid(host: AgentHost, session_id: str) -> int:
+    """Pid of the worker process running ``session_id``."""
+    assert host._pool is not None
+    client = host._pool.worker_of(session_id)
+    assert client is not None
+    assert client.pid is not None
+    return client.pid
+
+
+def sessions_on(host: AgentHost, pid: int, session_ids: list[str]) -> list[str]:
+    """The sessions of ``session_ids`` placed on worker ``pid``."""
+    assert host._pool is not None
+    out = []
+    for sid in session_ids:
+        client = host._pool.worker_of(sid)
+        if client is not None and client.pid == pid:
+            out.append(sid)
+    return out
+
+
+def fds() -> set[str]:
+    """Open file descriptors of this process."""
+    return set(os.listdir("/proc/self/fd"))
+
+
+def evicted_or_resumed(host: AgentHost, session_id: str, waiter: EventWaiter) -> bool:
+    """Whether the registry dropped the session, or it was already resumed after a crash."""
+    try:
+        host.registry.get(session_id)
+    except SessionNotFound:
+        return True
+    return waiter.count("crashed") >= 1
+
+
+class FailingStart(Plugin):
+    """A picklable plugin whose ``session_start`` always raises."""
+
+    name = "starter"
+
+    def session_start(self, ctx: PluginContext) -> None:
+        raise RuntimeError("storage unavailable")
+
+
+class Holder(Plugin):
+    """A plugin holding whatever the test gives it (an open socket: not picklable)."""
+
+    name = "holder"
+
+    def __init__(self, resource: object) -> None:
+        self.resource = resource

@@ -98,6 +98,7 @@ class WorkerPool:
         self._intensity = RestartIntensity(max_restarts, max_seconds, clock)
         self._on_give_up = on_give_up
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified when workers come and go
         self._workers: list[WorkerClient] = []
         self._placements: dict[str, _Placement] = {}
         self._pickled: dict[int, tuple[AgentTemplate, bytes]] = {}
@@ -115,9 +116,17 @@ class WorkerPool:
 
     def _spawn(self) -> WorkerClient:
         client = WorkerClient(self._context, self._on_push, self._on_death, self.memory_limit)
-        with self._lock:
+        with self._changed:
             self._workers.append(client)
+            self._changed.notify_all()
         return client
+
+    def wait_for_workers(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` workers are alive (after replacements); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: sum(w.alive for w in self._workers) >= count, timeout
+            )
 
     def workers(self) -> list[WorkerClient]:
         """The live workers (a copy)."""
@@ -154,15 +163,18 @@ class WorkerPool:
             logger.error(message)
             if self._on_give_up is not None:
                 self._on_give_up(message)
+        reason = f"worker pid {client.pid} died ({client.exit_status})"
+        for ref in victims:
+            if ref is not None:
+                kill(ref, reason)
         if replace:
             try:
                 self._spawn()
             except Exception:
                 logger.exception("could not start a replacement worker")
-        reason = f"worker pid {client.pid} died ({client.exit_status})"
-        for ref in victims:
-            if ref is not None:
-                kill(ref, reason)
+        else:
+            with self._changed:
+                self._changed.notify_all()  # wake placements waiting for a worker
 
     def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
         session_id = frame.get("session")
@@ -178,13 +190,19 @@ class WorkerPool:
 
     # -- placement ------------------------------------------------------------------
 
-    def place(self, session_id: str, events: EventBuffer) -> WorkerClient:
+    def place(self, session_id: str, events: EventBuffer, timeout: float = 10.0) -> WorkerClient:
         """Pick the least-loaded live worker for a new incarnation of ``session_id``.
+
+        Waits up to ``timeout`` for a replacement when every worker just died.
 
         Raises:
             WorkerCrashed: no worker is alive (they died too often, or the pool is closed).
         """
-        with self._lock:
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._closed or self.gave_up or any(w.alive for w in self._workers),
+                timeout,
+            )
             live = [w for w in self._workers if w.alive]
             if self._closed or not live:
                 raise WorkerCrashed(None, "no live worker process left", session_id)

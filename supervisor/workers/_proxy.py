@@ -42,6 +42,7 @@ __all__ = ["SessionLost", "WorkerSession", "start_in_worker"]
 logger = logging.getLogger("supervisor.workers")
 
 Checkpointer = Callable[[Snapshot], object]
+_START_ATTEMPTS = 3
 
 
 class SessionLost(BaseException):
@@ -79,6 +80,32 @@ def start_in_worker(
     pool: WorkerPool,
     template: AgentTemplate,
     model: Model,
+    **kwargs: Any,
+) -> Any:
+    """Start ``session_id`` on the least-loaded worker and its proxy here; return the proxy ref.
+
+    Runs the plugins' ``session_start`` in the worker before returning. A worker
+    that dies during the start (it may have been dying already) costs a retry
+    on another one, up to ``_START_ATTEMPTS`` times, not a restart of the session.
+
+    Raises:
+        PluginError: a ``session_start`` hook raised (its cause names the original).
+        TemplateNotPicklable: the template cannot be sent to a worker.
+        WorkerCrashed: the workers kept dying during the start, or none is alive.
+    """
+    for attempt in range(_START_ATTEMPTS):
+        try:
+            return _start_once(pool, template, model, **kwargs)
+        except WorkerCrashed:
+            if attempt == _START_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _start_once(
+    pool: WorkerPool,
+    template: AgentTemplate,
+    model: Model,
     *,
     session_id: str,
     snapshot: Snapshot | None,
@@ -88,16 +115,7 @@ def start_in_worker(
     checkpointer: Checkpointer | None,
     timeout: float,
 ) -> Any:
-    """Start ``session_id`` on the least-loaded worker and its proxy here; return the proxy ref.
-
-    Runs the plugins' ``session_start`` in the worker before returning.
-
-    Raises:
-        PluginError: a ``session_start`` hook raised (its cause names the original).
-        TemplateNotPicklable: the template cannot be sent to a worker.
-        WorkerCrashed: the worker died during the start, or none is alive.
-    """
-    client = pool.place(session_id, events)
+    client = pool.place(session_id, events, timeout)
     forward = _Steer(client, session_id, steering)
     queued: list[str] = []
     try:

@@ -1,0 +1,172 @@
+"""Worker processes dying: SIGKILL, ``os._exit``, segfault, memory limit, call timeout.
+
+Each death takes only its own worker: its sessions are evicted and resumed
+from their last checkpoints on a live worker, calls in flight fail with
+``WorkerCrashed``, and sessions on other workers keep answering. Every wait
+is on an event or a future, with a bound.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from supervisor import AgentHost, MemoryCheckpointStore, SessionCrashed, WorkerCrashed
+from tests.supervisor.host_helpers import pairs
+from tests.supervisor.workers.worker_tools import (
+    WAIT,
+    crash_template,
+    evicted_or_resumed,
+    fds,
+    sessions_on,
+    watch_events,
+    worker_pid,
+)
+
+MEMORY_LIMIT = 1024 * 1024 * 1024
+
+
+@pytest.fixture
+def host() -> Iterator[AgentHost]:
+    host = AgentHost(MemoryCheckpointStore(), workers=2, worker_memory_limit=MEMORY_LIMIT)
+    yield host
+    host.shutdown()
+
+
+def _two_sessions(host: AgentHost) -> tuple[str, str]:
+    """One session on each worker, each with one acknowledged turn."""
+    a = host.start_session(crash_template(), "a")
+    b = host.start_session(crash_template(), "b")
+    assert worker_pid(host, a) != worker_pid(host, b)
+    host.send(a, "first a")
+    host.send(b, "first b")
+    return a, b
+
+
+@pytest.mark.parametrize(
+    ("message", "exit_status"),
+    [
+        ("/quit_process {}", "exit code 1"),
+        ("/segfault {}", "signal SIGSEGV"),
+        ('/hog {"mb": 2048}', "out of memory"),
+    ],
+    ids=["os-exit", "segfault", "memory-limit"],
+)
+def test_a_tool_killing_its_worker_crashes_only_that_worker(
+    host: AgentHost, message: str, exit_status: str
+) -> None:
+    a, b = _two_sessions(host)
+    dead_pid = worker_pid(host, a)
+    waiter = watch_events(host, a)
+
+    with pytest.raises(WorkerCrashed, match=exit_status) as caught:
+        host.send(a, message)
+
+    assert caught.value.pid == dead_pid
+    assert evicted_or_resumed(host, a, waiter)
+    assert host.send(b, "still b").content == "echo: still b"  # the other worker answers
+    crashed = waiter.wait_for("crashed")
+    assert exit_status in crashed.data["reason"]
+    waiter.wait_for("resumed")
+    assert host.send(a, "back").content == "echo: back"
+    assert pairs(host.history(a)) == [("first a", "echo: first a"), ("back", "echo: back")]
+    assert worker_pid(host, a) != dead_pid
+    assert host._pool.wait_for_workers(2, WAIT)  # type: ignore[union-attr]
+
+
+def test_sigkill_evicts_every_session_of_the_worker_and_fails_calls_in_flight(
+    host: AgentHost,
+) -> None:
+    a, b = _two_sessions(host)
+    c = host.start_session(crash_template(), "c")  # least loaded: joins a's or b's worker
+    host.send(c, "first c")
+    victim = worker_pid(host, a)
+    on_victim = sessions_on(host, victim, [a, b, c])
+    survivors = [s for s in (a, b, c) if s not in on_victim]
+    waiters = {sid: watch_events(host, sid) for sid in on_victim}
+    with ThreadPoolExecutor(1) as pool:
+        in_flight = pool.submit(host.send, a, "/hang {}")
+        waiters[a].wait_for("tool_call")
+
+        os.kill(victim, signal.SIGKILL)
+
+        with pytest.raises(WorkerCrashed, match="SIGKILL"):
+            in_flight.result(WAIT)
+    for sid in on_victim:
+        # "crashed" is published once the registry has evicted the session.
+        assert "SIGKILL" in waiters[sid].wait_for("crashed").data["reason"]
+        waiters[sid].wait_for("resumed")
+    for sid in survivors:
+        assert host.send(sid, "alive").content == "echo: alive"
+    for sid in on_victim:
+        assert host.send(sid, "again").content == "echo: again"
+        assert pairs(host.history(sid))[0][0].startswith("first")
+    assert victim not in host._pool.pids()  # type: ignore[union-attr]
+
+
+def test_a_stuck_worker_is_killed_after_the_call_timeout() -> None:
+    host = AgentHost(MemoryCheckpointStore(), workers=1, worker_call_timeout=0.5)
+    try:
+        sid = host.start_session(crash_template(), "stuck")
+        host.send(sid, "before")
+        stuck_pid = worker_pid(host, sid)
+        waiter = watch_events(host, sid)
+
+        with pytest.raises(SessionCrashed, match="SIGKILL"):
+            host.send(sid, "/hang {}")
+
+        waiter.wait_for("resumed")
+        assert host.send(sid, "after").content == "echo: after"
+        assert worker_pid(host, sid) != stuck_pid
+    finally:
+        host.shutdown()
+
+
+def test_clean_shutdown_leaves_no_child_process_and_no_fd() -> None:
+    warm = AgentHost(MemoryCheckpointStore(), workers=1)  # the forkserver and its fds stay
+    warm.shutdown()
+    before = fds()
+    host = AgentHost(MemoryCheckpointStore(), workers=2)
+    sids = [host.start_session(crash_template()) for _ in range(4)]
+    for sid in sids:
+        host.send(sid, "hi")
+    os.kill(worker_pid(host, sids[0]), signal.SIGKILL)  # a replaced worker must not leak either
+    watch_events(host, sids[0]).wait_for("resumed")
+
+    host.shutdown()
+
+    assert multiprocessing.active_children() == []
+    assert fds() == before
+    for sid in sids:
+        assert pairs(host.store.load(sid).messages()) == [("hi", "echo: hi")]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="CPU isolation needs two cores")
+def test_cpu_bound_tools_on_two_workers_run_in_parallel() -> None:
+    host = AgentHost(MemoryCheckpointStore(), workers=2, checkpoint_every=None)
+    try:
+        a = host.start_session(crash_template(), "cpu-a")
+        b = host.start_session(crash_template(), "cpu-b")
+        assert worker_pid(host, a) != worker_pid(host, b)
+        work = '/burn {"n": 3000000}'
+        host.send(a, work)  # warm up both workers
+        host.send(b, work)
+        start = time.perf_counter()
+        host.send(a, work)
+        one = time.perf_counter() - start
+        with ThreadPoolExecutor(2) as pool:
+            start = time.perf_counter()
+            futures = [pool.submit(host.send, sid, work) for sid in (a, b)]
+            for future in futures:
+                future.result(WAIT * 6)
+            both = time.perf_counter() - start
+        # Serial execution would take 2x; on a busy shared machine allow slack.
+        assert both < 1.6 * one, f"two calls took {both:.3f} s, one took {one:.3f} s"
+    finally:
+        host.shutdown()

@@ -1,0 +1,142 @@
+"""Worker-process benchmarks (issue 6): send round trips, SIGKILL recovery, CPU isolation.
+
+1. ``send`` round trips/s to a session in a worker (EchoModel, checkpoints off)
+   against a bare ``multiprocessing.Pipe`` echo of a msgpack frame between two
+   processes (goal: ratio >= 0.5), interleaved rounds, same run.
+2. SIGKILL of the session's worker -> registry eviction, and -> resumed and
+   answering: p50 / p99 over ``KILLS`` kills.
+3. Wall time of 8 CPU-bound tool calls across 8 sessions: threads vs 2 workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+
+import msgpack
+
+from actors import AgentTemplate, Event, tool
+from benchmarks._common import interleaved_rates, percentile, print_table
+from supervisor import AgentHost, MemoryCheckpointStore
+
+KILLS = 30
+BURN = 2_000_000
+
+
+@tool
+def burn(n: int) -> int:
+    """CPU-bound work in pure Python."""
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def _echo_server(conn: Connection) -> None:
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except EOFError:
+            return
+        conn.send_bytes(data)
+
+
+def bench_round_trips() -> tuple[float, float, float]:
+    ctx = multiprocessing.get_context("forkserver")
+    parent, child = ctx.Pipe()
+    server = ctx.Process(target=_echo_server, args=(child,))
+    server.start()
+    child.close()
+    frame = {"id": 1, "op": "send", "payload": {"session": "s", "text": "hi"}}
+
+    def bare() -> None:
+        parent.send_bytes(msgpack.packb(frame))
+        msgpack.unpackb(parent.recv_bytes())
+
+    with AgentHost(MemoryCheckpointStore(), workers=1, checkpoint_every=None) as host:
+        sid = host.start_session(AgentTemplate())
+        result = interleaved_rates(lambda: host.send(sid, "hi"), bare, ops=500, rounds=5)
+    parent.close()
+    server.join(5)
+    return result
+
+
+def bench_kills() -> tuple[list[float], list[float]]:
+    evicted, answering = [], []
+    with AgentHost(MemoryCheckpointStore(), workers=2, max_restarts=10_000) as host:
+        sid = host.start_session(AgentTemplate())
+        host.send(sid, "warm")
+        for _ in range(KILLS):
+            crashed = threading.Event()
+
+            def seen(event: Event, flag: threading.Event = crashed) -> None:
+                if event.type == "crashed":
+                    flag.set()
+
+            unsubscribe = host.subscribe(sid, seen)
+            client = host._pool.worker_of(sid)  # type: ignore[union-attr]
+            assert client is not None
+            assert client.pid is not None
+            start = time.perf_counter()
+            os.kill(client.pid, signal.SIGKILL)
+            crashed.wait(10)
+            evicted.append(time.perf_counter() - start)
+            while True:
+                try:
+                    host.send(sid, "back")
+                    break
+                except Exception:  # not acknowledged: retry, as callers do
+                    continue
+            answering.append(time.perf_counter() - start)
+            unsubscribe()
+            host._pool.wait_for_workers(2, 10)  # type: ignore[union-attr]
+    return evicted, answering
+
+
+def bench_cpu() -> tuple[float, float]:
+    template = AgentTemplate(tools=(burn,))
+    walls = []
+    for workers in (None, 2):
+        with AgentHost(MemoryCheckpointStore(), workers=workers, checkpoint_every=None) as host:
+            sids = [host.start_session(template) for _ in range(8)]
+            with ThreadPoolExecutor(8) as pool:
+                start = time.perf_counter()
+                list(pool.map(lambda s: host.send(s, f'/burn {{"n": {BURN}}}'), sids))
+                walls.append(time.perf_counter() - start)
+    return walls[0], walls[1]
+
+
+def main() -> None:
+    subject, base, ratio = bench_round_trips()
+    evicted, answering = bench_kills()
+    threads, procs = bench_cpu()
+    ms = 1000
+    print_table(
+        "workers",
+        [
+            ("send round trips/s (worker, echo, no ckpt)", f"{subject:,.0f}"),
+            ("bare Pipe msgpack echo round trips/s", f"{base:,.0f}"),
+            ("ratio (goal >= 0.5)", f"{ratio:.2f}"),
+            (
+                f"SIGKILL -> eviction p50/p99 ({KILLS} kills)",
+                f"{percentile(evicted, 50) * ms:.1f} / {percentile(evicted, 99) * ms:.1f} ms",
+            ),
+            (
+                "SIGKILL -> resumed and answering p50/p99",
+                f"{percentile(answering, 50) * ms:.1f} / {percentile(answering, 99) * ms:.1f} ms",
+            ),
+            ("8 CPU-bound calls, threads", f"{threads:.2f} s"),
+            ("8 CPU-bound calls, 2 workers", f"{procs:.2f} s (x{threads / procs:.2f})"),
+            ("median eviction", f"{statistics.median(evicted) * ms:.1f} ms"),
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()

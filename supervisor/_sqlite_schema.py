@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 from supervisor.errors import SupervisorError
 
@@ -95,6 +96,26 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
         raise
 
 
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch to WAL, retrying while another process does the same on a new file.
+
+    SQLite does not call the busy handler for this switch (it could deadlock),
+    so two processes creating one file at once can see "database is locked";
+    the switch is retried with a short back-off until ``busy_timeout``.
+    """
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 def open_database(
     path: str | os.PathLike[str], *, synchronous: str, busy_timeout: float
 ) -> sqlite3.Connection:
@@ -114,7 +135,7 @@ def open_database(
     )
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(conn, busy_timeout)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_LIMIT_PAGES}")
         conn.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT_BYTES}")

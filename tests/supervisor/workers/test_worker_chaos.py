@@ -1,0 +1,317 @@
+"""Process-mode chaos: 200 worker processes SIGKILLed while threads keep talking to sessions.
+
+The invariant under test is the host's durability promise, in process mode:
+every turn a caller got an answer for is in that session's history, whatever
+worker died; a turn that raised ``WorkerCrashed`` (a ``SessionCrashed``) was
+not acknowledged and the caller moves on. After the storm no registry entry
+refers to a dead proxy or to a session on a dead worker, and a shutdown leaves
+no child process, no file descriptor and no thread behind.
+
+Every wait is on a real event with a bound: a kill waits until each session
+of the killed worker was evicted and resumed and the worker's replacement is
+up, never on a sleep. Seeded choices; only the interleaving varies from run
+to run, never what is asserted.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from actors import Event, Subscriber
+from supervisor import (
+    AgentHost,
+    MemoryCheckpointStore,
+    SessionCrashed,
+    WorkerPool,
+)
+from supervisor.workers import WorkerClient
+from tests.supervisor.host_helpers import WAIT, assert_threads_back, pairs, template
+from tests.supervisor.workers.worker_tools import fds, sessions_on, worker_pid
+
+SESSIONS = 8
+WORKERS = 3
+SENDERS = 3
+KILLS = 200
+TURNS_PER_KILL = 2
+"""Each sender's pace: at most this many turns per kill so far (plus a start), so
+histories, and the checkpoints every turn rewrites, stay a few hundred messages long."""
+
+
+class Tally:
+    """Counts ``crashed`` and ``resumed`` events per session; wait for counts with a bound."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.crashed: Counter[str] = Counter()
+        self.resumed: Counter[str] = Counter()
+        self.given_up: list[str] = []
+
+    def subscriber(self, session_id: str) -> Subscriber:
+        def on_event(event: Event) -> None:
+            with self._cond:
+                if event.type == "crashed":
+                    self.crashed[session_id] += 1
+                elif event.type == "resumed":
+                    self.resumed[session_id] += 1
+                elif event.type == "given_up":
+                    self.given_up.append(session_id)
+                self._cond.notify_all()
+
+        return on_event
+
+    def wait_resumed(self, expected: Counter[str], timeout: float = WAIT) -> None:
+        """Wait until every session was crashed and resumed ``expected[sid]`` times."""
+
+        def done() -> bool:
+            return bool(self.given_up) or all(
+                self.crashed[sid] >= n and self.resumed[sid] >= n for sid, n in expected.items()
+            )
+
+        with self._cond:
+            ok = self._cond.wait_for(done, timeout)
+            assert not self.given_up, f"sessions given up: {self.given_up}"
+            assert ok, f"not resumed in time: wanted {dict(expected)}, saw {dict(self.resumed)}"
+
+    def wait_all_active(self, host: AgentHost, timeout: float = WAIT) -> None:
+        """Wait until ``list_sessions`` shows every session active.
+
+        Status changes are not events of their own, so this re-reads the list
+        each time a session event arrives, or every 50 ms at most, up to ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while {s.status for s in host.list_sessions()} != {"active"}:
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"not all active: {host.list_sessions()}"
+                self._cond.wait(min(remaining, 0.05))
+
+
+def _worker_process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (not gone, not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _generous_pool(monkeypatch: pytest.MonkeyPatch, max_restarts: int) -> None:
+    """Let the host's worker pool replace ``max_restarts`` workers within a minute.
+
+    ``AgentHost`` builds its ``WorkerPool`` with the pool's default worker
+    restart intensity (50 within 10 s of real time) and has no parameter for
+    it, nor does its ``clock=`` reach it (see the xfail test below); a kill
+    cycle takes about 0.1 s, so 200 kills would exceed it.
+    """
+    pool = functools.partial(WorkerPool, max_restarts=max_restarts, max_seconds=60.0)
+    monkeypatch.setattr("supervisor.host.WorkerPool", pool)
+
+
+@pytest.mark.slow
+def test_two_hundred_worker_kills_lose_no_acknowledged_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    AgentHost(MemoryCheckpointStore(), workers=1).shutdown()  # the forkserver and its fds stay
+    threads_before = set(threading.enumerate())
+    fds_before = fds()
+    _generous_pool(monkeypatch, KILLS)
+    tally = Tally()
+    acked: dict[str, list[tuple[int, str, str]]] = {f"p{i}": [] for i in range(SESSIONS)}
+    ack_lock = threading.Lock()
+    failures: list[BaseException] = []
+    unacknowledged = Counter[str]()  # by exception type
+    stop = threading.Event()
+    pace = threading.Condition()
+    kills_done = [0]
+
+    host = AgentHost(MemoryCheckpointStore(), workers=WORKERS, max_restarts=10_000, max_seconds=1.0)
+    pool = host._pool
+    assert pool is not None
+    try:
+        for sid in acked:
+            host.start_session(template(), sid)
+            host.subscribe(sid, tally.subscriber(sid))
+
+        def within_pace(turn: int) -> bool:
+            return stop.is_set() or turn < TURNS_PER_KILL * (kills_done[0] + 2)
+
+        def sender(index: int) -> None:
+            rng = random.Random(index)
+            turn = 0
+            try:
+                while not stop.is_set():
+                    with pace:
+                        pace.wait_for(functools.partial(within_pace, turn), WAIT)
+                    sid = rng.choice(list(acked))
+                    text = f"sender {index} turn {turn}"
+                    turn += 1
+                    try:
+                        answer = host.send(sid, text, timeout=WAIT)
+                    except SessionCrashed as exc:  # WorkerCrashed is one: not acknowledged
+                        unacknowledged[type(exc).__name__] += 1
+                        continue
+                    with ack_lock:
+                        acked[sid].append((index, text, answer.content or ""))
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [
+            threading.Thread(target=sender, args=(i,), name=f"worker-chaos-sender-{i}")
+            for i in range(SENDERS)
+        ]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        rng = random.Random(2026)
+        victims_of: Counter[str] = Counter()
+        killed_pids: list[int] = []
+        try:
+            for _ in range(KILLS):
+                # A random worker among those running sessions (every kill crashes some).
+                busy = sorted({worker_pid(host, sid) for sid in acked})
+                victim = rng.choice(busy)
+                on_victim = sessions_on(host, victim, list(acked))
+                os.kill(victim, signal.SIGKILL)
+                killed_pids.append(victim)
+                victims_of.update(on_victim)
+                # Each of its sessions evicted and resumed, and the worker replaced.
+                tally.wait_resumed(victims_of)
+                assert pool.wait_for_workers(WORKERS, WAIT)
+                assert victim not in pool.pids()
+                assert all(worker_pid(host, sid) != victim for sid in acked)
+                with pace:
+                    kills_done[0] += 1
+                    pace.notify_all()
+        finally:
+            with pace:
+                stop.set()
+                pace.notify_all()
+            for thread in threads:
+                thread.join(WAIT * 2)
+        storm = time.perf_counter() - started
+        assert not failures, failures
+        assert not any(t.is_alive() for t in threads)
+        tally.wait_all_active(host)
+
+        # Every kill was a real worker death, replaced; every session it ran was resumed once.
+        assert len(killed_pids) == len(set(killed_pids)) == KILLS
+        assert pool.deaths == KILLS
+        assert not pool.gave_up
+        assert tally.crashed == tally.resumed == victims_of
+        assert not tally.given_up
+        total_acked = sum(len(turns) for turns in acked.values())
+        assert total_acked > KILLS, "the senders barely ran"
+
+        # No acknowledged turn is missing, none is doubled, each sender's are in order.
+        for sid, turns in acked.items():
+            history = pairs(host.history(sid))
+            assert all(answer == f"echo: {text}" for text, answer in history)
+            texts = [text for text, _ in history]
+            assert len(texts) == len(set(texts)), f"{sid}: a turn was recorded twice"
+            position = {text: i for i, text in enumerate(texts)}
+            for _index, text, answer in turns:
+                assert answer == f"echo: {text}"
+                assert text in position, f"{sid}: acknowledged {text!r} is missing"
+            for index in range(SENDERS):
+                mine = [position[text] for i, text, _ in turns if i == index]
+                assert mine == sorted(mine), f"{sid}: sender {index}'s turns out of order"
+
+        # The registry holds exactly the sessions, each with a live proxy on a live worker.
+        entries = host.registry.list()
+        assert sorted(entry.session_id for entry in entries) == sorted(acked)
+        assert host.registry.count() == SESSIONS
+        assert all(entry.actor_ref.is_alive() for entry in entries)
+        host.registry._check_consistency()
+        live = pool.pids()
+        assert len(live) == WORKERS
+        assert not set(live) & set(killed_pids)
+        for entry in entries:
+            client = pool.worker_of(entry.session_id)
+            assert client is not None
+            assert client.alive
+            assert client.pid in live
+            assert _worker_process_alive(worker_pid(host, entry.session_id))
+        for sid in acked:
+            assert host.send(sid, "after the storm", timeout=WAIT).content == (
+                "echo: after the storm"
+            )
+        print(  # shown with -s: the figures the report quotes
+            f"\n{KILLS} kills in {storm:.1f} s; {total_acked} acknowledged turns, "
+            f"not acknowledged: {dict(unacknowledged)}; "
+            f"{sum(victims_of.values())} session resumes"
+        )
+    finally:
+        host.shutdown()
+    assert multiprocessing.active_children() == []
+    assert fds() == fds_before
+    assert_threads_back(threads_before)
+    assert threading.active_count() == len(threads_before)
+
+
+# -- the worker restart intensity ------------------------------------------------------------
+
+
+class _Ticking:
+    """A clock that moves 11 s forward on every reading: no two readings share a 10 s window."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 11.0
+        return self.now
+
+
+def _poll(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
+    """Bounded wait for a condition that has no event of its own (the pool having buried
+    a killed worker that ran no session): re-check every 5 ms, up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        tick.wait(0.005)
+    return True
+
+
+def _buried(pool: WorkerPool, dead: WorkerClient) -> bool:
+    """Whether the pool has handled ``dead``'s death: replaced it, or given up."""
+    return not dead.alive and (pool.gave_up or any(w is not dead for w in pool.workers()))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "bug: AgentHost(clock=...) does not reach the worker restart intensity: "
+        "supervisor/host.py builds WorkerPool(...) without clock= (nor max_restarts=/"
+        "max_seconds=), so the pool counts worker deaths on time.monotonic and stops "
+        "replacing workers after 50 deaths in 10 real seconds whatever the host's clock says"
+    ),
+)
+def test_the_hosts_clock_drives_the_worker_restart_intensity() -> None:
+    """Sixty worker deaths, each 11 s apart on the host's clock: never over 50 in 10 s."""
+    host = AgentHost(MemoryCheckpointStore(), workers=1, clock=_Ticking())
+    pool = host._pool
+    assert pool is not None
+    try:
+        for _ in range(60):
+            [client] = pool.workers()
+            assert client.pid is not None
+            os.kill(client.pid, signal.SIGKILL)
+            assert _poll(functools.partial(_buried, pool, client))
+            assert not pool.gave_up
+        sid = host.start_session(template(), "after-sixty-deaths")
+        assert host.send(sid, "still here").content == "echo: still here"
+    finally:
+        host.shutdown()

@@ -50,7 +50,7 @@ from actors import (
 )
 from supervisor._actor import kill, supervised_class
 from supervisor._host_record import SessionInfo, SessionRecord
-from supervisor._lifecycle import ExitReason, is_abnormal
+from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
 from supervisor._session_attrs import SessionMetadata, validate
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.child_spec import ChildSpec
@@ -67,7 +67,7 @@ from supervisor.intensity import RestartIntensity
 from supervisor.session_store import SessionEntry, SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore
 from supervisor.workers import SessionLost, WorkerPool
-from supervisor.workers._proxy import start_in_worker
+from supervisor.workers._proxy import NotDelivered, SessionLink, start_in_worker
 
 __all__ = ["AgentHost"]
 
@@ -327,6 +327,10 @@ class AgentHost:
         self, record: SessionRecord, text: str, wait: float, *, retry: bool = True
     ) -> Message:
         ref = self._live_ref(record)
+        if self._pool is not None:
+            link = self._pool.link_of(record.session_id, ref)
+            if link is not None:
+                return self._send_in_worker(record, ref, link, text, wait, retry=retry)
         try:
             answer: Message = _ask(ref, Send(text), wait)
         except pykka.ActorDeadError as exc:
@@ -340,6 +344,41 @@ class AgentHost:
                 f"session {record.session_id!r} did not answer within {wait} s"
             ) from exc
         return answer
+
+    def _send_in_worker(
+        self,
+        record: SessionRecord,
+        ref: pykka.ActorRef[Any],
+        link: SessionLink,
+        text: str,
+        wait: float,
+        *,
+        retry: bool,
+    ) -> Message:
+        """Process mode: the turn goes straight to the worker from this thread.
+
+        Skipping the proxy actor saves a thread hop per call; the proxy stays the
+        session's actor for everything else. Crash semantics are the proxy's:
+        ``WorkerCrashed``/``SessionCrashed`` when the worker or session died
+        during the turn; a turn the session never began is sent again, once, to
+        the next incarnation (after the proxy of this one has gone).
+        """
+        try:
+            return link.send(text, wait)
+        except SessionCrashed:  # WorkerCrashed too: the pool or the worker's report kills the
+            self._await_end(ref)  # proxy; as in thread mode, it is evicted when this raises
+            raise
+        except NotDelivered as exc:
+            self._await_end(ref)
+            if retry:
+                raise _NeverHandled from exc
+            raise SessionCrashed(record.session_id, f"it ended before the turn ({exc})") from exc
+
+    def _await_end(self, ref: pykka.ActorRef[Any]) -> None:
+        """Wait (up to ``restart_wait``) until a dying session actor's Down notices are out."""
+        lifecycle = lifecycle_of(ref)
+        if lifecycle is not None:
+            lifecycle.finished.wait(self.restart_wait)
 
     def steer(self, session_id: str, text: str) -> None:
         """Queue ``text`` to be injected before the session's next model call, even mid-turn.

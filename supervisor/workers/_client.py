@@ -1,12 +1,21 @@
 """``WorkerClient``: the parent's end of one worker process.
 
 Calls are multiplexed over the worker's pipe: each gets a request id and a
-future; one reader thread per worker matches replies to futures and hands
-unsolicited pushes (events, session downs) to a callback. The reader waits on
-the pipe *and* the process sentinel together (``multiprocessing.connection.wait``),
-so a worker's death is noticed at once, without polling: every call still in
-flight then fails with ``WorkerCrashed`` naming the pid and the exit code or
-signal, and the death callback runs.
+``Reply`` (a one-shot, lock-based future); one reader thread per worker matches
+replies to them and hands unsolicited pushes (events, session downs) to a
+callback. The reader waits on the pipe *and* the process sentinel together (one
+``select.poll`` object kept for the worker's life), so a worker's death is
+noticed at once, without polling: every call still in flight then fails with
+``WorkerCrashed`` naming the pid and the exit code or signal, and the death
+callback runs.
+
+Why not ``concurrent.futures.Future`` and ``multiprocessing.connection.wait``:
+a ``send`` round trip is a handful of pipe writes and thread wake-ups, and on
+a small machine the Python work the reader does between handing over a reply
+and blocking again delays the woken caller (it needs the GIL). A ``Future``
+(condition variable, waiter lists) and a selector built per ``wait`` call cost
+about 60 us per round trip there; a pre-acquired lock released by the reader
+and a persistent poll object cost a few.
 """
 
 from __future__ import annotations
@@ -14,12 +23,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import select
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -28,7 +36,7 @@ from supervisor.errors import WorkerCrashed
 from supervisor.workers._protocol import decode_error, pack, unpack
 from supervisor.workers._worker import MEMORY_EXIT, worker_main
 
-__all__ = ["WorkerClient", "describe_exit"]
+__all__ = ["Reply", "WorkerClient", "describe_exit"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -36,6 +44,63 @@ _JOIN_TIMEOUT = 5.0
 
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
+
+_callbacks_lock = threading.Lock()  # guards Reply._callbacks (rare: late replies only)
+
+
+class Reply:
+    """The reply to one call: settled once, by the reader thread (or at the worker's death).
+
+    Thread-safe. Any number of threads may wait in ``result``; ``add_done_callback``
+    runs its function on the settling thread (or at once when already settled).
+    The waiting is a lock the constructor acquires and ``_settle`` releases: the
+    cheapest wake-up CPython has.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_error", "_gate", "_value")
+
+    def __init__(self) -> None:
+        self._gate = threading.Lock()
+        self._gate.acquire()
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Reply], None]] | None = []
+
+    def done(self) -> bool:
+        """True once the reply (or the failure) is in."""
+        return self._done
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The reply payload; raises the call's error, or ``TimeoutError`` after ``timeout``."""
+        if not self._done:
+            if not self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                raise TimeoutError(f"no reply within {timeout} s")
+            self._gate.release()  # let any other waiter through too
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def add_done_callback(self, fn: Callable[[Reply], None]) -> None:
+        """Call ``fn(self)`` once settled (at once, here, if it already is)."""
+        with _callbacks_lock:
+            if self._callbacks is not None:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def _settle(self, value: Any, error: BaseException | None) -> None:
+        self._value = value
+        self._error = error
+        self._done = True
+        self._gate.release()
+        with _callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, None
+        for fn in callbacks or ():
+            try:
+                fn(self)
+            except Exception:
+                logger.exception("a reply callback failed")
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -94,7 +159,7 @@ class WorkerClient:
         self._on_death = on_death
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # guards _futures, _dead and writes to the pipe
-        self._futures: dict[int, Future[Any]] = {}
+        self._futures: dict[int, Reply] = {}
         self._dead = False
         self._closing = False
         self._reader = threading.Thread(
@@ -107,12 +172,12 @@ class WorkerClient:
         """False once the worker is known dead (or shut down)."""
         return not self._dead
 
-    def submit(self, op: str, payload: Any = None) -> Future[Any]:
-        """Send a request; the future gets its reply payload or exception."""
-        future: Future[Any] = Future()
+    def submit(self, op: str, payload: Any = None) -> Reply:
+        """Send a request; the ``Reply`` gets its payload or exception. Any thread."""
+        future = Reply()
         with self._lock:
             if self._dead:
-                future.set_exception(self._crashed())
+                future._settle(None, self._crashed())
                 return future
             call_id = next(self._ids)
             self._futures[call_id] = future
@@ -136,7 +201,9 @@ class WorkerClient:
         future = self.submit(op, payload)
         try:
             return future.result(timeout)
-        except FutureTimeout:
+        except TimeoutError:
+            if future.done():
+                raise  # the error *is* the reply
             logger.error(
                 "worker pid %s did not answer %r within %s s; killing it", self.pid, op, timeout
             )
@@ -168,12 +235,16 @@ class WorkerClient:
     # -- the reader thread --------------------------------------------------------
 
     def _read(self) -> None:
-        conn, sentinel = self._conn, self.process.sentinel
+        conn = self._conn
+        fd = conn.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(self.process.sentinel, select.POLLIN)
         try:
             while True:
-                ready = wait([conn, sentinel])
-                if conn not in ready and sentinel in ready:
-                    break  # died with nothing left to read
+                ready = poller.poll()
+                if not any(ready_fd == fd for ready_fd, _ in ready):
+                    break  # the sentinel alone: died with nothing left to read
                 try:
                     data = conn.recv_bytes()
                 except (EOFError, OSError):
@@ -187,19 +258,24 @@ class WorkerClient:
     def _deliver(self, frame: dict[str, Any]) -> None:
         call_id = frame.get("id")
         if call_id is None:
-            try:
-                self._on_push(self, frame)
-            except Exception:
-                logger.exception("handling %r from worker pid %s failed", frame.get("op"), self.pid)
+            self._push(frame)
             return
+        if "events" in frame:  # events the call published, before its reply
+            self._push({"op": "events", "session": frame.get("session"), "events": frame["events"]})
         with self._lock:
             future = self._futures.pop(call_id, None)
         if future is None:
             return  # a late reply to a call already failed
         if frame.get("ok"):
-            future.set_result(frame.get("payload"))
+            future._settle(frame.get("payload"), None)
         else:
-            future.set_exception(decode_error(frame.get("error") or {}))
+            future._settle(None, decode_error(frame.get("error") or {}))
+
+    def _push(self, frame: dict[str, Any]) -> None:
+        try:
+            self._on_push(self, frame)
+        except Exception:
+            logger.exception("handling %r from worker pid %s failed", frame.get("op"), self.pid)
 
     def _bury(self) -> None:
         """The worker is gone: reap it, fail what was in flight, close the pipe, tell the pool."""
@@ -212,7 +288,7 @@ class WorkerClient:
             self._dead = True
             futures, self._futures = self._futures, {}
         for future in futures.values():
-            future.set_exception(self._crashed())
+            future._settle(None, self._crashed())
         self._conn.close()
         with contextlib.suppress(ValueError):
             self.process.close()

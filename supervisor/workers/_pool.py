@@ -18,7 +18,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import pykka
@@ -29,18 +29,22 @@ from supervisor.errors import TemplateNotPicklable, WorkerCrashed
 from supervisor.intensity import RestartIntensity
 from supervisor.workers._client import WorkerClient
 
+if TYPE_CHECKING:
+    from supervisor.workers._proxy import SessionLink
+
 __all__ = ["WorkerPool"]
 
 logger = logging.getLogger("supervisor.workers")
 
 
 class _Placement:
-    __slots__ = ("client", "events", "ref")
+    __slots__ = ("client", "events", "link", "ref")
 
     def __init__(self, client: WorkerClient, events: EventBuffer) -> None:
         self.client = client
         self.events = events
         self.ref: pykka.ActorRef[Any] | None = None
+        self.link: SessionLink | None = None  # the proxy's, once attached
 
 
 def _default_context() -> multiprocessing.context.BaseContext:
@@ -143,6 +147,15 @@ class WorkerPool:
             placement = self._placements.get(session_id)
         return None if placement is None else placement.client
 
+    def link_of(self, session_id: str, ref: pykka.ActorRef[Any]) -> SessionLink | None:
+        """The ``SessionLink`` of the incarnation whose proxy is ``ref``, or ``None``
+        (released, or another incarnation's). Thread-safe."""
+        with self._lock:
+            placement = self._placements.get(session_id)
+            if placement is None or placement.ref is not ref:
+                return None
+            return placement.link
+
     def _on_death(self, client: WorkerClient) -> None:
         """A worker died (on its reader thread): replace it, crash its sessions' proxies."""
         gave_up_now = replace = False
@@ -182,10 +195,14 @@ class WorkerPool:
             placement = self._placements.get(session_id) if isinstance(session_id, str) else None
         if placement is None or placement.client is not client:
             return
-        if frame.get("op") == "event":
+        op = frame.get("op")
+        if op == "event":
             data = frame.get("data") or {}
             placement.events.publish(str(frame.get("type")), **data)
-        elif frame.get("op") == "down" and placement.ref is not None:
+        elif op == "events":
+            for kind, data in frame.get("events") or ():
+                placement.events.publish(str(kind), **(data or {}))
+        elif op == "down" and placement.ref is not None:
             kill(placement.ref, f"died in worker pid {client.pid}: {frame.get('reason')}")
 
     # -- placement ------------------------------------------------------------------
@@ -211,12 +228,20 @@ class WorkerPool:
             self._placements[session_id] = _Placement(client, events)
         return client
 
-    def attach(self, session_id: str, client: WorkerClient, ref: pykka.ActorRef[Any]) -> None:
-        """Record the proxy of a placed session; crash it at once if its worker already died."""
+    def attach(
+        self,
+        session_id: str,
+        client: WorkerClient,
+        ref: pykka.ActorRef[Any],
+        link: SessionLink | None = None,
+    ) -> None:
+        """Record the proxy (and its ``SessionLink``) of a placed session; crash the
+        proxy at once if its worker already died."""
         with self._lock:
             placement = self._placements.get(session_id)
             if placement is not None and placement.client is client:
                 placement.ref = ref
+                placement.link = link
         if not client.alive:
             kill(ref, f"worker pid {client.pid} died ({client.exit_status})")
 

@@ -26,7 +26,19 @@ Worker -> parent::
     {"id": int, "ok": true, "payload": ...}                 a reply
     {"id": int, "ok": false, "error": {"type", "message", "args"}}
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
+    {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
+
+A reply may also carry ``"session": sid, "events": [[type, data], ...]``: the
+events its call published since the last flush, to publish before the reply.
+The worker holds a call's events back and writes them with the reply, or as
+one ``events`` frame before each model call and tool run, so a consumer still
+sees every event before the slow step that follows it.
     {"op": "down", "session": sid, "reason": str}         a session died in the worker
+
+A call whose session ended while the call waited fails with error type
+``SessionDown`` and ``args == [started]``: ``started`` is true for the call the
+session was running when it died (a crash during the call), false for calls
+still queued behind it (never run: safe to send again to the next incarnation).
 
 ``load_template`` carries cloudpickle bytes (the template's closures, and the
 live model the parent resolved from a model string, or empty bytes when the
@@ -44,10 +56,18 @@ import msgpack
 from actors import PluginError, SteeringQueueFull, TurnLimitExceeded
 from supervisor.errors import RemoteError
 
-__all__ = ["SESSION_DOWN", "decode_error", "encode_error", "pack", "unpack"]
+__all__ = ["SESSION_DOWN", "SessionDown", "decode_error", "encode_error", "pack", "unpack"]
 
 SESSION_DOWN = "SessionDown"
 """Error type of a reply to a call whose session died in the worker while it waited."""
+
+
+class SessionDown(RemoteError):
+    """The parent's form of a ``SessionDown`` reply; ``started``: the call had begun running."""
+
+    def __init__(self, remote_message: str, *, started: bool) -> None:
+        super().__init__(SESSION_DOWN, remote_message)
+        self.started = started
 
 
 def pack(frame: dict[str, Any]) -> bytes:
@@ -84,6 +104,8 @@ def decode_error(error: dict[str, Any]) -> Exception:
     else as a ``RemoteError`` naming the original type and message.
     """
     kind, message, args = error.get("type", "?"), error.get("message", ""), error.get("args", [])
+    if kind == SESSION_DOWN:
+        return SessionDown(str(message), started=bool(args[0]) if args else True)
     if kind == "SteeringQueueFull" and args:
         return SteeringQueueFull(int(args[0]))
     if kind == "TurnLimitExceeded" and args:

@@ -11,6 +11,13 @@ When its worker dies, or the worker reports the session dead, a call in flight
 fails: the proxy exits abnormally with ``SessionLost`` (the ask fails with
 ``ActorDeadError`` caused by it, as when a thread-mode session dies mid-turn),
 and the pool kills idle proxies of a dead worker with ``supervisor.kill``.
+
+The hot path skips the proxy: ``AgentHost.send`` calls ``SessionLink.send``
+on its own thread (the link the pool keeps with the placement), which writes
+the request to the worker's pipe, waits for the reply and saves the checkpoint
+there. A proxy thread hop (a Pykka ask: queue, condition, future) cost as much
+as the whole pipe round trip. The proxy stays the session's actor for the
+registry, monitors and the supervisor, and still serves snapshots and history.
 """
 
 from __future__ import annotations
@@ -33,11 +40,11 @@ from actors import (
 )
 from supervisor._actor import SupervisedActor
 from supervisor.errors import RemoteError, SessionCrashed, WorkerCrashed
-from supervisor.workers._client import WorkerClient
+from supervisor.workers._client import Reply, WorkerClient
 from supervisor.workers._pool import WorkerPool
-from supervisor.workers._protocol import SESSION_DOWN
+from supervisor.workers._protocol import SESSION_DOWN, SessionDown
 
-__all__ = ["SessionLost", "WorkerSession", "start_in_worker"]
+__all__ = ["NotDelivered", "SessionLink", "SessionLost", "WorkerSession", "start_in_worker"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -57,6 +64,121 @@ class SessionLost(BaseException):
     def __init__(self, error: SessionCrashed) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+class NotDelivered(Exception):
+    """A direct ``send`` never ran: the session ended in its worker before taking it.
+
+    Its proxy is on its way out (killed, or stopped); the host waits for that
+    and sends again to the next incarnation, as it does in thread mode for a
+    ``Send`` left in a dead actor's inbox.
+    """
+
+
+class SessionLink:
+    """The parent's line to one session in a worker: calls, and what comes back.
+
+    Thread-safe (its state is fixed at creation; the client is thread-safe).
+    Both the proxy actor (snapshots, history) and ``AgentHost.send`` (directly,
+    on the caller's thread) use it; calls to the session are serialized by the
+    session's actor in the worker, and ``send`` additionally by the host's
+    per-session lock.
+    """
+
+    __slots__ = ("call_timeout", "checkpointer", "client", "events", "session_id")
+
+    def __init__(
+        self,
+        client: WorkerClient,
+        session_id: str,
+        events: EventBuffer,
+        checkpointer: Checkpointer | None,
+        call_timeout: float | None,
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.events = events
+        self.checkpointer = checkpointer
+        self.call_timeout = call_timeout
+
+    def call(self, op: str, payload: dict[str, Any]) -> Any:
+        """A call for the proxy actor: a lost session raises ``SessionLost`` (ends the proxy)."""
+        try:
+            return self.client.call(op, payload, self.call_timeout)
+        except WorkerCrashed as exc:
+            raise SessionLost(WorkerCrashed(exc.pid, exc.exit_status, self.session_id)) from exc
+        except RemoteError as exc:
+            if exc.type_name != SESSION_DOWN:
+                raise
+            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
+            raise SessionLost(SessionCrashed(self.session_id, detail)) from exc
+
+    def send(self, text: str, timeout: float) -> Message:
+        """Run one turn in the worker from the calling thread; save its checkpoint here.
+
+        The caller must hold the session's host lock (one send at a time).
+        Returns when the answer is in and, if one was due, its checkpoint saved;
+        the turn's events were published before (the worker sends them first).
+
+        Raises:
+            WorkerCrashed: the worker died (or was killed after ``call_timeout``).
+            SessionCrashed: the session died in the worker during the turn.
+            NotDelivered: the session ended before the turn began; nothing ran.
+            TimeoutError: no answer within ``timeout``; the turn goes on in the
+                worker and its checkpoint is saved when it ends.
+            Exception: what the turn raised, as in thread mode.
+        """
+        reply = self.client.submit("send", {"session": self.session_id, "text": text})
+        limit = self.call_timeout
+        try:
+            if limit is not None and limit <= timeout:
+                payload = self._result_or_kill(reply, limit)
+            else:
+                payload = reply.result(timeout)
+        except WorkerCrashed as exc:
+            raise WorkerCrashed(exc.pid, exc.exit_status, self.session_id) from exc
+        except SessionDown as exc:
+            if not exc.started:
+                raise NotDelivered(exc.remote_message) from exc
+            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
+            raise SessionCrashed(self.session_id, detail) from exc
+        except TimeoutError:
+            if reply.done():
+                raise
+            reply.add_done_callback(self._late)
+            raise TimeoutError(
+                f"session {self.session_id!r} did not answer within {timeout} s"
+            ) from None
+        return self.finish_send(payload)
+
+    def _result_or_kill(self, reply: Reply, limit: float) -> Any:
+        try:
+            return reply.result(limit)
+        except TimeoutError:
+            if reply.done():
+                raise
+        logger.error(
+            "worker pid %s did not answer 'send' within %s s; killing it", self.client.pid, limit
+        )
+        self.client.kill()
+        return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
+
+    def finish_send(self, reply: dict[str, Any]) -> Message:
+        """The answer of a ``send`` reply, after saving the checkpoint it carries."""
+        answer = Message.from_dict(reply["message"])
+        checkpoint = reply.get("checkpoint")
+        if checkpoint is not None and self.checkpointer is not None:
+            try:
+                self.checkpointer(Snapshot.deserialize(checkpoint))
+            except Exception as exc:
+                self.events.publish("error", error=repr(exc))
+                raise
+        return answer
+
+    def _late(self, reply: Reply) -> None:
+        """A reply that came after its caller gave up (reader thread): keep its checkpoint."""
+        with contextlib.suppress(Exception):
+            self.finish_send(reply.result(0))
 
 
 class _Steer:
@@ -133,75 +255,48 @@ def _start_once(
         steering.requeue(queued)
         pool.release(session_id, client)
         raise
+    link = SessionLink(client, session_id, events, checkpointer, pool.call_timeout)
     try:
-        ref = WorkerSession.start(pool, client, session_id, events, forward, checkpointer)
+        ref = WorkerSession.start(pool, link, forward)
     except BaseException:
         steering.stop_forwarding(forward)
         client.submit("stop", {"session": session_id})
         pool.release(session_id, client)
         raise
-    pool.attach(session_id, client, ref)
+    pool.attach(session_id, client, ref, link)
     return ref
 
 
 class WorkerSession(SupervisedActor):
     """The proxy actor of one session in a worker. Talk to it through its ref, like
     any actor (thread-safe that way); its handlers run on its own thread and block
-    while the worker works, so calls to one session stay serialized."""
+    while the worker works. ``AgentHost.send`` bypasses it (``SessionLink.send``);
+    a ``Send`` asked of it still works the same way."""
 
-    def __init__(  # noqa: PLR0917 (internal: start_in_worker is its only caller)
-        self,
-        pool: WorkerPool,
-        client: WorkerClient,
-        session_id: str,
-        events: EventBuffer,
-        steer: _Steer,
-        checkpointer: Checkpointer | None,
-    ) -> None:
+    def __init__(self, pool: WorkerPool, link: SessionLink, steer: _Steer) -> None:
         super().__init__()
         self.pool = pool
-        self.client = client
-        self.session_id = session_id
-        self.events = events
+        self.link = link
+        self.client = link.client
+        self.session_id = link.session_id
         self._steer = steer
-        self.checkpointer = checkpointer
-        self._timeout = pool.call_timeout
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Send):
             return self._send(message.text)
         if isinstance(message, TakeSnapshot):
-            data = self._call("snapshot", {"session": self.session_id, "label": message.label})
+            data = self.link.call("snapshot", {"session": self.session_id, "label": message.label})
             return Snapshot.deserialize(data)
         if isinstance(message, GetHistory):
-            history = self._call("history", {"session": self.session_id})
+            history = self.link.call("history", {"session": self.session_id})
             return [Message.from_dict(m) for m in history]
         raise TypeError(f"a session in a worker does not understand {message!r}")
 
     def _send(self, text: str) -> Message:
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
-        reply = self._call("send", {"session": self.session_id, "text": text})
-        answer = Message.from_dict(reply["message"])
-        checkpoint = reply.get("checkpoint")
-        if checkpoint is not None and self.checkpointer is not None:
-            try:
-                self.checkpointer(Snapshot.deserialize(checkpoint))
-            except Exception as exc:
-                self.events.publish("error", error=repr(exc))
-                raise
-        return answer
-
-    def _call(self, op: str, payload: dict[str, Any]) -> Any:
-        try:
-            return self.client.call(op, payload, self._timeout)
-        except WorkerCrashed as exc:
-            raise SessionLost(WorkerCrashed(exc.pid, exc.exit_status, self.session_id)) from exc
-        except RemoteError as exc:
-            if exc.type_name != SESSION_DOWN:
-                raise
-            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
-            raise SessionLost(SessionCrashed(self.session_id, detail)) from exc
+        reply = self.link.call("send", {"session": self.session_id, "text": text})
+        return self.link.finish_send(reply)
 
     def on_stop(self) -> None:
         """Stopped on purpose (hibernate, stop_session, shutdown): stop the remote session."""

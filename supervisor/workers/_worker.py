@@ -7,6 +7,12 @@ on the pipe itself when it has finished; ``start`` and ``stop`` (which wait for
 plugin hooks) run on a small thread pool; ``steer`` goes straight into the
 session's steering queue so it reaches a turn that is already running.
 
+Events a session publishes while it handles a call are batched and written
+with the call's reply, in the same frame, or as one ``events`` frame right
+before each slow step (a model call, a tool): a consumer watching the stream
+sees them before the step starts, exactly as if each had been written alone,
+while a quick turn costs one frame instead of one per event.
+
 Sessions run as ``SupervisedActor`` subclasses of ``AgentSession``: a tool
 raising ``SystemExit`` kills its session alone; the worker fails every call
 that was waiting on it and pushes a ``down`` frame so the parent crashes the
@@ -85,12 +91,29 @@ def worker_main(conn: Connection, memory_limit: int | None) -> None:
 
 
 class _Hosted:
-    __slots__ = ("pending", "ref", "steering")
+    """What the worker keeps of one session.
 
-    def __init__(self, ref: pykka.ActorRef[Any], steering: SteeringQueue) -> None:
-        self.ref = ref
+    ``pending`` is guarded by the worker's lock; ``batch`` (the events held back
+    during a call, ``None`` between calls) by ``lock``; ``running`` is written
+    only on the session's actor thread (and read there, by ``_on_down``).
+    """
+
+    __slots__ = ("batch", "lock", "pending", "ref", "running", "session_id", "steering")
+
+    def __init__(self, session_id: str, steering: SteeringQueue) -> None:
+        self.session_id = session_id
+        self.ref: pykka.ActorRef[Any] = None  # type: ignore[assignment]  # set once started
         self.steering = steering
         self.pending: set[int] = set()
+        self.running: int | None = None
+        self.lock = threading.Lock()
+        self.batch: list[list[Any]] | None = None
+
+    def take_batch(self, *, more: bool) -> list[list[Any]] | None:
+        """The events held back so far; go on holding them back only if ``more``."""
+        with self.lock:
+            events, self.batch = self.batch, ([] if more else None)
+        return events
 
 
 class _Worker:
@@ -111,11 +134,20 @@ class _Worker:
         with self._send_lock, contextlib.suppress(OSError):  # parent gone: nobody to tell
             self.conn.send_bytes(data)
 
-    def reply(self, call_id: int, payload: Any) -> None:
-        self._write({"id": call_id, "ok": True, "payload": payload})
+    def reply(self, call_id: int, payload: Any, hosted: _Hosted | None = None) -> None:
+        """Answer a call; with ``hosted``, its held-back events ride in the same frame."""
+        self._write(_with_events({"id": call_id, "ok": True, "payload": payload}, hosted))
 
-    def fail(self, call_id: int, exc: BaseException) -> None:
-        self._write({"id": call_id, "ok": False, "error": encode_error(exc)})
+    def fail(self, call_id: int, exc: BaseException, hosted: _Hosted | None = None) -> None:
+        """Fail a call (see ``reply``)."""
+        frame = {"id": call_id, "ok": False, "error": encode_error(exc)}
+        self._write(_with_events(frame, hosted))
+
+    def flush_events(self, hosted: _Hosted) -> None:
+        """Write the events ``hosted`` held back so far (before a slow step of its turn)."""
+        events = hosted.take_batch(more=True)
+        if events:
+            self._write({"op": "events", "session": hosted.session_id, "events": events})
 
     def run(self) -> None:
         try:
@@ -187,7 +219,7 @@ class _Worker:
             hosted.ref.tell(call)
         except pykka.ActorDeadError:
             self._settle(hosted, call.id)
-            self._write(_down_reply(call.id, "the session is no longer running"))
+            self._write(_down_reply(call.id, "the session is no longer running", started=False))
 
     def _settle(self, hosted: _Hosted, call_id: int) -> None:
         with self._lock:
@@ -202,10 +234,12 @@ class _Worker:
         steering = SteeringQueue(options["max_steering_queue"])
         steering.requeue(list(options.get("steering", [])))
         events = EventBuffer(8)  # a relay only: the parent keeps the session's stream
-        events.subscribe(functools.partial(self._push_event, session_id))
+        hosted = _Hosted(session_id, steering)
+        events.subscribe(functools.partial(self._push_event, hosted))
         ref = _RemoteSession.start(
             template,
             worker=self,
+            hosted=hosted,
             checkpoints=options["checkpoint_every"] is not None,
             session_id=session_id,
             restored_state=None if snapshot is None else snapshot.state,
@@ -217,13 +251,20 @@ class _Worker:
             event_buffer=events,
             checkpoint_every=options["checkpoint_every"] or 1,
         )
-        hosted = _Hosted(ref, steering)
+        hosted.ref = ref
         with self._lock:
             self._sessions[session_id] = hosted
         monitor(ref, functools.partial(self._on_down, session_id, hosted))
 
-    def _push_event(self, session_id: str, event: Event) -> None:
-        self._write({"op": "event", "session": session_id, "type": event.type, "data": event.data})
+    def _push_event(self, hosted: _Hosted, event: Event) -> None:
+        """Relay an event: held back while its session handles a call, else written now."""
+        with hosted.lock:
+            if hosted.batch is not None:
+                hosted.batch.append([event.type, event.data])
+                return
+        self._write(
+            {"op": "event", "session": hosted.session_id, "type": event.type, "data": event.data}
+        )
 
     def _on_down(self, session_id: str, hosted: _Hosted, down: Down) -> None:
         """A session actor exited (on its dying thread): fail its waiting calls, tell the parent."""
@@ -231,8 +272,11 @@ class _Worker:
             if self._sessions.get(session_id) is hosted:
                 del self._sessions[session_id]
             pending, hosted.pending = hosted.pending, set()
+        self.flush_events(hosted)  # what the dying call published, before its failure
+        hosted.take_batch(more=False)
         for call_id in sorted(pending):
-            self._write(_down_reply(call_id, repr(down.reason)))
+            started = call_id == hosted.running
+            self._write(_down_reply(call_id, repr(down.reason), started=started))
         if is_abnormal(down.reason):
             self._write({"op": "down", "session": session_id, "reason": repr(down.reason)})
 
@@ -249,8 +293,17 @@ class _Worker:
             terminate(ref, _STOP_TIMEOUT)
 
 
-def _down_reply(call_id: int, reason: str) -> dict[str, Any]:
-    error = {"type": SESSION_DOWN, "message": reason, "args": []}
+def _with_events(frame: dict[str, Any], hosted: _Hosted | None) -> dict[str, Any]:
+    if hosted is not None:
+        events = hosted.take_batch(more=False)
+        if events:
+            frame["session"] = hosted.session_id
+            frame["events"] = events
+    return frame
+
+
+def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:
+    error = {"type": SESSION_DOWN, "message": reason, "args": [started]}
     return {"id": call_id, "ok": False, "error": error}
 
 
@@ -259,12 +312,22 @@ class _RemoteSession(SupervisedActor, AgentSession):
 
     Runs on its own actor thread. A checkpoint due after a turn is captured as
     bytes and returned with the answer; the parent saves it before ``send``
-    returns there.
+    returns there. Its model and tools are wrapped to flush the events held
+    back so far before they run (see the module docstring).
     """
 
-    def __init__(self, *args: Any, worker: _Worker, checkpoints: bool, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, worker: _Worker, hosted: _Hosted, checkpoints: bool, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._worker = worker
+        self._hosted = hosted
+        flush = functools.partial(worker.flush_events, hosted)
+        self.model = _FlushFirst(self.model, flush)
+        self.tools = {
+            name: dataclasses.replace(t, fn=_flush_first(t.fn, flush))
+            for name, t in self.tools.items()
+        }
         self._captured: bytes | None = None
         self.checkpointer = self._capture if checkpoints else None
 
@@ -275,22 +338,24 @@ class _RemoteSession(SupervisedActor, AgentSession):
         if message.__class__ is not _Call:
             return super().on_receive(message)
         call: _Call = message
+        hosted = self._hosted
+        hosted.running = call.id
+        hosted.take_batch(more=True)
         try:
             result = self._answer(call)
         except Exception as exc:
             self._finish(call.id)
-            self._worker.fail(call.id, exc)
+            self._worker.fail(call.id, exc, hosted)
         else:
             self._finish(call.id)
-            self._worker.reply(call.id, result)
+            self._worker.reply(call.id, result, hosted)
         return None
 
     def _finish(self, call_id: int) -> None:
-        worker = self._worker
-        with worker._lock:
-            hosted = worker._sessions.get(self.session_id)
-            if hosted is not None:
-                hosted.pending.discard(call_id)
+        hosted = self._hosted
+        with self._worker._lock:
+            hosted.pending.discard(call_id)
+            hosted.running = None
 
     def _answer(self, call: _Call) -> Any:
         if call.op == "send":
@@ -301,3 +366,27 @@ class _RemoteSession(SupervisedActor, AgentSession):
         if call.op == "snapshot":
             return self.snapshot(call.payload.get("label")).serialize()
         return [m.to_dict() for m in self.history()]
+
+
+class _FlushFirst:
+    """A session's model, flushing the session's held-back events before each ``generate``."""
+
+    def __init__(self, model: Model, flush: Callable[[], None]) -> None:
+        self._model = model
+        self._flush = flush
+
+    def generate(self, messages: Any, tools: Any) -> Any:
+        self._flush()
+        return self._model.generate(messages, tools)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def _flush_first(fn: Callable[..., Any], flush: Callable[[], None]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run(**arguments: Any) -> Any:
+        flush()
+        return fn(**arguments)
+
+    return run

@@ -6,11 +6,17 @@ event, with a bound (``WAIT``).
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import threading
-from collections.abc import Collection, Iterable, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from actors import (
     AgentTemplate,
@@ -21,12 +27,15 @@ from actors import (
     Plugin,
     PluginContext,
     Tool,
+    is_stripped_marker,
     tool,
 )
-from supervisor import AgentHost, SessionNotFound
+from supervisor import AgentHost, RemoteError, SessionNotFound
 
 __all__ = [
+    "MODES",
     "WAIT",
+    "WORKERS",
     "EventWaiter",
     "FlakyModel",
     "Gate",
@@ -37,62 +46,159 @@ __all__ = [
     "assert_threads_back",
     "blocking_tool",
     "exit_tool",
+    "host_options",
     "pairs",
     "registry_lookup_fails",
+    "same_error",
     "session_thread_gone",
     "template",
+    "thread_only",
     "watch_events",
+    "xfail_in_process",
 ]
 
 WAIT = 5.0
 """Upper bound of every wait in these tests (seconds)."""
 
+MODES = ("thread", "process")
+"""Where a host runs its sessions: threads of this process, or ``WORKERS`` worker processes."""
+
+WORKERS = 2
+"""Worker processes of a process-mode test host."""
+
+
+def host_options(mode: str) -> dict[str, Any]:
+    """The ``AgentHost`` keyword arguments of ``mode`` (one of ``MODES``)."""
+    assert mode in MODES, mode
+    return {"workers": WORKERS} if mode == "process" else {}
+
+
+def thread_only(reason: str) -> pytest.MarkDecorator:
+    """Run a test of a module parametrised by a ``mode`` fixture in thread mode only.
+
+    Overrides the fixture with a direct parametrisation whose process case is
+    skipped with ``reason`` (so ``-ra`` lists every thread-only test and why).
+    """
+    return pytest.mark.parametrize(
+        "mode", ["thread", pytest.param("process", marks=pytest.mark.skip(reason=reason))]
+    )
+
+
+def xfail_in_process(reason: str) -> pytest.MarkDecorator:
+    """Like ``thread_only``, but the process case runs as a strict xfail: a known bug there."""
+    xfail = pytest.mark.xfail(strict=True, reason=reason)
+    return pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=xfail)])
+
+
+def same_error(exc: BaseException | None, error: type[BaseException]) -> bool:
+    """Whether ``exc`` is an ``error``, or the ``RemoteError`` that carries one raised in a
+    worker process back across the pipe (by type name and message only)."""
+    if isinstance(exc, RemoteError):
+        return exc.type_name == error.__name__
+    return isinstance(exc, error)
+
 
 @dataclass(frozen=True, slots=True)
 class StartSeen:
-    """What one ``session_start`` of the ``Journal`` plugin saw."""
+    """What one ``session_start`` of the ``Journal`` plugin saw, and where it ran.
+
+    ``pid`` and ``native_id`` name the thread that ran the session (in this
+    process in thread mode, in a worker process in process mode).
+    """
 
     session_id: str
     resumed: bool
     stripped: tuple[str, ...]
     turns_seen: int
     handle_was: object
-    thread: threading.Thread
+    pid: int
+    native_id: int
+
+
+_RECORDS = "journal.jsonl"
 
 
 class Journal(Plugin):
     """A plugin holding a live value in its state, as real plugins hold connections.
 
-    ``state["handle"]`` is an open file under ``directory`` (when given) or a
-    ``threading.Lock``: both are stripped from snapshots, so on resume
-    ``session_start`` sees ``"handle"`` in ``ctx.stripped`` and rebuilds it.
-    ``state["turns_seen"]`` counts completed turns (plain, persisted). Every
-    start is recorded; ``broken`` makes a *resumed* start raise (a plugin whose
-    resource cannot be rebuilt). Shared by many sessions: thread-safe.
+    ``state["handle"]`` is an open file ``<directory>/<session id>.journal``
+    (when ``directory`` is given) or a ``threading.Lock``: both are stripped
+    from snapshots, so on resume ``session_start`` sees ``"handle"`` in
+    ``ctx.stripped`` and rebuilds it. ``state["turns_seen"]`` counts completed
+    turns (plain, persisted). Every start and end is recorded; ``broken``
+    makes a *resumed* start raise (a plugin whose resource cannot be rebuilt),
+    ``fail_first_start`` a first start.
+
+    Process-safe with a ``directory``: the records are JSON lines appended to
+    ``<directory>/journal.jsonl`` (one ``write`` of one line on an ``O_APPEND``
+    descriptor each, so lines from many threads and processes never mix) and
+    the two switches are files there, so a copy of the plugin in a worker
+    process reports back and obeys switches flipped after it was shipped. It
+    holds no lock, so it pickles. Without a directory everything stays in this
+    process's memory (thread mode only: pickling it raises ``TypeError``).
+    Shared by many sessions: thread-safe either way.
     """
 
     name = "journal"
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory
-        self.broken = False
-        self.fail_first_start = False
-        self._cond = threading.Condition()
-        self.starts: list[StartSeen] = []
-        self.ends: list[tuple[str, str]] = []
+        self._lines: list[str] | None = [] if directory is None else None
+        self._flags: set[str] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.directory is None:
+            raise TypeError("Journal() records in memory; give it a directory to ship it")
+        return {"directory": self.directory, "_lines": None, "_flags": set()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # -- switches (files with a directory, so a worker's copy sees them) -------------------
+
+    @property
+    def broken(self) -> bool:
+        return self._flag("broken")
+
+    @broken.setter
+    def broken(self, value: bool) -> None:
+        self._set_flag("broken", value)
+
+    @property
+    def fail_first_start(self) -> bool:
+        return self._flag("fail_first_start")
+
+    @fail_first_start.setter
+    def fail_first_start(self, value: bool) -> None:
+        self._set_flag("fail_first_start", value)
+
+    def _flag(self, name: str) -> bool:
+        if self.directory is None:
+            return name in self._flags
+        return (self.directory / f"journal.{name}").exists()
+
+    def _set_flag(self, name: str, value: bool) -> None:
+        if self.directory is None:
+            (self._flags.add if value else self._flags.discard)(name)
+        elif value:
+            (self.directory / f"journal.{name}").touch()
+        else:
+            (self.directory / f"journal.{name}").unlink(missing_ok=True)
+
+    # -- hooks -----------------------------------------------------------------------------
 
     def session_start(self, ctx: PluginContext) -> None:
-        seen = StartSeen(
-            ctx.session_id,
-            ctx.resumed,
-            ctx.stripped,
-            int(ctx.state.get("turns_seen", 0)),
-            ctx.state.get("handle"),
-            threading.current_thread(),
+        handle = ctx.state.get("handle")
+        self._record(
+            kind="start",
+            session_id=ctx.session_id,
+            resumed=ctx.resumed,
+            stripped=list(ctx.stripped),
+            turns_seen=int(ctx.state.get("turns_seen", 0)),
+            handle_was=handle if handle is None or is_stripped_marker(handle) else repr(handle),
+            pid=os.getpid(),
+            native_id=threading.get_native_id(),
         )
-        with self._cond:
-            self.starts.append(seen)
-            self._cond.notify_all()
         if self.fail_first_start and not ctx.resumed:
             raise RuntimeError("journal storage unavailable")
         if self.broken and ctx.resumed:
@@ -119,25 +225,94 @@ class Journal(Plugin):
         close = getattr(ctx.state.get("handle"), "close", None)
         if callable(close):
             close()
-        with self._cond:
-            self.ends.append((ctx.session_id, reason))
-            self._cond.notify_all()
+        self._record(kind="end", session_id=ctx.session_id, reason=reason)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _record(self, **fields: Any) -> None:
+        line = json.dumps(fields) + "\n"
+        if self._lines is not None:
+            self._lines.append(line)  # one append: atomic under the GIL
+            return
+        assert self.directory is not None
+        fd = os.open(self.directory / _RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def _records(self) -> list[dict[str, Any]]:
+        if self._lines is not None:
+            lines = list(self._lines)
+        else:
+            assert self.directory is not None
+            try:
+                text = (self.directory / _RECORDS).read_text(encoding="utf-8")
+            except FileNotFoundError:
+                return []
+            lines = text.splitlines(keepends=True)
+        # Only whole lines: a line being written by another process is not one yet.
+        return [json.loads(line) for line in lines if line.endswith("\n")]
+
+    @property
+    def starts(self) -> list[StartSeen]:
+        """Every start so far, in order."""
+        return [
+            StartSeen(
+                r["session_id"],
+                r["resumed"],
+                tuple(r["stripped"]),
+                r["turns_seen"],
+                r["handle_was"],
+                r["pid"],
+                r["native_id"],
+            )
+            for r in self._records()
+            if r["kind"] == "start"
+        ]
+
+    @property
+    def ends(self) -> list[tuple[str, str]]:
+        """Every ``(session id, reason)`` of ``session_end`` so far, in order."""
+        return [(r["session_id"], r["reason"]) for r in self._records() if r["kind"] == "end"]
 
     def of(self, session_id: str) -> list[StartSeen]:
         """Every start of ``session_id`` so far, in order."""
-        with self._cond:
-            return self._of_locked(session_id)
+        return [s for s in self.starts if s.session_id == session_id]
 
     def wait_starts(self, session_id: str, count: int, timeout: float = WAIT) -> list[StartSeen]:
-        """Wait until ``session_id`` started ``count`` times; return its starts."""
-        with self._cond:
-            ok = self._cond.wait_for(lambda: len(self._of_locked(session_id)) >= count, timeout)
-            starts = self._of_locked(session_id)
+        """Wait until ``session_id`` started ``count`` times; return its starts.
+
+        The records may be written by another process, which cannot notify a
+        condition here: this re-reads them every 10 ms, up to ``timeout``.
+        """
+        ok = _poll(lambda: len(self.of(session_id)) >= count, timeout)
+        starts = self.of(session_id)
         assert ok, f"{session_id!r} started {len(starts)} times, wanted {count}"
         return starts
 
-    def _of_locked(self, session_id: str) -> list[StartSeen]:
-        return [s for s in self.starts if s.session_id == session_id]
+    def wait_ends(self, session_id: str, count: int, timeout: float = WAIT) -> list[str]:
+        """Wait until ``session_id`` ended ``count`` times; return the reasons."""
+
+        def reasons() -> list[str]:
+            return [reason for ended, reason in self.ends if ended == session_id]
+
+        ok = _poll(lambda: len(reasons()) >= count, timeout)
+        assert ok, f"{session_id!r} ended {len(reasons())} times, wanted {count}"
+        return reasons()
+
+
+def _poll(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
+    """Bounded wait for a condition no event here announces (a thread of another
+    process exiting, a line another process writes): re-check every 10 ms up to
+    ``timeout``; True once it holds."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        tick.wait(0.01)
+    return True
 
 
 class EventWaiter:
@@ -268,10 +443,28 @@ def assert_threads_back(before: Collection[threading.Thread]) -> None:
 
 
 def session_thread_gone(journal: Journal, session_id: str) -> bool:
-    """Whether every thread that ever ran ``session_id`` has exited (joins each, bounded)."""
+    """Whether every thread that ever ran ``session_id`` has exited (bounded wait).
+
+    A thread of this process is joined; one in a worker process is watched
+    through ``/proc/<pid>/task/<tid>`` until it is gone (or its process is).
+    """
     for seen in journal.of(session_id):
-        seen.thread.join(WAIT)
-    return not any(s.thread.is_alive() for s in journal.of(session_id))
+        if seen.pid == os.getpid():
+            for thread in threading.enumerate():
+                if thread.native_id == seen.native_id:
+                    thread.join(WAIT)
+        if not _poll(functools.partial(_thread_exited, seen.pid, seen.native_id)):
+            return False
+    return True
+
+
+def _thread_exited(pid: int, native_id: int) -> bool:
+    task = Path(f"/proc/{pid}/task/{native_id}/stat")
+    try:
+        state = task.read_text(encoding="ascii").rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in {"Z", "X"}
 
 
 def registry_lookup_fails(host: AgentHost, session_id: str) -> bool:

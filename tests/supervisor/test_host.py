@@ -42,29 +42,46 @@ from supervisor import (
 )
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import (
+    MODES,
     WAIT,
     FlakyModel,
     Journal,
     ModelDown,
     assert_threads_back,
+    host_options,
     pairs,
     registry_lookup_fails,
+    same_error,
     session_thread_gone,
     template,
     watch_events,
+    xfail_in_process,
 )
 
 HostFactory = Callable[..., AgentHost]
 
+_OWN_EXCEPTION_BUG = (
+    "bug (issue 6: the AgentHost API behaves identically in both modes): an exception raised "
+    "in a worker reaches the caller as a RemoteError naming its type, never as itself: "
+    "supervisor/workers/_protocol.py encode_error/decode_error carry only type name and message"
+)
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Every test runs with sessions in threads and in worker processes (unless thread_only)."""
+    return str(request.param)
+
 
 @pytest.fixture
-def make_host() -> Iterator[HostFactory]:
-    """Build hosts (a ``MemoryCheckpointStore`` unless ``store=`` is given); shut all down."""
+def make_host(mode: str) -> Iterator[HostFactory]:
+    """Build hosts in ``mode`` (a ``MemoryCheckpointStore`` unless ``store=`` is given);
+    shut all down."""
     hosts: list[AgentHost] = []
 
     def _make(**kwargs: Any) -> AgentHost:
         kwargs.setdefault("store", MemoryCheckpointStore())
-        host = AgentHost(**kwargs)
+        host = AgentHost(**host_options(mode), **kwargs)
         hosts.append(host)
         return host
 
@@ -74,8 +91,9 @@ def make_host() -> Iterator[HostFactory]:
 
 
 @pytest.fixture
-def journal() -> Journal:
-    return Journal()
+def journal(tmp_path: Path) -> Journal:
+    """A process-safe journal: it reports back from worker processes through ``tmp_path``."""
+    return Journal(tmp_path)
 
 
 def _contents(history: list[Message]) -> list[str | None]:
@@ -152,7 +170,7 @@ def test_plugin_error_on_start_leaves_nothing_registered_or_running(
         host.start_session(template(journal), "bad", tenant_id="acme")
 
     assert caught.value.plugin == "journal"
-    assert isinstance(caught.value.error, RuntimeError)
+    assert same_error(caught.value.error, RuntimeError)
     assert host.list_sessions() == []
     assert host.list_sessions("acme") == []
     assert host.registry.count() == 0
@@ -176,8 +194,22 @@ def test_plugin_error_keeps_the_plugin_exception_as_its_cause(
     with pytest.raises(PluginError) as caught:
         host.start_session(template(journal), "bad")
 
-    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert same_error(caught.value.__cause__, RuntimeError)
     assert caught.value.__cause__ is caught.value.error
+
+
+@xfail_in_process(_OWN_EXCEPTION_BUG)
+def test_plugin_error_carries_the_plugins_own_exception(
+    make_host: HostFactory, journal: Journal
+) -> None:
+    host = make_host()
+    journal.fail_first_start = True
+
+    with pytest.raises(PluginError) as caught:
+        host.start_session(template(journal), "bad")
+
+    assert isinstance(caught.value.error, RuntimeError)
+    assert str(caught.value.error) == "journal storage unavailable"
 
 
 def test_start_session_with_a_missing_registry_profile(make_host: HostFactory) -> None:
@@ -292,9 +324,9 @@ def test_events_stream_with_a_cursor(make_host: HostFactory) -> None:
         host.events("nobody")
 
 
-def test_checkpoint_on_demand_with_a_label(make_host: HostFactory) -> None:
+def test_checkpoint_on_demand_with_a_label(make_host: HostFactory, journal: Journal) -> None:
     host = make_host(checkpoint_every=None)
-    sid = host.start_session(template(Journal()))
+    sid = host.start_session(template(journal))
     host.send(sid, "hello")
 
     snapshot = host.checkpoint(sid, label="before-deploy")
@@ -355,10 +387,12 @@ def test_stop_session_checkpoints_evicts_and_forgets(
             call()
 
 
-def test_shutdown_checkpoints_everything_and_releases_every_thread(tmp_path: Path) -> None:
+def test_shutdown_checkpoints_everything_and_releases_every_thread(
+    tmp_path: Path, mode: str
+) -> None:
     before = set(threading.enumerate())
     journal = Journal(tmp_path)
-    with AgentHost(data_dir=tmp_path / "data", checkpoint_every=None) as host:
+    with AgentHost(data_dir=tmp_path / "data", checkpoint_every=None, **host_options(mode)) as host:
         for index in range(3):
             host.start_session(template(journal), f"s{index}")
             host.send(f"s{index}", f"hello {index}")
@@ -382,9 +416,11 @@ def test_a_shut_down_host_refuses_new_sessions(make_host: HostFactory) -> None:
         host.send("s", "hello")
 
 
-def test_a_shut_down_host_with_its_own_store_refuses_new_sessions(tmp_path: Path) -> None:
+def test_a_shut_down_host_with_its_own_store_refuses_new_sessions(
+    tmp_path: Path, mode: str
+) -> None:
     """Regression: the closed store's ValueError came out before the host's own error."""
-    host = AgentHost(data_dir=tmp_path)
+    host = AgentHost(data_dir=tmp_path, **host_options(mode))
     host.shutdown()
 
     with pytest.raises(RuntimeError, match="shut down"):
@@ -396,9 +432,9 @@ def test_a_shut_down_host_with_its_own_store_refuses_new_sessions(tmp_path: Path
 # -- checkpoint policy -----------------------------------------------------------------------
 
 
-def test_default_policy_checkpoints_durably_before_send_returns(tmp_path: Path) -> None:
+def test_default_policy_checkpoints_durably_before_send_returns(tmp_path: Path, mode: str) -> None:
     store = SQLiteCheckpointStore(tmp_path / "c.db")
-    with AgentHost(store=store) as host:
+    with AgentHost(store=store, **host_options(mode)) as host:
         sid = host.start_session(template())
         for index in range(4):
             host.send(sid, f"turn {index}")
@@ -479,7 +515,7 @@ def test_converse_crash_resume_continue(make_host: HostFactory, tmp_path: Path) 
         (True, ("handle",), 2),
     ]
     assert is_stripped_marker(starts[1].handle_was)
-    assert (sid, "error") in journal.ends
+    assert sid in {ended for ended, _ in journal.ends}  # its reason: see the test below
     # Metadata survived: same tenant, same API key.
     assert [s.status for s in host.list_sessions("acme")] == ["active"]
     assert host.registry.api_key_matches(sid, "k")
@@ -494,6 +530,24 @@ def test_converse_crash_resume_continue(make_host: HostFactory, tmp_path: Path) 
     # The other session never noticed.
     assert host.registry.get(other).actor_ref is other_ref
     assert len(journal.of(other)) == 1
+
+
+@xfail_in_process(
+    "bug: a killed session's plugins get session_end(reason='normal') in process mode: "
+    "WorkerSession.on_failure (supervisor/workers/_proxy.py) sends the worker a plain 'stop', "
+    "which terminate()s the remote session as a normal shutdown"
+)
+def test_plugins_see_a_killed_session_end_with_error(
+    make_host: HostFactory, journal: Journal
+) -> None:
+    host = make_host()
+    sid = host.start_session(template(journal), "victim")
+    host.send(sid, "hello")
+
+    _crash_and_wait(host, sid)
+
+    assert journal.wait_ends(sid, 1) == ["error"]
+    assert host.send(sid, "again").content == "echo: again"
 
 
 def test_registry_evicts_before_anyone_hears_of_the_death(make_host: HostFactory) -> None:
@@ -522,7 +576,7 @@ def test_registry_evicts_before_anyone_hears_of_the_death(make_host: HostFactory
 
 
 def test_a_tool_raising_system_exit_crashes_its_session_alone(
-    make_host: HostFactory, journal: Journal
+    make_host: HostFactory, journal: Journal, mode: str
 ) -> None:
     host = make_host()
     sid = host.start_session(template(journal), "victim")
@@ -534,7 +588,10 @@ def test_a_tool_raising_system_exit_crashes_its_session_alone(
     with pytest.raises(SessionCrashed, match="victim") as caught:
         host.send(sid, "/exit_tool {}")
 
-    assert isinstance(caught.value.__cause__.__cause__, SystemExit)  # type: ignore[union-attr]
+    if mode == "thread":
+        assert isinstance(caught.value.__cause__.__cause__, SystemExit)  # type: ignore[union-attr]
+    else:  # raised in the worker: only its repr crossed the pipe
+        assert "SystemExit(3)" in str(caught.value)
     waiter.wait_for("resumed")
     # The crashing turn was never acknowledged, nor saved.
     assert _contents(host.history(sid)) == ["before", "echo: before"]
@@ -553,9 +610,10 @@ def test_the_model_raising_is_not_a_crash(make_host: HostFactory, journal: Journ
     ref = host.registry.get(sid).actor_ref
     cursor = host.events(sid).cursor
 
-    with pytest.raises(ModelDown, match="provider unavailable"):
+    with pytest.raises(Exception, match="provider unavailable") as caught:
         host.send(sid, "!fail please")
 
+    assert same_error(caught.value, ModelDown)  # its own type: see the test below
     assert host.registry.get(sid).actor_ref is ref
     assert ref.is_alive()
     assert _contents(host.history(sid)) == ["fine", "echo: fine"]  # not recorded
@@ -564,6 +622,15 @@ def test_the_model_raising_is_not_a_crash(make_host: HostFactory, journal: Journ
     assert types == ["turn_started", "error"]
     assert len(journal.of(sid)) == 1
     assert host.send(sid, "again").content == "echo: again"
+
+
+@xfail_in_process(_OWN_EXCEPTION_BUG)
+def test_send_raises_the_models_own_exception(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template(model=FlakyModel()))
+
+    with pytest.raises(ModelDown, match="provider unavailable"):
+        host.send(sid, "!fail please")
 
 
 def test_a_session_crashing_on_every_resume_is_given_up(
@@ -749,8 +816,9 @@ def test_resume_takes_the_live_half_from_the_template(make_host: HostFactory) ->
     host = make_host(store=store)
     host.resume(sid, template(model=FlakyModel()))
 
-    with pytest.raises(ModelDown):
+    with pytest.raises(Exception, match="provider unavailable") as caught:
         host.send(sid, "!fail now")
+    assert same_error(caught.value, ModelDown)
     assert host.checkpoint(sid).state["model"] == "flaky-echo"
 
 
@@ -776,6 +844,11 @@ def _schema_v2_registry() -> MigrationRegistry:
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@xfail_in_process(
+    "bug: the host migrates the checkpoint (store migrations) and ships it re-serialized; "
+    "the worker decodes it with no migrations (supervisor/workers/_worker.py _start: "
+    "Snapshot.deserialize(saved)) and refuses its schema_version as too new"
+)
 def test_resume_a_checkpoint_of_an_older_schema_through_a_migration(
     make_host: HostFactory, journal: Journal, kind: str, tmp_path: Path
 ) -> None:

@@ -1,10 +1,15 @@
-"""``AgentHost`` hibernation, driven by an injected clock (no background sweeper, no sleeps)."""
+"""``AgentHost`` hibernation, driven by an injected clock (no background sweeper, no sleeps).
+
+Every test runs with sessions in threads and in worker processes, except the
+ones marked ``thread_only`` (they say why).
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -12,14 +17,17 @@ from actors import Message
 from supervisor import AgentHost, MemoryCheckpointStore, SessionNotFound
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import (
+    MODES,
     WAIT,
     Gate,
     Journal,
     assert_threads_back,
     blocking_tool,
+    host_options,
     registry_lookup_fails,
     session_thread_gone,
     template,
+    thread_only,
     watch_events,
 )
 
@@ -31,20 +39,27 @@ def clock() -> FakeClock:
     return FakeClock(100.0)
 
 
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def host(clock: FakeClock) -> Iterator[AgentHost]:
+def host(clock: FakeClock, mode: str) -> Iterator[AgentHost]:
     with AgentHost(
         store=MemoryCheckpointStore(),
         hibernate_after_ms=LIMIT_MS,
         auto_hibernate=False,
         clock=clock,
+        **host_options(mode),
     ) as host:
         yield host
 
 
 @pytest.fixture
-def journal() -> Journal:
-    return Journal()
+def journal(tmp_path: Path) -> Journal:
+    """A process-safe journal: it reports back from worker processes through ``tmp_path``."""
+    return Journal(tmp_path)
 
 
 def _contents(history: list[Message]) -> list[str | None]:
@@ -111,6 +126,7 @@ def test_history_of_a_hibernated_session_does_not_wake_it(
     assert registry_lookup_fails(host, sid)
 
 
+@thread_only("the Gate tool rendezvouses with the test on threading.Events of this process")
 def test_a_busy_session_is_not_hibernated(host: AgentHost, clock: FakeClock) -> None:
     gate = Gate()
     sid = host.start_session(template(tools=[blocking_tool(gate)]))
@@ -131,8 +147,10 @@ def test_a_busy_session_is_not_hibernated(host: AgentHost, clock: FakeClock) -> 
     assert host.hibernate_idle() == [sid]
 
 
-def test_per_session_limit_overrides_the_hosts(clock: FakeClock) -> None:
-    with AgentHost(store=MemoryCheckpointStore(), auto_hibernate=False, clock=clock) as host:
+def test_per_session_limit_overrides_the_hosts(clock: FakeClock, mode: str) -> None:
+    with AgentHost(
+        store=MemoryCheckpointStore(), auto_hibernate=False, clock=clock, **host_options(mode)
+    ) as host:
         quick = host.start_session(template(), "quick", hibernate_after_ms=200)
         never = host.start_session(template(), "never")
         clock.now += 3600
@@ -145,10 +163,14 @@ def test_per_session_limit_overrides_the_hosts(clock: FakeClock) -> None:
         assert host.send(never, "x").content == "echo: x"
 
 
-def test_hibernated_sessions_hold_no_threads(clock: FakeClock) -> None:
+def test_hibernated_sessions_hold_no_threads(clock: FakeClock, mode: str) -> None:
     before = set(threading.enumerate())
     with AgentHost(
-        store=MemoryCheckpointStore(), hibernate_after_ms=1, auto_hibernate=False, clock=clock
+        store=MemoryCheckpointStore(),
+        hibernate_after_ms=1,
+        auto_hibernate=False,
+        clock=clock,
+        **host_options(mode),
     ) as host:
         with_host = set(threading.enumerate())
         ids = [host.start_session(template(), f"s{i}", tenant_id=f"t{i % 3}") for i in range(60)]

@@ -2,7 +2,8 @@
 
 The worker (``tests/supervisor/host_worker.py``) prints a line for every turn
 whose ``send`` returned; the durability promise is that each of those is in
-the history a new host on the same data directory resumes.
+the history a new host on the same data directory resumes, whether that new
+host runs its sessions in threads or in worker processes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import IO
 import pytest
 
 from supervisor import AgentHost
-from tests.supervisor.host_helpers import WAIT, Journal, pairs, template
+from tests.supervisor.host_helpers import MODES, WAIT, Journal, host_options, pairs, template
 from tests.supervisor.host_worker import session_ids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,10 @@ def worker(tmp_path: Path) -> Iterator[Worker]:
             started.kill()
 
 
-def test_a_new_host_resumes_every_session_of_a_killed_one(tmp_path: Path, worker: Worker) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_new_host_resumes_every_session_of_a_killed_one(
+    tmp_path: Path, worker: Worker, mode: str
+) -> None:
     acked: dict[str, list[tuple[str, str]]] = {sid: [] for sid in session_ids(SESSIONS)}
     first = json.loads(worker.next_line(START_WAIT))
     acked[first["session"]].append((first["text"], first["answer"]))
@@ -95,8 +99,8 @@ def test_a_new_host_resumes_every_session_of_a_killed_one(tmp_path: Path, worker
         line = json.loads(raw)
         acked[line["session"]].append((line["text"], line["answer"]))
 
-    journal = Journal()
-    with AgentHost(data_dir=tmp_path / "data") as host:
+    journal = Journal(tmp_path)  # process-safe: it reports back from worker processes
+    with AgentHost(data_dir=tmp_path / "data", **host_options(mode)) as host:
         assert sorted(host.resume_all(template(journal))) == session_ids(SESSIONS)
 
         for sid, turns in acked.items():

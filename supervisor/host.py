@@ -117,6 +117,10 @@ class AgentHost:
         worker_call_timeout: Seconds a call may take in a worker before the
             worker is SIGKILLed and replaced (``None``: no limit).
         worker_start_method: ``forkserver`` (default where available) or ``spawn``.
+        worker_max_restarts: Worker deaths allowed within ``worker_max_seconds``
+            (on ``clock``); beyond that the pool logs it and stops replacing
+            workers, and sessions that need one fail to restart.
+        worker_max_seconds: Window of ``worker_max_restarts``.
     """
 
     def __init__(
@@ -138,6 +142,8 @@ class AgentHost:
         worker_memory_limit: int | None = None,
         worker_call_timeout: float | None = None,
         worker_start_method: str | None = None,
+        worker_max_restarts: int = 50,
+        worker_max_seconds: float = 10.0,
     ) -> None:
         if checkpoint_every is not None and (
             isinstance(checkpoint_every, bool)
@@ -163,6 +169,9 @@ class AgentHost:
                 memory_limit=worker_memory_limit,
                 call_timeout=worker_call_timeout,
                 start_method=worker_start_method,
+                max_restarts=worker_max_restarts,
+                max_seconds=worker_max_seconds,
+                clock=clock,
             )
         self._owns_store = store is None
         if store is None:

@@ -304,15 +304,6 @@ def _buried(pool: WorkerPool, dead: WorkerClient) -> bool:
     return not dead.alive and (pool.gave_up or any(w is not dead for w in pool.workers()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: AgentHost(clock=...) does not reach the worker restart intensity: "
-        "supervisor/host.py builds WorkerPool(...) without clock= (nor max_restarts=/"
-        "max_seconds=), so the pool counts worker deaths on time.monotonic and stops "
-        "replacing workers after 50 deaths in 10 real seconds whatever the host's clock says"
-    ),
-)
 def test_the_hosts_clock_drives_the_worker_restart_intensity() -> None:
     """Sixty worker deaths, each 11 s apart on the host's clock: never over 50 in 10 s."""
     host = AgentHost(MemoryCheckpointStore(), workers=1, clock=_Ticking())

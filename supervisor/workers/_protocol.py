@@ -10,7 +10,8 @@ Parent -> worker (requests)::
 
     op              payload                                             reply payload
     load_template   {"key": str, "template": bytes, "model": bytes}     None
-    start           {"session": sid, "key": str, "snapshot": bytes|None,
+    start           {"session": sid, "key": str,
+                     "restore": {"state": dict, "stripped": [str]} | None,
                      "options": {max_steps, checkpoint_every (int|None),
                      max_steering_queue, metadata, steering: [str]}}    None
     send            {"session": sid, "text": str}                       {"message": dict,

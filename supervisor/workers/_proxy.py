@@ -246,7 +246,11 @@ def _start_once(
         payload = {
             "session": session_id,
             "key": key,
-            "snapshot": None if snapshot is None else snapshot.serialize(),
+            # The plain state, not the snapshot's bytes: the parent already read
+            # (and migrated, with its store's registry) the checkpoint.
+            "restore": None
+            if snapshot is None
+            else {"state": snapshot.state, "stripped": list(snapshot.stripped_fields)},
             "options": {**options, "steering": queued},
         }
         client.call("start", payload, timeout)
@@ -300,17 +304,19 @@ class WorkerSession(SupervisedActor):
 
     def on_stop(self) -> None:
         """Stopped on purpose (hibernate, stop_session, shutdown): stop the remote session."""
-        self._release(wait=True)
+        self._release(wait=True, abnormal=False)
 
     def on_failure(self, *_exc_info: object) -> None:
-        """Crashed (killed, or lost with its worker): stop the remote session if it still runs."""
-        self._release(wait=True)
+        """Crashed (killed, or lost with its worker): end the remote session as a crash
+        too, so its plugins' ``session_end`` sees ``error`` as in thread mode."""
+        self._release(wait=True, abnormal=True)
 
-    def _release(self, *, wait: bool) -> None:
+    def _release(self, *, wait: bool, abnormal: bool) -> None:
         self._steer.queue.stop_forwarding(self._steer)
         if self.client.alive:
             with contextlib.suppress(Exception):
-                future = self.client.submit("stop", {"session": self.session_id})
+                payload = {"session": self.session_id, "abnormal": abnormal}
+                future = self.client.submit("stop", payload)
                 if wait:
                     future.result(self.pool.call_timeout or 30.0)
         self.pool.release(self.session_id, self.client)

@@ -47,8 +47,8 @@ from actors import (
     SteeringQueue,
     Tool,
 )
-from supervisor._actor import SupervisedActor, terminate
-from supervisor._lifecycle import Down, is_abnormal
+from supervisor._actor import SupervisedActor, kill, terminate
+from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, unpack
 
@@ -185,7 +185,13 @@ class _Worker:
         elif op == "start":
             self._pool.submit(self._blocking, call_id, self._start, payload)
         elif op == "stop":
-            self._pool.submit(self._blocking, call_id, self._stop, payload["session"])
+            self._pool.submit(
+                self._blocking,
+                call_id,
+                self._stop,
+                payload["session"],
+                bool(payload.get("abnormal", False)),
+            )
         elif op == "steer":
             self._hosted(payload["session"]).steering.put(payload["text"])
             self.reply(call_id, None)
@@ -194,9 +200,9 @@ class _Worker:
         else:
             raise ValueError(f"unknown worker op {op!r}")
 
-    def _blocking(self, call_id: int, fn: Callable[[Any], None], arg: Any) -> None:
+    def _blocking(self, call_id: int, fn: Callable[..., None], *args: Any) -> None:
         try:
-            fn(arg)
+            fn(*args)
         except Exception as exc:
             self.fail(call_id, exc)
         else:
@@ -229,8 +235,7 @@ class _Worker:
         session_id: str = payload["session"]
         template, model = self._templates[payload["key"]]
         options: dict[str, Any] = payload["options"]
-        saved = payload["snapshot"]
-        snapshot = None if saved is None else Snapshot.deserialize(saved)
+        restore: dict[str, Any] | None = payload["restore"]
         steering = SteeringQueue(options["max_steering_queue"])
         steering.requeue(list(options.get("steering", [])))
         events = EventBuffer(8)  # a relay only: the parent keeps the session's stream
@@ -242,8 +247,8 @@ class _Worker:
             hosted=hosted,
             checkpoints=options["checkpoint_every"] is not None,
             session_id=session_id,
-            restored_state=None if snapshot is None else snapshot.state,
-            stripped_fields=() if snapshot is None else snapshot.stripped_fields,
+            restored_state=None if restore is None else restore["state"],
+            stripped_fields=() if restore is None else tuple(restore["stripped"]),
             model=model,
             max_steps=options["max_steps"],
             metadata=options.get("metadata"),
@@ -280,11 +285,19 @@ class _Worker:
         if is_abnormal(down.reason):
             self._write({"op": "down", "session": session_id, "reason": repr(down.reason)})
 
-    def _stop(self, session_id: str) -> None:
+    def _stop(self, session_id: str, abnormal: bool = False) -> None:
+        """Stop a session: a shutdown, or (its proxy crashed) a kill, as in thread mode."""
         with self._lock:
             hosted = self._sessions.get(session_id)
-        if hosted is not None:
+        if hosted is None:
+            return
+        if not abnormal:
             terminate(hosted.ref, _STOP_TIMEOUT)
+            return
+        kill(hosted.ref, "its proxy in the parent crashed")
+        lifecycle = lifecycle_of(hosted.ref)
+        if lifecycle is not None:
+            lifecycle.finished.wait(_STOP_TIMEOUT)
 
     def _stop_all(self) -> None:
         with self._lock:

@@ -532,11 +532,6 @@ def test_converse_crash_resume_continue(make_host: HostFactory, tmp_path: Path) 
     assert len(journal.of(other)) == 1
 
 
-@xfail_in_process(
-    "bug: a killed session's plugins get session_end(reason='normal') in process mode: "
-    "WorkerSession.on_failure (supervisor/workers/_proxy.py) sends the worker a plain 'stop', "
-    "which terminate()s the remote session as a normal shutdown"
-)
 def test_plugins_see_a_killed_session_end_with_error(
     make_host: HostFactory, journal: Journal
 ) -> None:
@@ -844,11 +839,6 @@ def _schema_v2_registry() -> MigrationRegistry:
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-@xfail_in_process(
-    "bug: the host migrates the checkpoint (store migrations) and ships it re-serialized; "
-    "the worker decodes it with no migrations (supervisor/workers/_worker.py _start: "
-    "Snapshot.deserialize(saved)) and refuses its schema_version as too new"
-)
 def test_resume_a_checkpoint_of_an_older_schema_through_a_migration(
     make_host: HostFactory, journal: Journal, kind: str, tmp_path: Path
 ) -> None:

@@ -117,27 +117,12 @@ def _worker_process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _generous_pool(monkeypatch: pytest.MonkeyPatch, max_restarts: int) -> None:
-    """Let the host's worker pool replace ``max_restarts`` workers within a minute.
-
-    ``AgentHost`` builds its ``WorkerPool`` with the pool's default worker
-    restart intensity (50 within 10 s of real time) and has no parameter for
-    it, nor does its ``clock=`` reach it (see the xfail test below); a kill
-    cycle takes about 0.1 s, so 200 kills would exceed it.
-    """
-    pool = functools.partial(WorkerPool, max_restarts=max_restarts, max_seconds=60.0)
-    monkeypatch.setattr("supervisor.host.WorkerPool", pool)
-
-
 @pytest.mark.slow
-def test_two_hundred_worker_kills_lose_no_acknowledged_turn(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
     AgentHost(MemoryCheckpointStore(), workers=1).shutdown()  # the forkserver and its fds stay
     gc.collect()  # close what earlier tests left to the collector, so it does not close now
     threads_before = set(threading.enumerate())
     fds_before = _open_fds()
-    _generous_pool(monkeypatch, KILLS)
     tally = Tally()
     acked: dict[str, list[tuple[int, str, str]]] = {f"p{i}": [] for i in range(SESSIONS)}
     ack_lock = threading.Lock()
@@ -147,7 +132,14 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn(
     pace = threading.Condition()
     kills_done = [0]
 
-    host = AgentHost(MemoryCheckpointStore(), workers=WORKERS, max_restarts=10_000, max_seconds=1.0)
+    host = AgentHost(
+        MemoryCheckpointStore(),
+        workers=WORKERS,
+        max_restarts=10_000,
+        max_seconds=1.0,
+        worker_max_restarts=KILLS,  # a kill cycle takes ~0.1 s: 200 fit in a minute
+        worker_max_seconds=60.0,
+    )
     pool = host._pool
     assert pool is not None
     try:

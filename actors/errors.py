@@ -116,6 +116,11 @@ class PluginError(ActorsError, RuntimeError):
         self.hook = hook
         self.error = error
         super().__init__(f"plugin {plugin!r} failed in {hook}: {error!r}")
+        self.__cause__ = error  # also after a pickle round trip (from a worker process)
+
+    def __reduce__(self) -> tuple[type[PluginError], tuple[str, str, BaseException]]:
+        # Pickles (to cross from a worker process) with the plugin's own exception.
+        return (PluginError, (self.plugin, self.hook, self.error))
 
 
 class SnapshotEncodeError(ActorsError, TypeError):

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cloudpickle
 import msgpack
 
 from actors import PluginError, SteeringQueueFull, TurnLimitExceeded
@@ -94,15 +95,37 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
         args = [getattr(exc, "max_steps", 0)]
     elif isinstance(exc, PluginError):
         args = [exc.plugin, exc.hook, type(exc.error).__name__, str(exc.error)]
-    return {"type": type(exc).__name__, "message": str(exc), "args": args}
+    try:  # the exception itself, so the caller sees the same class as in thread mode
+        pickled: bytes | None = cloudpickle.dumps(exc)
+    except Exception:
+        pickled = None
+    return {"type": type(exc).__name__, "message": str(exc), "args": args, "pickled": pickled}
+
+
+def _unpickled(data: object) -> Exception | None:
+    """The worker's own exception object, when it pickled and unpickles cleanly.
+
+    Only our own worker process writes these bytes. Exceptions whose
+    ``__init__`` does not accept their ``args`` back fail to unpickle; they
+    take the explicit paths below instead.
+    """
+    if not isinstance(data, bytes):
+        return None
+    try:
+        exc = cloudpickle.loads(data)
+    except Exception:
+        return None
+    return exc if isinstance(exc, Exception) else None
 
 
 def decode_error(error: dict[str, Any]) -> Exception:
     """The exception to raise in the parent for a failed reply.
 
-    ``PluginError``, ``SteeringQueueFull`` and ``TurnLimitExceeded`` come back as
-    themselves (a plugin's own exception as a ``RemoteError`` cause); anything
-    else as a ``RemoteError`` naming the original type and message.
+    The worker's exception itself when it survives a pickle round trip (a
+    model's ``RuntimeError`` reaches the caller as in thread mode); otherwise
+    ``PluginError``, ``SteeringQueueFull`` and ``TurnLimitExceeded`` are rebuilt
+    (a plugin's own exception as a ``RemoteError`` cause), and anything else
+    becomes a ``RemoteError`` naming the original type and message.
     """
     kind, message, args = error.get("type", "?"), error.get("message", ""), error.get("args", [])
     if kind == SESSION_DOWN:
@@ -111,6 +134,9 @@ def decode_error(error: dict[str, Any]) -> Exception:
         return SteeringQueueFull(int(args[0]))
     if kind == "TurnLimitExceeded" and args:
         return TurnLimitExceeded(int(args[0]))
+    own = _unpickled(error.get("pickled"))
+    if own is not None:
+        return own
     if kind == "PluginError" and len(args) == 4:
         cause = RemoteError(str(args[2]), str(args[3]))
         exc = PluginError(str(args[0]), str(args[1]), cause)

@@ -55,16 +55,9 @@ from tests.supervisor.host_helpers import (
     session_thread_gone,
     template,
     watch_events,
-    xfail_in_process,
 )
 
 HostFactory = Callable[..., AgentHost]
-
-_OWN_EXCEPTION_BUG = (
-    "bug (issue 6: the AgentHost API behaves identically in both modes): an exception raised "
-    "in a worker reaches the caller as a RemoteError naming its type, never as itself: "
-    "supervisor/workers/_protocol.py encode_error/decode_error carry only type name and message"
-)
 
 
 @pytest.fixture(params=MODES)
@@ -198,7 +191,6 @@ def test_plugin_error_keeps_the_plugin_exception_as_its_cause(
     assert caught.value.__cause__ is caught.value.error
 
 
-@xfail_in_process(_OWN_EXCEPTION_BUG)
 def test_plugin_error_carries_the_plugins_own_exception(
     make_host: HostFactory, journal: Journal
 ) -> None:
@@ -619,7 +611,6 @@ def test_the_model_raising_is_not_a_crash(make_host: HostFactory, journal: Journ
     assert host.send(sid, "again").content == "echo: again"
 
 
-@xfail_in_process(_OWN_EXCEPTION_BUG)
 def test_send_raises_the_models_own_exception(make_host: HostFactory) -> None:
     host = make_host()
     sid = host.start_session(template(model=FlakyModel()))

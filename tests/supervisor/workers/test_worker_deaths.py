@@ -157,15 +157,18 @@ def test_cpu_bound_tools_on_two_workers_run_in_parallel() -> None:
         work = '/burn {"n": 3000000}'
         host.send(a, work)  # warm up both workers
         host.send(b, work)
-        start = time.perf_counter()
-        host.send(a, work)
-        one = time.perf_counter() - start
+        ones, boths = [], []
         with ThreadPoolExecutor(2) as pool:
-            start = time.perf_counter()
-            futures = [pool.submit(host.send, sid, work) for sid in (a, b)]
-            for future in futures:
-                future.result(WAIT * 6)
-            both = time.perf_counter() - start
+            for _ in range(3):  # best of three of each: one noisy moment decides nothing
+                start = time.perf_counter()
+                host.send(a, work)
+                ones.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                futures = [pool.submit(host.send, sid, work) for sid in (a, b)]
+                for future in futures:
+                    future.result(WAIT * 6)
+                boths.append(time.perf_counter() - start)
+        one, both = min(ones), min(boths)
         # Serial execution would take 2x; on a busy shared machine allow slack.
         assert both < 1.6 * one, f"two calls took {both:.3f} s, one took {one:.3f} s"
     finally:

@@ -43,6 +43,7 @@ __all__ = [
     "ModelDown",
     "StartSeen",
     "add",
+    "assert_acknowledged_turns_kept",
     "assert_threads_back",
     "blocking_tool",
     "exit_tool",
@@ -474,3 +475,22 @@ def registry_lookup_fails(host: AgentHost, session_id: str) -> bool:
     except SessionNotFound:
         return True
     return False
+
+
+def assert_acknowledged_turns_kept(
+    host: AgentHost, acked: dict[str, list[tuple[int, str, str]]], senders: int
+) -> None:
+    """Every acknowledged ``(sender, text, answer)`` turn is in its session's history,
+    none is recorded twice, and each sender's turns are in the order it sent them."""
+    for sid, turns in acked.items():
+        history = pairs(host.history(sid))
+        assert all(answer == f"echo: {text}" for text, answer in history)
+        texts = [text for text, _ in history]
+        assert len(texts) == len(set(texts)), f"{sid}: a turn was recorded twice"
+        position = {text: i for i, text in enumerate(texts)}
+        for _index, text, answer in turns:
+            assert answer == f"echo: {text}"
+            assert text in position, f"{sid}: acknowledged {text!r} is missing"
+        for index in range(senders):
+            mine = [position[text] for i, text, _ in turns if i == index]
+            assert mine == sorted(mine), f"{sid}: sender {index}'s turns out of order"

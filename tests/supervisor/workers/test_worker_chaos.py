@@ -38,7 +38,12 @@ from supervisor import (
     WorkerPool,
 )
 from supervisor.workers import WorkerClient
-from tests.supervisor.host_helpers import WAIT, assert_threads_back, pairs, template
+from tests.supervisor.host_helpers import (
+    WAIT,
+    assert_acknowledged_turns_kept,
+    assert_threads_back,
+    template,
+)
 from tests.supervisor.workers.worker_tools import fds, sessions_on, worker_pid
 
 SESSIONS = 8
@@ -218,18 +223,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
         assert total_acked > KILLS, "the senders barely ran"
 
         # No acknowledged turn is missing, none is doubled, each sender's are in order.
-        for sid, turns in acked.items():
-            history = pairs(host.history(sid))
-            assert all(answer == f"echo: {text}" for text, answer in history)
-            texts = [text for text, _ in history]
-            assert len(texts) == len(set(texts)), f"{sid}: a turn was recorded twice"
-            position = {text: i for i, text in enumerate(texts)}
-            for _index, text, answer in turns:
-                assert answer == f"echo: {text}"
-                assert text in position, f"{sid}: acknowledged {text!r} is missing"
-            for index in range(SENDERS):
-                mine = [position[text] for i, text, _ in turns if i == index]
-                assert mine == sorted(mine), f"{sid}: sender {index}'s turns out of order"
+        assert_acknowledged_turns_kept(host, acked, SENDERS)
 
         # The registry holds exactly the sessions, each with a live proxy on a live worker.
         entries = host.registry.list()

@@ -243,6 +243,19 @@ def _decode_error(exc: BaseException) -> SnapshotDecodeError:
     return SnapshotDecodeError(f"not valid msgpack ({type(exc).__name__}: {text})")
 
 
+def _unpackb(data: bytes | bytearray | memoryview, **options: Any) -> Any:
+    """``msgpack.unpackb`` with the options both decode paths share."""
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        timestamp=3,
+        ext_hook=_ext_hook,
+        **options,
+    )
+
+
 def decode_plain(data: object) -> Any:
     """Decode msgpack bytes written by ``encode_plain`` back into plain values.
 
@@ -268,27 +281,11 @@ def decode_plain(data: object) -> Any:
     # the slow path, which checks each map's keys in Python and names the problem.
     if type(data) is not memoryview and not _may_hold_empty_bin(data):
         try:
-            return msgpack.unpackb(
-                data,
-                raw=False,
-                strict_map_key=True,
-                use_list=True,
-                timestamp=3,
-                max_bin_len=0,
-                ext_hook=_ext_hook,
-            )
+            return _unpackb(data, max_bin_len=0)
         except Exception:  # the slow path below finds and names the problem
             pass
     try:
-        return msgpack.unpackb(
-            data,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            timestamp=3,
-            object_hook=_object_hook,
-            ext_hook=_ext_hook,
-        )
+        return _unpackb(data, object_hook=_object_hook)
     except SnapshotDecodeError:
         raise
     except Exception as exc:  # msgpack signals malformed input with many types

@@ -18,10 +18,12 @@ from typing import Any, ClassVar, Self
 import pykka
 
 from actors._hooks import PluginRunner
+from actors._prompt import PromptView
 from actors.errors import TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
 from actors.model import Model, ModelResponse
+from actors.plugins import Plugin
 from actors.providers import ProviderRegistry
 from actors.snapshot import Snapshot
 from actors.steering import SteeringQueue
@@ -161,6 +163,11 @@ class AgentSession(pykka.ThreadingActor):
         )
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
+        self._system: Message | None = None
+        self._prompt_plugins = any(
+            getattr(type(p), "before_model", None) is not Plugin.before_model
+            for p in template.plugins
+        )
 
     @staticmethod
     def _resolve(model: Model | str, providers: ProviderRegistry | None) -> Model:
@@ -234,7 +241,8 @@ class AgentSession(pykka.ThreadingActor):
         try:
             answer = self._run_turn()
         except Exception as exc:
-            del self._messages[mark:]
+            # A new list, not ``del``: prompts handed to the model are views of the old one.
+            self._messages = self._messages[:mark]
             self.steering.requeue(self._steered)
             self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
             raise
@@ -306,7 +314,8 @@ class AgentSession(pykka.ThreadingActor):
                 self._messages.append(Message.user(text))
                 self.event_buffer.publish("steered", text=text)
             prompt = self._prompt()
-            prompt = self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
+            if self._prompt_plugins:
+                prompt = self._piped_prompt(list(prompt))
             response = self.model.generate(prompt, tools)
             self._usage += response.usage
             response = self.plugins.pipe(
@@ -319,9 +328,14 @@ class AgentSession(pykka.ThreadingActor):
                 self._call_tool(call)
         raise TurnLimitExceeded(self.max_steps)
 
-    def _prompt(self) -> list[Message]:
-        system = [Message.system(self.template.instructions)] if self.template.instructions else []
-        return system + self._messages
+    def _prompt(self) -> Sequence[Message]:
+        """System prompt then history, as an O(1) view (``before_model`` plugins get a list)."""
+        if self._system is None and self.template.instructions:
+            self._system = Message.system(self.template.instructions)
+        return PromptView(self._system, self._messages)
+
+    def _piped_prompt(self, prompt: list[Message]) -> list[Message]:
+        return self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
 
     def _record(self, response: ModelResponse) -> None:
         self._messages.append(response.message)

@@ -55,6 +55,7 @@ from supervisor.errors import Killed
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from pykka._actor import ActorInbox
     from pykka._envelope import Envelope
 
 __all__ = ["SupervisedActor", "kill", "supervised_class", "terminate"]
@@ -86,6 +87,13 @@ class SupervisedActor(pykka.ThreadingActor):
         self._sv_reason: ExitReason | None = None
         self._sv_lifecycle = Lifecycle()
         attach_lifecycle(self.actor_ref, self._sv_lifecycle)
+
+    @staticmethod
+    def _create_actor_inbox() -> ActorInbox:
+        """A ``queue.SimpleQueue``: Pykka uses only ``put``, ``get`` and ``empty``, and this
+        C-level queue hands a message to the actor's thread faster than ``queue.Queue``."""
+        inbox: queue.SimpleQueue[Envelope[Any]] = queue.SimpleQueue()
+        return inbox
 
     def _start_actor_loop(self) -> None:
         if lifecycle_of(self.actor_ref) is None:

@@ -28,13 +28,13 @@ Worker -> parent::
     {"id": int, "ok": false, "error": {"type", "message", "args"}}
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
     {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
+    {"op": "down", "session": sid, "reason": str}         a session died in the worker
 
 A reply may also carry ``"session": sid, "events": [[type, data], ...]``: the
-events its call published since the last flush, to publish before the reply.
-The worker holds a call's events back and writes them with the reply, or as
-one ``events`` frame before each model call and tool run, so a consumer still
-sees every event before the slow step that follows it.
-    {"op": "down", "session": sid, "reason": str}         a session died in the worker
+events its call published and held back, to publish before the reply. The
+worker writes a call's events with its reply, or as one ``events`` frame once
+they have been held for ``FLUSH_AFTER`` (1 ms), so a consumer still sees a
+slow step's events while the step runs, and a quick turn costs one frame.
 
 A call whose session ended while the call waited fails with error type
 ``SessionDown`` and ``args == [started]``: ``started`` is true for the call the

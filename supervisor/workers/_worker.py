@@ -7,11 +7,11 @@ on the pipe itself when it has finished; ``start`` and ``stop`` (which wait for
 plugin hooks) run on a small thread pool; ``steer`` goes straight into the
 session's steering queue so it reaches a turn that is already running.
 
-Events a session publishes while it handles a call are batched and written
-with the call's reply, in the same frame, or as one ``events`` frame right
-before each slow step (a model call, a tool): a consumer watching the stream
-sees them before the step starts, exactly as if each had been written alone,
-while a quick turn costs one frame instead of one per event.
+Events a session publishes while it handles a call are held back and written
+with the call's reply, in the same frame, so a quick turn costs one frame
+instead of one per event. A ``_Flusher`` thread writes whatever a call has held
+back for ``FLUSH_AFTER`` seconds, so a consumer watching the stream still sees
+a slow step's events (a model call, a tool) while that step runs.
 
 Sessions run as ``SupervisedActor`` subclasses of ``AgentSession``: a tool
 raising ``SystemExit`` kills its session alone; the worker fails every call
@@ -27,8 +27,10 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -52,12 +54,15 @@ from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, unpack
 
-__all__ = ["MEMORY_EXIT", "worker_main"]
+__all__ = ["FLUSH_AFTER", "MEMORY_EXIT", "worker_main"]
 
 logger = logging.getLogger("supervisor.workers")
 
 MEMORY_EXIT = 75
 """Exit code of a worker that ran out of memory (a tool raised ``MemoryError``)."""
+
+FLUSH_AFTER = 0.001
+"""Seconds a call may hold its events back before they are written on their own."""
 
 _STOP_TIMEOUT = 10.0
 
@@ -93,12 +98,23 @@ def worker_main(conn: Connection, memory_limit: int | None) -> None:
 class _Hosted:
     """What the worker keeps of one session.
 
-    ``pending`` is guarded by the worker's lock; ``batch`` (the events held back
-    during a call, ``None`` between calls) by ``lock``; ``running`` is written
-    only on the session's actor thread (and read there, by ``_on_down``).
+    ``lock`` guards ``pending`` (ids of calls told to the session and not yet
+    answered), ``running`` (the call it is handling), ``batch`` (the events that
+    call held back so far; ``None`` between calls) and ``held_since``. Frames
+    about the session are written under ``lock`` too, so its events and
+    replies reach the parent in the order they happened.
     """
 
-    __slots__ = ("batch", "lock", "pending", "ref", "running", "session_id", "steering")
+    __slots__ = (
+        "batch",
+        "held_since",
+        "lock",
+        "pending",
+        "ref",
+        "running",
+        "session_id",
+        "steering",
+    )
 
     def __init__(self, session_id: str, steering: SteeringQueue) -> None:
         self.session_id = session_id
@@ -108,12 +124,86 @@ class _Hosted:
         self.running: int | None = None
         self.lock = threading.Lock()
         self.batch: list[list[Any]] | None = None
+        self.held_since = 0.0
 
-    def take_batch(self, *, more: bool) -> list[list[Any]] | None:
-        """The events held back so far; go on holding them back only if ``more``."""
-        with self.lock:
-            events, self.batch = self.batch, ([] if more else None)
-        return events
+
+class _Relay(EventBuffer):
+    """The event buffer of a session in a worker: relays each event to the parent, keeps none.
+
+    The parent's buffer is the session's stream (it outlives this process);
+    ``since`` here is always empty.
+    """
+
+    def __init__(self, worker: _Worker, hosted: _Hosted) -> None:
+        super().__init__(1)
+        self._worker = worker
+        self._hosted = hosted
+
+    def publish(self, type_: str, **data: Any) -> Event:
+        self._worker.relay(self._hosted, type_, data)
+        return Event(0, type_, data, time.time())
+
+
+class _Flusher:
+    """Writes the events a call has held back for ``FLUSH_AFTER`` seconds.
+
+    Thread-safe. It sleeps untimed while no call holds events, and wakes about
+    once per ``FLUSH_AFTER`` while some do, however many calls come and go.
+    Lock order: a session's ``lock``, then the flusher's.
+    """
+
+    def __init__(self, flush: Callable[[_Hosted], None]) -> None:
+        self._flush = flush
+        self._cond = threading.Condition(threading.Lock())
+        self._watched: set[_Hosted] = set()
+        self._idle = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="worker-event-flusher", daemon=True)
+        self._thread.start()
+
+    def watch(self, hosted: _Hosted) -> None:
+        """``hosted`` began holding events (caller holds ``hosted.lock``)."""
+        with self._cond:
+            self._watched.add(hosted)
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(_STOP_TIMEOUT)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._watched and not self._closed:
+                    self._idle = True
+                    self._cond.wait()
+                if self._closed:
+                    return
+                watched = list(self._watched)
+            wake_at = math.inf
+            for hosted in watched:
+                wake_at = min(wake_at, self._check(hosted))
+            if wake_at < math.inf:
+                with self._cond:
+                    if not self._closed:
+                        self._cond.wait(max(wake_at - time.monotonic(), 0.0))
+
+    def _check(self, hosted: _Hosted) -> float:
+        """Flush ``hosted`` if its events are due; return when they will be (``inf``: none held)."""
+        with hosted.lock:
+            if not hosted.batch:
+                with self._cond:
+                    self._watched.discard(hosted)
+                return math.inf
+            due = hosted.held_since + FLUSH_AFTER
+            if due > time.monotonic():
+                return due
+            self._flush(hosted)
+            return math.inf
 
 
 class _Worker:
@@ -126,6 +216,7 @@ class _Worker:
         self._sessions: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
+        self._flusher = _Flusher(self._write_held)
 
     # -- the pipe ------------------------------------------------------------
 
@@ -134,19 +225,44 @@ class _Worker:
         with self._send_lock, contextlib.suppress(OSError):  # parent gone: nobody to tell
             self.conn.send_bytes(data)
 
-    def reply(self, call_id: int, payload: Any, hosted: _Hosted | None = None) -> None:
-        """Answer a call; with ``hosted``, its held-back events ride in the same frame."""
-        self._write(_with_events({"id": call_id, "ok": True, "payload": payload}, hosted))
+    def reply(self, call_id: int, payload: Any) -> None:
+        """Answer a call that belongs to no session (or whose session has gone)."""
+        self._write({"id": call_id, "ok": True, "payload": payload})
 
-    def fail(self, call_id: int, exc: BaseException, hosted: _Hosted | None = None) -> None:
+    def fail(self, call_id: int, exc: BaseException) -> None:
         """Fail a call (see ``reply``)."""
-        frame = {"id": call_id, "ok": False, "error": encode_error(exc)}
-        self._write(_with_events(frame, hosted))
+        self._write({"id": call_id, "ok": False, "error": encode_error(exc)})
 
-    def flush_events(self, hosted: _Hosted) -> None:
-        """Write the events ``hosted`` held back so far (before a slow step of its turn)."""
-        events = hosted.take_batch(more=True)
-        if events:
+    def answer(self, hosted: _Hosted, frame: dict[str, Any]) -> None:
+        """Write the reply ``frame`` of ``hosted``'s running call, with the events it held back."""
+        with hosted.lock:
+            hosted.pending.discard(frame["id"])
+            hosted.running = None
+            events, hosted.batch = hosted.batch, None
+            if events:
+                frame["session"] = hosted.session_id
+                frame["events"] = events
+            self._write(frame)
+
+    def relay(self, hosted: _Hosted, type_: str, data: dict[str, Any]) -> None:
+        """An event of ``hosted``: held back while it handles a call, else written now."""
+        with hosted.lock:
+            batch = hosted.batch
+            if batch is None:
+                self._write(
+                    {"op": "event", "session": hosted.session_id, "type": type_, "data": data}
+                )
+                return
+            batch.append([type_, data])
+            if len(batch) == 1:
+                hosted.held_since = time.monotonic()
+                self._flusher.watch(hosted)
+
+    def _write_held(self, hosted: _Hosted) -> None:
+        """Write the events ``hosted`` held back so far (caller holds ``hosted.lock``)."""
+        if hosted.batch:
+            events = hosted.batch
+            hosted.batch = []
             self._write({"op": "events", "session": hosted.session_id, "events": events})
 
     def run(self) -> None:
@@ -168,6 +284,7 @@ class _Worker:
         finally:
             self._stop_all()
             self._pool.shutdown(wait=True)
+            self._flusher.close()
             self.conn.close()
 
     def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
@@ -219,17 +336,14 @@ class _Worker:
 
     def _tell(self, session_id: str, call: _Call) -> None:
         hosted = self._hosted(session_id)
-        with self._lock:
+        with hosted.lock:
             hosted.pending.add(call.id)
         try:
             hosted.ref.tell(call)
         except pykka.ActorDeadError:
-            self._settle(hosted, call.id)
+            with hosted.lock:
+                hosted.pending.discard(call.id)
             self._write(_down_reply(call.id, "the session is no longer running", started=False))
-
-    def _settle(self, hosted: _Hosted, call_id: int) -> None:
-        with self._lock:
-            hosted.pending.discard(call_id)
 
     def _start(self, payload: dict[str, Any]) -> None:
         session_id: str = payload["session"]
@@ -238,9 +352,7 @@ class _Worker:
         restore: dict[str, Any] | None = payload["restore"]
         steering = SteeringQueue(options["max_steering_queue"])
         steering.requeue(list(options.get("steering", [])))
-        events = EventBuffer(8)  # a relay only: the parent keeps the session's stream
         hosted = _Hosted(session_id, steering)
-        events.subscribe(functools.partial(self._push_event, hosted))
         ref = _RemoteSession.start(
             template,
             worker=self,
@@ -253,7 +365,7 @@ class _Worker:
             max_steps=options["max_steps"],
             metadata=options.get("metadata"),
             steering=steering,
-            event_buffer=events,
+            event_buffer=_Relay(self, hosted),
             checkpoint_every=options["checkpoint_every"] or 1,
         )
         hosted.ref = ref
@@ -261,29 +373,20 @@ class _Worker:
             self._sessions[session_id] = hosted
         monitor(ref, functools.partial(self._on_down, session_id, hosted))
 
-    def _push_event(self, hosted: _Hosted, event: Event) -> None:
-        """Relay an event: held back while its session handles a call, else written now."""
-        with hosted.lock:
-            if hosted.batch is not None:
-                hosted.batch.append([event.type, event.data])
-                return
-        self._write(
-            {"op": "event", "session": hosted.session_id, "type": event.type, "data": event.data}
-        )
-
     def _on_down(self, session_id: str, hosted: _Hosted, down: Down) -> None:
         """A session actor exited (on its dying thread): fail its waiting calls, tell the parent."""
         with self._lock:
             if self._sessions.get(session_id) is hosted:
                 del self._sessions[session_id]
+        with hosted.lock:
+            self._write_held(hosted)  # what the dying call published, before its failure
+            hosted.batch = None
             pending, hosted.pending = hosted.pending, set()
-        self.flush_events(hosted)  # what the dying call published, before its failure
-        hosted.take_batch(more=False)
-        for call_id in sorted(pending):
-            started = call_id == hosted.running
-            self._write(_down_reply(call_id, repr(down.reason), started=started))
-        if is_abnormal(down.reason):
-            self._write({"op": "down", "session": session_id, "reason": repr(down.reason)})
+            for call_id in sorted(pending):
+                started = call_id == hosted.running
+                self._write(_down_reply(call_id, repr(down.reason), started=started))
+            if is_abnormal(down.reason):
+                self._write({"op": "down", "session": session_id, "reason": repr(down.reason)})
 
     def _stop(self, session_id: str, abnormal: bool = False) -> None:
         """Stop a session: a shutdown, or (its proxy crashed) a kill, as in thread mode."""
@@ -306,15 +409,6 @@ class _Worker:
             terminate(ref, _STOP_TIMEOUT)
 
 
-def _with_events(frame: dict[str, Any], hosted: _Hosted | None) -> dict[str, Any]:
-    if hosted is not None:
-        events = hosted.take_batch(more=False)
-        if events:
-            frame["session"] = hosted.session_id
-            frame["events"] = events
-    return frame
-
-
 def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:
     error = {"type": SESSION_DOWN, "message": reason, "args": [started]}
     return {"id": call_id, "ok": False, "error": error}
@@ -323,10 +417,10 @@ def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:
 class _RemoteSession(SupervisedActor, AgentSession):
     """An ``AgentSession`` that answers ``_Call`` requests on the worker's pipe.
 
-    Runs on its own actor thread. A checkpoint due after a turn is captured as
-    bytes and returned with the answer; the parent saves it before ``send``
-    returns there. Its model and tools are wrapped to flush the events held
-    back so far before they run (see the module docstring).
+    Runs on its own actor thread, like a session in thread mode: every hook and
+    tool of one session runs on that one thread. A checkpoint due after a turn
+    is captured as bytes and returned with the answer; the parent saves it
+    before ``send`` returns there.
     """
 
     def __init__(
@@ -335,12 +429,6 @@ class _RemoteSession(SupervisedActor, AgentSession):
         super().__init__(*args, **kwargs)
         self._worker = worker
         self._hosted = hosted
-        flush = functools.partial(worker.flush_events, hosted)
-        self.model = _FlushFirst(self.model, flush)
-        self.tools = {
-            name: dataclasses.replace(t, fn=_flush_first(t.fn, flush))
-            for name, t in self.tools.items()
-        }
         self._captured: bytes | None = None
         self.checkpointer = self._capture if checkpoints else None
 
@@ -352,23 +440,16 @@ class _RemoteSession(SupervisedActor, AgentSession):
             return super().on_receive(message)
         call: _Call = message
         hosted = self._hosted
-        hosted.running = call.id
-        hosted.take_batch(more=True)
+        with hosted.lock:
+            hosted.running = call.id
+            hosted.batch = []
         try:
             result = self._answer(call)
         except Exception as exc:
-            self._finish(call.id)
-            self._worker.fail(call.id, exc, hosted)
+            self._worker.answer(hosted, {"id": call.id, "ok": False, "error": encode_error(exc)})
         else:
-            self._finish(call.id)
-            self._worker.reply(call.id, result, hosted)
+            self._worker.answer(hosted, {"id": call.id, "ok": True, "payload": result})
         return None
-
-    def _finish(self, call_id: int) -> None:
-        hosted = self._hosted
-        with self._worker._lock:
-            hosted.pending.discard(call_id)
-            hosted.running = None
 
     def _answer(self, call: _Call) -> Any:
         if call.op == "send":
@@ -379,27 +460,3 @@ class _RemoteSession(SupervisedActor, AgentSession):
         if call.op == "snapshot":
             return self.snapshot(call.payload.get("label")).serialize()
         return [m.to_dict() for m in self.history()]
-
-
-class _FlushFirst:
-    """A session's model, flushing the session's held-back events before each ``generate``."""
-
-    def __init__(self, model: Model, flush: Callable[[], None]) -> None:
-        self._model = model
-        self._flush = flush
-
-    def generate(self, messages: Any, tools: Any) -> Any:
-        self._flush()
-        return self._model.generate(messages, tools)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-
-def _flush_first(fn: Callable[..., Any], flush: Callable[[], None]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def run(**arguments: Any) -> Any:
-        flush()
-        return fn(**arguments)
-
-    return run

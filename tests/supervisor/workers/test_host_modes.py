@@ -9,13 +9,16 @@ identically in both modes where both apply.
 
 from __future__ import annotations
 
+import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actors import Message, Snapshot
+from actors import EchoModel, Message, ModelResponse, Snapshot, Tool
 from supervisor import (
     AgentHost,
     MemoryCheckpointStore,
@@ -23,6 +26,7 @@ from supervisor import (
     TemplateNotPicklable,
 )
 from tests.supervisor.host_helpers import (
+    WAIT,
     pairs,
     registry_lookup_fails,
     template,
@@ -167,3 +171,43 @@ def test_unpicklable_template_names_the_attribute() -> None:
             assert host.send(host.start_session(template()), "ok").content == "echo: ok"
         finally:
             host.shutdown()
+
+
+class FifoModel(EchoModel):
+    """``EchoModel`` whose every call first waits for one byte on a named pipe.
+
+    A rendezvous that works across processes: the model blocks in the kernel
+    (no polling) until the test writes to the pipe.
+    """
+
+    model_string = "fifo-echo"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        with open(self.path, "rb") as fifo:
+            fifo.read(1)
+        return super().generate(messages, tools)
+
+
+def test_a_slow_steps_events_are_seen_while_it_runs(make_host: HostFactory, tmp_path: Path) -> None:
+    """Events are batched with replies in a worker, but not held for a slow step."""
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    gate = os.open(fifo, os.O_RDWR)  # a writer from the start: the model's open never blocks
+    host = make_host(checkpoint_every=None)
+    sid = host.start_session(template(model=FifoModel(str(fifo))))
+    waiter = watch_events(host, sid)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(host.send, sid, "slow")
+        try:
+            started = waiter.wait_for("turn_started")
+            assert started.data == {"turn": 1, "text": "slow"}
+            assert not answer.done()
+            assert waiter.types() == ["turn_started"]
+        finally:
+            os.write(gate, b"x")  # let the model answer
+        assert answer.result(WAIT).content == "echo: slow"
+        os.close(gate)
+    assert waiter.types() == ["turn_started", "model_response", "turn_finished"]

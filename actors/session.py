@@ -220,6 +220,10 @@ class AgentSession(pykka.ThreadingActor):
         self.plugins.end("normal")
 
     def on_failure(self, *_exc_info: object) -> None:
+        # A crash in the middle of a turn: the steering it took goes back to the
+        # front of the queue, for the session's next incarnation.
+        self.steering.requeue(self._steered)
+        self._steered = []
         self.plugins.end("error")
 
     # -- public API (through the proxy) --------------------------------------------
@@ -244,9 +248,11 @@ class AgentSession(pykka.ThreadingActor):
             # A new list, not ``del``: prompts handed to the model are views of the old one.
             self._messages = self._messages[:mark]
             self.steering.requeue(self._steered)
+            self._steered = []
             self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
             raise
         self._turns += 1
+        self._steered = []
         added = tuple(self._messages[mark:])
         self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
         self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)

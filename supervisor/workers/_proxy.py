@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from actors import (
     AgentTemplate,
+    Event,
     EventBuffer,
     GetHistory,
     Message,
@@ -36,6 +38,7 @@ from actors import (
     Send,
     Snapshot,
     SteeringQueue,
+    SteeringQueueFull,
     TakeSnapshot,
 )
 from supervisor._actor import SupervisedActor
@@ -182,20 +185,79 @@ class SessionLink:
 
 
 class _Steer:
-    """Forwards the host's steering queue to the session's queue in the worker."""
+    """Forwards the host's steering queue to the session's queue in the worker.
+
+    Thread-safe. It also keeps, in this process, every text the worker has not
+    yet used in an acknowledged turn (learnt from the session's ``steered``,
+    ``turn_finished`` and ``error`` events), so that when the session ends, by a
+    crash of its worker or a stop, ``release`` puts them back at the front of
+    the host's queue for the next incarnation: nothing steered is lost with a
+    worker, as nothing is lost with a session thread in thread mode.
+    """
 
     def __init__(self, client: WorkerClient, session_id: str, queue: SteeringQueue) -> None:
         self.client = client
         self.session_id = session_id
         self.queue = queue
+        self._lock = threading.Lock()
+        self._sent: list[str] = []  # in the worker's queue, oldest first
+        self._taken: list[str] = []  # taken by the turn running there
+        self._unsubscribe: Callable[[], None] | None = None
+        self._released = False
+
+    def start(self, events: EventBuffer) -> list[str]:
+        """Forward from now on; return the texts that were waiting (they go with the start)."""
+        self._unsubscribe = events.subscribe(self._observe)
+        queued = self.queue.forward_to(self)
+        with self._lock:
+            self._sent[:0] = queued
+        return queued
 
     def __call__(self, text: str) -> None:
+        with self._lock:
+            late = self._released
+            if not late:
+                self._sent.append(text)
+        if late:  # released while ``put`` was handing it here: queue it the usual way
+            self.queue.put(text)
+            return
         try:
             self.client.call("steer", {"session": self.session_id, "text": text}, 10.0)
+        except SteeringQueueFull:
+            with self._lock:
+                self._forget_sent(text)
+            raise
         except (WorkerCrashed, RemoteError, TimeoutError):
-            # The session is dying: keep the text here for its next incarnation.
-            self.queue.stop_forwarding(self)
-            self.queue.put(text)
+            pass  # the session is ending: ``release`` hands the text to the next incarnation
+
+    def release(self) -> None:
+        """Stop forwarding; queue again here what the worker never used in a finished turn."""
+        self.queue.stop_forwarding(self)
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+        with self._lock:
+            self._released = True
+            unused, self._sent, self._taken = self._taken + self._sent, [], []
+        self.queue.requeue(unused)
+
+    def _observe(self, event: Event) -> None:
+        with self._lock:
+            if event.type == "steered":
+                text = event.data.get("text")
+                if self._forget_sent(text):
+                    self._taken.append(str(text))
+            elif event.type == "turn_finished":
+                self._taken.clear()
+            elif event.type == "error" and self._taken:  # rolled back: requeued in the worker
+                self._sent[:0] = self._taken
+                self._taken.clear()
+
+    def _forget_sent(self, text: object) -> bool:
+        if text in self._sent:
+            self._sent.remove(text)
+            return True
+        return False
 
 
 def start_in_worker(
@@ -239,10 +301,11 @@ def _start_once(
 ) -> Any:
     client = pool.place(session_id, events, timeout)
     forward = _Steer(client, session_id, steering)
-    queued: list[str] = []
+    started = False
     try:
         key = pool.load_template(client, template, model)
-        queued = steering.forward_to(forward)
+        queued = forward.start(events)
+        started = True
         payload = {
             "session": session_id,
             "key": key,
@@ -255,15 +318,15 @@ def _start_once(
         }
         client.call("start", payload, timeout)
     except BaseException:
-        steering.stop_forwarding(forward)
-        steering.requeue(queued)
+        if started:
+            forward.release()
         pool.release(session_id, client)
         raise
     link = SessionLink(client, session_id, events, checkpointer, pool.call_timeout)
     try:
         ref = WorkerSession.start(pool, link, forward)
     except BaseException:
-        steering.stop_forwarding(forward)
+        forward.release()
         client.submit("stop", {"session": session_id})
         pool.release(session_id, client)
         raise
@@ -319,6 +382,7 @@ class WorkerSession(SupervisedActor):
                 future = self.client.submit("stop", payload)
                 if wait:
                     future.result(self.pool.call_timeout or 30.0)
+        self._steer.release()  # after the stop: the last turn's events are in by then
         self.pool.release(self.session_id, self.client)
 
 

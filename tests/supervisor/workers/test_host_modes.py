@@ -10,6 +10,7 @@ identically in both modes where both apply.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from actors import EchoModel, Message, ModelResponse, Snapshot, Tool
 from supervisor import (
     AgentHost,
     MemoryCheckpointStore,
+    SessionCrashed,
     SessionNotFound,
     TemplateNotPicklable,
 )
@@ -32,7 +34,7 @@ from tests.supervisor.host_helpers import (
     template,
     watch_events,
 )
-from tests.supervisor.workers.worker_tools import Holder, boom, crash_template
+from tests.supervisor.workers.worker_tools import Holder, boom, crash_template, worker_pid
 
 HostFactory = Callable[..., AgentHost]
 
@@ -211,3 +213,66 @@ def test_a_slow_steps_events_are_seen_while_it_runs(make_host: HostFactory, tmp_
         assert answer.result(WAIT).content == "echo: slow"
         os.close(gate)
     assert waiter.types() == ["turn_started", "model_response", "turn_finished"]
+
+
+class CrashingModel(EchoModel):
+    """``EchoModel`` whose session dies (``SystemExit``) on an unanswered ``!crash``."""
+
+    model_string = "crashing-echo"
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        for message in reversed(messages):
+            if message.role == "assistant":
+                break
+            if message.role == "user" and message.content == "!crash":
+                raise SystemExit("the session process part died")
+        return super().generate(messages, tools)
+
+
+def test_steering_a_crashed_turn_took_reaches_the_next_incarnation(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    sid = host.start_session(template(model=CrashingModel()))
+    waiter = watch_events(host, sid)
+    host.steer(sid, "remember X")
+
+    with pytest.raises(SessionCrashed):
+        host.send(sid, "!crash")  # the turn takes the steering, then dies
+    waiter.wait_for("resumed")
+
+    assert host.send(sid, "next").content == "echo: remember X"
+    assert _contents(host.history(sid)) == ["next", "remember X", "echo: remember X"]
+
+
+def test_steering_waiting_when_a_session_hibernates_reaches_it_on_reactivation(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    sid = host.start_session(template())
+    host.steer(sid, "remember X")
+
+    assert host.hibernate(sid)
+
+    assert host.send(sid, "next").content == "echo: remember X"
+    assert _contents(host.history(sid)) == ["next", "remember X", "echo: remember X"]
+
+
+def test_steering_waiting_in_a_killed_worker_reaches_the_resumed_session() -> None:
+    with AgentHost(MemoryCheckpointStore(), workers=1) as host:
+        sid = host.start_session(template())
+        host.send(sid, "first")
+        waiter = watch_events(host, sid)
+        host.steer(sid, "remember X")  # now in the worker's queue
+
+        os.kill(worker_pid(host, sid), signal.SIGKILL)
+        waiter.wait_for("resumed")
+
+        assert host.send(sid, "next").content == "echo: remember X"
+        assert _contents(host.history(sid)) == [
+            "first",
+            "echo: first",
+            "next",
+            "remember X",
+            "echo: remember X",
+        ]

@@ -50,22 +50,24 @@ def _echo_server(conn: Connection) -> None:
 
 
 def bench_round_trips() -> tuple[float, float, float]:
-    ctx = multiprocessing.get_context("forkserver")
-    parent, child = ctx.Pipe()
-    server = ctx.Process(target=_echo_server, args=(child,))
-    server.start()
-    child.close()
-    frame = {"id": 1, "op": "send", "payload": {"session": "s", "text": "hi"}}
-
-    def bare() -> None:
-        parent.send_bytes(msgpack.packb(frame))
-        msgpack.unpackb(parent.recv_bytes())
-
+    # The host first: its pool sets the forkserver's preload list, which applies only
+    # if the forkserver is not running yet, and the echo server below would start it.
     with AgentHost(MemoryCheckpointStore(), workers=1, checkpoint_every=None) as host:
+        ctx = multiprocessing.get_context("forkserver")
+        parent, child = ctx.Pipe()
+        server = ctx.Process(target=_echo_server, args=(child,))
+        server.start()
+        child.close()
+        frame = {"id": 1, "op": "send", "payload": {"session": "s", "text": "hi"}}
+
+        def bare() -> None:
+            parent.send_bytes(msgpack.packb(frame))
+            msgpack.unpackb(parent.recv_bytes())
+
         sid = host.start_session(AgentTemplate())
         result = interleaved_rates(lambda: host.send(sid, "hi"), bare, ops=500, rounds=5)
-    parent.close()
-    server.join(5)
+        parent.close()
+        server.join(5)
     return result
 
 

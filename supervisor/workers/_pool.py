@@ -13,14 +13,14 @@ Starting workers fast: with ``forkserver`` every worker (a replacement after a
 SIGKILL too) is forked from one server process, which imports the modules of
 its *preload* list once, so a worker does not import them again. The pool
 preloads the worker's own module (with pykka, cloudpickle, ``actors`` and the
-rest of ``supervisor``) and the parent's main module; see ``_preload_modules``
-for what of the main module can be preloaded on which Python. The forkserver is
-a process-wide singleton and reads its preload list only when it starts: if
-anything started a ``forkserver`` process before the first ``WorkerPool`` of
-the process (a ``multiprocessing.get_context("forkserver").Process`` of the
-application, say), the preload never applies and every worker pays the imports
-itself (about 0.3 s here). Setting the list also replaces any preload list the
-application set before.
+rest of ``supervisor``), and asks for the parent's main file too, which CPython
+3.11 ignores (see ``_preload_modules``). The forkserver is a process-wide
+singleton that reads its preload list only when it starts: if anything started
+a ``forkserver`` process before the first ``WorkerPool`` of the process (a
+``multiprocessing.get_context("forkserver").Process`` of the application, say),
+the preload never applies and every worker pays those imports itself (about
+0.3 s here). Setting the list also replaces any preload list the application
+set before.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -62,27 +61,22 @@ class _Placement:
 
 
 def _preload_modules() -> list[str]:
-    """What the forkserver imports once: the worker's module and the main module.
+    """What the forkserver imports once: the worker's module, and ``"__main__"``.
 
     ``"__main__"`` (CPython's own default) is meant to run a main *file*
-    (``python app.py``) once in the forkserver instead of in every worker, but
-    the forkserver of CPython 3.11 is never given the file's path (gh-126631,
-    fixed upstream in 2025, not in 3.11), so there it does nothing and each
-    worker still re-runs the file; that costs what the file imports beyond the
-    worker's own modules. A main *module* (``python -m app.server``) is
-    preloaded by name, which works on every version: its imports are done once
-    in the forkserver, and each worker only re-runs its body as
-    ``__mp_main__`` (as multiprocessing always does). ``pkg.__main__`` modules
-    are left out: multiprocessing does not re-run them in workers either.
-    ``python -c``, ``python -m pytest`` and interactive sessions have no main
-    that workers re-run, so nothing is lost there.
+    (``python app.py``) once in the forkserver rather than in every worker,
+    which multiprocessing otherwise re-runs as ``__mp_main__`` before the
+    worker starts. CPython 3.11 never hands the forkserver the file's path
+    (gh-126631, fixed upstream in 2025, not in 3.11), so there it does nothing
+    and each worker still pays for what the main file imports beyond the
+    worker's own modules. Nothing is lost where workers re-run no main:
+    ``python -c``, ``python -m pytest``, ``python -m pkg`` (a ``__main__.py``),
+    interactive sessions. A ``python -m app.server`` main is re-run in every
+    worker on every version; preloading it by name would import application
+    code (and run its module-level side effects) in the forkserver, the
+    process every worker is forked from, so it is not done.
     """
-    modules = ["__main__", "supervisor.workers._worker"]
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None)
-    if isinstance(name, str) and name != "__main__" and not name.endswith(".__main__"):
-        modules.append(name)
-    return modules
+    return ["__main__", "supervisor.workers._worker"]
 
 
 def _default_context() -> multiprocessing.context.BaseContext:

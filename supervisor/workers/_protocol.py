@@ -32,9 +32,10 @@ Worker -> parent::
 
 A reply may also carry ``"session": sid, "events": [[type, data], ...]``: the
 events its call published and held back, to publish before the reply. The
-worker writes a call's events with its reply, or as one ``events`` frame once
-they have been held for ``FLUSH_AFTER`` (1 ms), so a consumer still sees a
-slow step's events while the step runs, and a quick turn costs one frame.
+worker writes a call's events with its reply, or as one ``events`` frame
+before a slow step (a model call or tool that took over ``SLOW_STEP``, 1 ms,
+last time, or has not run yet), so a consumer still sees a slow step's events
+while the step runs, and a quick turn costs one frame.
 
 A call whose session ended while the call waited fails with error type
 ``SessionDown`` and ``args == [started]``: ``started`` is true for the call the

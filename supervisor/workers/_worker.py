@@ -9,9 +9,11 @@ session's steering queue so it reaches a turn that is already running.
 
 Events a session publishes while it handles a call are held back and written
 with the call's reply, in the same frame, so a quick turn costs one frame
-instead of one per event. A ``_Flusher`` thread writes whatever a call has held
-back for ``FLUSH_AFTER`` seconds, so a consumer watching the stream still sees
-a slow step's events (a model call, a tool) while that step runs.
+instead of one per event. Before a slow step (a model call or a tool that took
+longer than ``SLOW_STEP`` the last time, or has not run yet) the events held so
+far are written on their own, so a consumer watching the stream still sees
+them while that step runs. No timer or extra thread is involved: a fast step
+costs two clock reads.
 
 Sessions run as ``SupervisedActor`` subclasses of ``AgentSession``: a tool
 raising ``SystemExit`` kills its session alone; the worker fails every call
@@ -27,7 +29,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import os
 import threading
 import time
@@ -54,15 +55,15 @@ from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, unpack
 
-__all__ = ["FLUSH_AFTER", "MEMORY_EXIT", "worker_main"]
+__all__ = ["MEMORY_EXIT", "SLOW_STEP", "worker_main"]
 
 logger = logging.getLogger("supervisor.workers")
 
 MEMORY_EXIT = 75
 """Exit code of a worker that ran out of memory (a tool raised ``MemoryError``)."""
 
-FLUSH_AFTER = 0.001
-"""Seconds a call may hold its events back before they are written on their own."""
+SLOW_STEP = 0.001
+"""Seconds after which a model call or tool counts as slow: its events go out before it."""
 
 _STOP_TIMEOUT = 10.0
 
@@ -99,15 +100,14 @@ class _Hosted:
     """What the worker keeps of one session.
 
     ``lock`` guards ``pending`` (ids of calls told to the session and not yet
-    answered), ``running`` (the call it is handling), ``batch`` (the events that
-    call held back so far; ``None`` between calls) and ``held_since``. Frames
+    answered), ``running`` (the call it is handling) and ``batch`` (the events
+    that call held back so far; ``None`` between calls). Frames
     about the session are written under ``lock`` too, so its events and
     replies reach the parent in the order they happened.
     """
 
     __slots__ = (
         "batch",
-        "held_since",
         "lock",
         "pending",
         "ref",
@@ -124,7 +124,6 @@ class _Hosted:
         self.running: int | None = None
         self.lock = threading.Lock()
         self.batch: list[list[Any]] | None = None
-        self.held_since = 0.0
 
 
 class _Relay(EventBuffer):
@@ -144,68 +143,6 @@ class _Relay(EventBuffer):
         return Event(0, type_, data, time.time())
 
 
-class _Flusher:
-    """Writes the events a call has held back for ``FLUSH_AFTER`` seconds.
-
-    Thread-safe. It sleeps untimed while no call holds events, and wakes about
-    once per ``FLUSH_AFTER`` while some do, however many calls come and go.
-    Lock order: a session's ``lock``, then the flusher's.
-    """
-
-    def __init__(self, flush: Callable[[_Hosted], None]) -> None:
-        self._flush = flush
-        self._cond = threading.Condition(threading.Lock())
-        self._watched: set[_Hosted] = set()
-        self._idle = False
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="worker-event-flusher", daemon=True)
-        self._thread.start()
-
-    def watch(self, hosted: _Hosted) -> None:
-        """``hosted`` began holding events (caller holds ``hosted.lock``)."""
-        with self._cond:
-            self._watched.add(hosted)
-            if self._idle:
-                self._idle = False
-                self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join(_STOP_TIMEOUT)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._watched and not self._closed:
-                    self._idle = True
-                    self._cond.wait()
-                if self._closed:
-                    return
-                watched = list(self._watched)
-            wake_at = math.inf
-            for hosted in watched:
-                wake_at = min(wake_at, self._check(hosted))
-            if wake_at < math.inf:
-                with self._cond:
-                    if not self._closed:
-                        self._cond.wait(max(wake_at - time.monotonic(), 0.0))
-
-    def _check(self, hosted: _Hosted) -> float:
-        """Flush ``hosted`` if its events are due; return when they will be (``inf``: none held)."""
-        with hosted.lock:
-            if not hosted.batch:
-                with self._cond:
-                    self._watched.discard(hosted)
-                return math.inf
-            due = hosted.held_since + FLUSH_AFTER
-            if due > time.monotonic():
-                return due
-            self._flush(hosted)
-            return math.inf
-
-
 class _Worker:
     """The worker's state. Its reader loop runs on the main thread; replies come from any."""
 
@@ -216,7 +153,6 @@ class _Worker:
         self._sessions: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
-        self._flusher = _Flusher(self._write_held)
 
     # -- the pipe ------------------------------------------------------------
 
@@ -254,9 +190,11 @@ class _Worker:
                 )
                 return
             batch.append([type_, data])
-            if len(batch) == 1:
-                hosted.held_since = time.monotonic()
-                self._flusher.watch(hosted)
+
+    def flush(self, hosted: _Hosted) -> None:
+        """Write the events ``hosted`` held back so far (before a slow step of its call)."""
+        with hosted.lock:
+            self._write_held(hosted)
 
     def _write_held(self, hosted: _Hosted) -> None:
         """Write the events ``hosted`` held back so far (caller holds ``hosted.lock``)."""
@@ -284,7 +222,6 @@ class _Worker:
         finally:
             self._stop_all()
             self._pool.shutdown(wait=True)
-            self._flusher.close()
             self.conn.close()
 
     def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
@@ -420,7 +357,8 @@ class _RemoteSession(SupervisedActor, AgentSession):
     Runs on its own actor thread, like a session in thread mode: every hook and
     tool of one session runs on that one thread. A checkpoint due after a turn
     is captured as bytes and returned with the answer; the parent saves it
-    before ``send`` returns there.
+    before ``send`` returns there. Its model and tools are wrapped to write the
+    events held back so far before a slow step (see the module docstring).
     """
 
     def __init__(
@@ -429,6 +367,11 @@ class _RemoteSession(SupervisedActor, AgentSession):
         super().__init__(*args, **kwargs)
         self._worker = worker
         self._hosted = hosted
+        flush = functools.partial(worker.flush, hosted)
+        self.model = _TimedModel(self.model, _Step(self.model.generate, flush))
+        self.tools = {
+            name: dataclasses.replace(t, fn=_Step(t.fn, flush)) for name, t in self.tools.items()
+        }
         self._captured: bytes | None = None
         self.checkpointer = self._capture if checkpoints else None
 
@@ -460,3 +403,35 @@ class _RemoteSession(SupervisedActor, AgentSession):
         if call.op == "snapshot":
             return self.snapshot(call.payload.get("label")).serialize()
         return [m.to_dict() for m in self.history()]
+
+
+class _Step:
+    """A model's ``generate`` or a tool's function that flushes held-back events before it
+    runs, when it was slow last time (or has not run yet). Used on one session's thread."""
+
+    __slots__ = ("_flush", "_fn", "_slow")
+
+    def __init__(self, fn: Callable[..., Any], flush: Callable[[], None]) -> None:
+        self._fn = fn
+        self._flush = flush
+        self._slow = True  # unknown yet: assume slow
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._slow:
+            self._flush()
+        started = time.perf_counter()
+        try:
+            return self._fn(*args, **kwargs)
+        finally:
+            self._slow = time.perf_counter() - started > SLOW_STEP
+
+
+class _TimedModel:
+    """A session's model whose ``generate`` is a ``_Step``; other attributes pass through."""
+
+    def __init__(self, model: Model, generate: _Step) -> None:
+        self._model = model
+        self.generate = generate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)

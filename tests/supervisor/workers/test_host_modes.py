@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ from supervisor import (
     SessionNotFound,
     TemplateNotPicklable,
 )
+from supervisor.workers._worker import SLOW_STEP
 from tests.supervisor.host_helpers import (
     WAIT,
     pairs,
@@ -179,7 +181,9 @@ class FifoModel(EchoModel):
     """``EchoModel`` whose every call first waits for one byte on a named pipe.
 
     A rendezvous that works across processes: the model blocks in the kernel
-    (no polling) until the test writes to the pipe.
+    (no polling) until the test writes to the pipe. It then takes a little
+    longer than ``SLOW_STEP``, like any remote model, so that it counts as slow
+    however fast the test releases it.
     """
 
     model_string = "fifo-echo"
@@ -190,6 +194,7 @@ class FifoModel(EchoModel):
     def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
         with open(self.path, "rb") as fifo:
             fifo.read(1)
+        threading.Event().wait(SLOW_STEP * 2)  # the provider's own latency
         return super().generate(messages, tools)
 
 
@@ -202,17 +207,18 @@ def test_a_slow_steps_events_are_seen_while_it_runs(make_host: HostFactory, tmp_
     sid = host.start_session(template(model=FifoModel(str(fifo))))
     waiter = watch_events(host, sid)
     with ThreadPoolExecutor(1) as pool:
-        answer = pool.submit(host.send, sid, "slow")
-        try:
-            started = waiter.wait_for("turn_started")
-            assert started.data == {"turn": 1, "text": "slow"}
-            assert not answer.done()
-            assert waiter.types() == ["turn_started"]
-        finally:
-            os.write(gate, b"x")  # let the model answer
-        assert answer.result(WAIT).content == "echo: slow"
-        os.close(gate)
-    assert waiter.types() == ["turn_started", "model_response", "turn_finished"]
+        for turn in (1, 2):
+            answer = pool.submit(host.send, sid, f"slow {turn}")
+            try:
+                started = waiter.wait_for("turn_started", count=turn)
+                assert started.data == {"turn": turn, "text": f"slow {turn}"}
+                assert not answer.done()
+                assert waiter.count("model_response") == turn - 1
+            finally:
+                os.write(gate, b"x")  # let the model answer
+            assert answer.result(WAIT).content == f"echo: slow {turn}"
+    os.close(gate)
+    assert waiter.types() == ["turn_started", "model_response", "turn_finished"] * 2
 
 
 class CrashingModel(EchoModel):

@@ -55,6 +55,7 @@ from supervisor.session_store import SessionStore as SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointStore
 from supervisor.supervisor import Supervisor as Supervisor
 from supervisor.workers import WorkerPool as WorkerPool
+from supervisor.workers._pool import WorkerInfo as WorkerInfo
 
 __all__ = [
     "DEFAULT_KEEP_LAST",
@@ -101,6 +102,7 @@ __all__ = [
     "SupervisorHandle",
     "TemplateNotPicklable",
     "WorkerCrashed",
+    "WorkerInfo",
     "WorkerPool",
     "demonitor",
     "is_abnormal",

@@ -67,6 +67,7 @@ from supervisor.intensity import RestartIntensity
 from supervisor.session_store import SessionEntry, SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore
 from supervisor.workers import SessionLost, WorkerPool
+from supervisor.workers._pool import WorkerInfo
 from supervisor.workers._proxy import NotDelivered, SessionLink, start_in_worker
 
 __all__ = ["AgentHost"]
@@ -458,6 +459,31 @@ class AgentHost:
             else:
                 records = [self._records[s] for s in self._by_tenant.get(tenant_id, ())]
         return [r.info() for r in records]
+
+    def workers(self) -> list[WorkerInfo]:
+        """The live worker processes, oldest first, each with the sessions placed on it.
+
+        ``[]`` in thread mode (``workers=None``) and after ``shutdown``. Thread-safe:
+        a snapshot taken under the worker pool's lock, consistent in itself (a
+        session is listed on one worker at most), though workers may die and be
+        replaced the moment it returns. A worker that was killed stays listed
+        until the host has noticed its death (its reader thread does at once, via
+        the process sentinel); its replacement is listed once it is started.
+        """
+        return [] if self._pool is None else self._pool.info()
+
+    @property
+    def workers_given_up(self) -> bool:
+        """Whether worker processes died more than ``worker_max_restarts`` times within
+        ``worker_max_seconds`` and the host stopped replacing them.
+
+        Once true it stays true for the host's life (the pool logs it as an error
+        when it happens): workers still alive keep serving, and a session that
+        needs a worker when none is left fails to restart (``SessionFailed``
+        once its own restart intensity is spent). Always false in thread mode.
+        Thread-safe.
+        """
+        return self._pool is not None and self._pool.gave_up
 
     def hibernate(self, session_id: str) -> bool:
         """Checkpoint the session and stop its actor now; False if it was busy or not active."""

@@ -31,6 +31,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -45,9 +46,23 @@ from supervisor.workers._client import WorkerClient
 if TYPE_CHECKING:
     from supervisor.workers._proxy import SessionLink
 
-__all__ = ["WorkerPool"]
+__all__ = ["WorkerInfo", "WorkerPool"]
 
 logger = logging.getLogger("supervisor.workers")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live worker process of an ``AgentHost(workers=N)``, as ``AgentHost.workers`` saw it.
+
+    Attributes:
+        pid: The worker's process id.
+        sessions: Ids of the sessions placed on it, sorted: every session whose
+            current incarnation runs there or is being started there.
+    """
+
+    pid: int
+    sessions: tuple[str, ...]
 
 
 class _Placement:
@@ -172,6 +187,23 @@ class WorkerPool:
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
         return [w.pid for w in self.workers() if w.pid is not None]
+
+    def info(self) -> list[WorkerInfo]:
+        """The live workers, oldest first, with the sessions placed on each.
+
+        Taken under the pool's lock, so consistent in itself: a session appears
+        on one worker at most, and only while it is placed there (from ``place``
+        to ``release``).
+        """
+        with self._lock:
+            placed: dict[WorkerClient, list[str]] = {}
+            for session_id, placement in self._placements.items():
+                placed.setdefault(placement.client, []).append(session_id)
+            return [
+                WorkerInfo(w.pid, tuple(sorted(placed.get(w, ()))))
+                for w in self._workers
+                if w.alive and w.pid is not None
+            ]
 
     def worker_of(self, session_id: str) -> WorkerClient | None:
         """The worker a session is placed on, if any."""
@@ -351,4 +383,5 @@ def _not_picklable(template: AgentTemplate, error: BaseException) -> TemplateNot
     return TemplateNotPicklable("template", error)
 
 
+WorkerInfo.__module__ = "supervisor"
 WorkerPool.__module__ = "supervisor"

@@ -31,13 +31,7 @@ from pathlib import Path
 import pytest
 
 from actors import Event, Subscriber
-from supervisor import (
-    AgentHost,
-    MemoryCheckpointStore,
-    SessionCrashed,
-    WorkerPool,
-)
-from supervisor.workers import WorkerClient
+from supervisor import AgentHost, MemoryCheckpointStore, SessionCrashed
 from tests.supervisor.host_helpers import (
     WAIT,
     assert_acknowledged_turns_kept,
@@ -197,7 +191,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
                 # Each of its sessions evicted and resumed, and the worker replaced.
                 tally.wait_resumed(victims_of)
                 assert pool.wait_for_workers(WORKERS, WAIT)
-                assert victim not in pool.pids()
+                assert victim not in [w.pid for w in host.workers()]
                 assert all(worker_pid(host, sid) != victim for sid in acked)
                 with pace:
                     kills_done[0] += 1
@@ -216,7 +210,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
         # Every kill was a real worker death, replaced; every session it ran was resumed once.
         assert len(killed_pids) == len(set(killed_pids)) == KILLS
         assert pool.deaths == KILLS
-        assert not pool.gave_up
+        assert not host.workers_given_up
         assert tally.crashed == tally.resumed == victims_of
         assert not tally.given_up
         total_acked = sum(len(turns) for turns in acked.values())
@@ -231,15 +225,13 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
         assert host.registry.count() == SESSIONS
         assert all(entry.actor_ref.is_alive() for entry in entries)
         host.registry._check_consistency()
-        live = pool.pids()
+        live = [w.pid for w in host.workers()]
         assert len(live) == WORKERS
         assert not set(live) & set(killed_pids)
         for entry in entries:
-            client = pool.worker_of(entry.session_id)
-            assert client is not None
-            assert client.alive
-            assert client.pid in live
-            assert _worker_process_alive(worker_pid(host, entry.session_id))
+            pid = worker_pid(host, entry.session_id)  # on exactly one live worker
+            assert pid in live
+            assert _worker_process_alive(pid)
         for sid in acked:
             assert host.send(sid, "after the storm", timeout=WAIT).content == (
                 "echo: after the storm"
@@ -285,23 +277,21 @@ def _poll(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
     return True
 
 
-def _buried(pool: WorkerPool, dead: WorkerClient) -> bool:
-    """Whether the pool has handled ``dead``'s death: replaced it, or given up."""
-    return not dead.alive and (pool.gave_up or any(w is not dead for w in pool.workers()))
+def _buried(host: AgentHost, dead_pid: int) -> bool:
+    """Whether the host has handled the death of worker ``dead_pid``: replaced it, or given up."""
+    pids = [w.pid for w in host.workers()]
+    return host.workers_given_up or (bool(pids) and dead_pid not in pids)
 
 
 def test_the_hosts_clock_drives_the_worker_restart_intensity() -> None:
     """Sixty worker deaths, each 11 s apart on the host's clock: never over 50 in 10 s."""
     host = AgentHost(MemoryCheckpointStore(), workers=1, clock=_Ticking())
-    pool = host._pool
-    assert pool is not None
     try:
         for _ in range(60):
-            [client] = pool.workers()
-            assert client.pid is not None
-            os.kill(client.pid, signal.SIGKILL)
-            assert _poll(functools.partial(_buried, pool, client))
-            assert not pool.gave_up
+            [worker] = host.workers()
+            os.kill(worker.pid, signal.SIGKILL)
+            assert _poll(functools.partial(_buried, host, worker.pid))
+            assert not host.workers_given_up
         sid = host.start_session(template(), "after-sixty-deaths")
         assert host.send(sid, "still here").content == "echo: still here"
     finally:

@@ -83,23 +83,16 @@ def crash_template() -> AgentTemplate:
 
 
 def worker_pid(host: AgentHost, session_id: str) -> int:
-    """Pid of the worker process running ``session_id``."""
-    assert host._pool is not None
-    client = host._pool.worker_of(session_id)
-    assert client is not None
-    assert client.pid is not None
-    return client.pid
+    """Pid of the live worker process running ``session_id``."""
+    pids = [w.pid for w in host.workers() if session_id in w.sessions]
+    assert len(pids) == 1, f"session {session_id!r} is on workers {pids}: {host.workers()}"
+    return pids[0]
 
 
 def sessions_on(host: AgentHost, pid: int, session_ids: list[str]) -> list[str]:
     """The sessions of ``session_ids`` placed on worker ``pid``."""
-    assert host._pool is not None
-    out = []
-    for sid in session_ids:
-        client = host._pool.worker_of(sid)
-        if client is not None and client.pid == pid:
-            out.append(sid)
-    return out
+    placed = {sid for w in host.workers() if w.pid == pid for sid in w.sessions}
+    return [sid for sid in session_ids if sid in placed]
 
 
 def fds() -> set[str]:

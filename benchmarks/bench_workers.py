@@ -93,7 +93,8 @@ def bench_kills() -> tuple[list[float], list[float]]:
             [pid] = [w.pid for w in host.workers() if sid in w.sessions]
             start = time.perf_counter()
             os.kill(pid, signal.SIGKILL)
-            crashed.wait(10)
+            if not crashed.wait(10):
+                raise RuntimeError(f"no 'crashed' event within 10 s of killing pid {pid}")
             evicted.append(time.perf_counter() - start)
             while True:
                 try:
@@ -105,7 +106,8 @@ def bench_kills() -> tuple[list[float], list[float]]:
                     continue
             answering.append(time.perf_counter() - start)
             unsubscribe()
-            host._pool.wait_for_workers(2, 10)  # type: ignore[union-attr]
+            if not host._pool.wait_for_workers(2, 10):  # type: ignore[union-attr]
+                raise RuntimeError("the killed worker was not replaced within 10 s")
     return evicted, answering
 
 

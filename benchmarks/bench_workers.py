@@ -49,7 +49,8 @@ def _echo_server(conn: Connection) -> None:
         conn.send_bytes(data)
 
 
-def bench_round_trips() -> tuple[float, float, float]:
+def bench_round_trips() -> tuple[float, float, float, float]:
+    """Benchmark 1, and (for context) thread-mode ``send`` against the same echo."""
     # The host first: its pool sets the forkserver's preload list, which applies only
     # if the forkserver is not running yet, and the echo server below would start it.
     with AgentHost(MemoryCheckpointStore(), workers=1, checkpoint_every=None) as host:
@@ -65,10 +66,17 @@ def bench_round_trips() -> tuple[float, float, float]:
             msgpack.unpackb(parent.recv_bytes())
 
         sid = host.start_session(AgentTemplate())
-        result = interleaved_rates(lambda: host.send(sid, "hi"), bare, ops=500, rounds=5)
+        subject, base, ratio = interleaved_rates(
+            lambda: host.send(sid, "hi"), bare, ops=500, rounds=5
+        )
+        with AgentHost(MemoryCheckpointStore(), checkpoint_every=None) as threads:
+            tid = threads.start_session(AgentTemplate())
+            _, _, thread_ratio = interleaved_rates(
+                lambda: threads.send(tid, "hi"), bare, ops=500, rounds=5
+            )
         parent.close()
         server.join(5)
-    return result
+    return subject, base, ratio, thread_ratio
 
 
 def bench_kills() -> tuple[list[float], list[float]]:
@@ -125,7 +133,7 @@ def bench_cpu() -> tuple[float, float]:
 
 
 def main() -> None:
-    subject, base, ratio = bench_round_trips()
+    subject, base, ratio, thread_ratio = bench_round_trips()
     evicted, answering = bench_kills()
     threads, procs = bench_cpu()
     ms = 1000
@@ -135,6 +143,7 @@ def main() -> None:
             ("send round trips/s (worker, echo, no ckpt)", f"{subject:,.0f}"),
             ("bare Pipe msgpack echo round trips/s", f"{base:,.0f}"),
             ("ratio (goal >= 0.5)", f"{ratio:.2f}"),
+            ("context: thread-mode send / same echo", f"{thread_ratio:.2f}"),
             (
                 f"SIGKILL -> eviction p50/p99 ({KILLS} kills)",
                 f"{percentile(evicted, 50) * ms:.1f} / {percentile(evicted, 99) * ms:.1f} ms",

@@ -101,9 +101,9 @@ class _Hosted:
 
     ``lock`` guards ``pending`` (ids of calls told to the session and not yet
     answered), ``running`` (the call it is handling) and ``batch`` (the events
-    that call held back so far; ``None`` between calls). Frames
-    about the session are written under ``lock`` too, so its events and
-    replies reach the parent in the order they happened.
+    that call held back so far; ``None`` between calls). Frames about the
+    session are written under ``lock`` too, so its events and replies reach the
+    parent in the order they happened.
     """
 
     __slots__ = (
@@ -149,7 +149,7 @@ class _Worker:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._send_lock = threading.Lock()
-        self._lock = threading.Lock()  # guards _sessions and every _Hosted.pending
+        self._lock = threading.Lock()  # guards _sessions
         self._sessions: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")

@@ -149,8 +149,9 @@ class _Worker:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._send_lock = threading.Lock()
-        self._lock = threading.Lock()  # guards _sessions
+        self._lock = threading.Lock()  # guards _sessions and _starting
         self._sessions: dict[str, _Hosted] = {}
+        self._starting: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
 
@@ -237,7 +238,8 @@ class _Worker:
             self._templates[payload["key"]] = (template, model)
             self.reply(call_id, None)
         elif op == "start":
-            self._pool.submit(self._blocking, call_id, self._start, payload)
+            hosted = self._starting_session(payload)
+            self._pool.submit(self._blocking, call_id, self._start, hosted, payload)
         elif op == "stop":
             self._pool.submit(
                 self._blocking,
@@ -247,8 +249,7 @@ class _Worker:
                 bool(payload.get("abnormal", False)),
             )
         elif op == "steer":
-            self._hosted(payload["session"]).steering.put(payload["text"])
-            self.reply(call_id, None)
+            self._steer(call_id, payload["session"], payload["text"])
         elif op in {"send", "snapshot", "history"}:
             self._tell(payload["session"], _Call(call_id, op, payload))
         else:
@@ -282,14 +283,40 @@ class _Worker:
                 hosted.pending.discard(call.id)
             self._write(_down_reply(call.id, "the session is no longer running", started=False))
 
-    def _start(self, payload: dict[str, Any]) -> None:
-        session_id: str = payload["session"]
+    def _steer(self, call_id: int, session_id: str, text: str) -> None:
+        """Queue steering for a running or starting session; refuse it for one that is gone."""
+        with self._lock:
+            hosted = self._sessions.get(session_id) or self._starting.get(session_id)
+        if hosted is None:  # it ended here; the parent keeps the text for its next incarnation
+            self._write(_down_reply(call_id, f"no session {session_id!r}", started=False))
+            return
+        hosted.steering.put(text)
+        self.reply(call_id, None)
+
+    def _starting_session(self, payload: dict[str, Any]) -> _Hosted:
+        """What a ``start`` creates at once, on the reader thread: steering sent right after
+        the ``start`` (the parent forwards from then on) waits in its queue."""
+        options: dict[str, Any] = payload["options"]
+        steering = SteeringQueue(options["max_steering_queue"])
+        steering.requeue(list(options.get("steering", [])))
+        hosted = _Hosted(payload["session"], steering)
+        with self._lock:
+            self._starting[hosted.session_id] = hosted
+        return hosted
+
+    def _start(self, hosted: _Hosted, payload: dict[str, Any]) -> None:
+        try:
+            self._start_session(hosted, payload)
+        finally:
+            with self._lock:
+                if self._starting.get(hosted.session_id) is hosted:
+                    del self._starting[hosted.session_id]
+
+    def _start_session(self, hosted: _Hosted, payload: dict[str, Any]) -> None:
+        session_id = hosted.session_id
         template, model = self._templates[payload["key"]]
         options: dict[str, Any] = payload["options"]
         restore: dict[str, Any] | None = payload["restore"]
-        steering = SteeringQueue(options["max_steering_queue"])
-        steering.requeue(list(options.get("steering", [])))
-        hosted = _Hosted(session_id, steering)
         ref = _RemoteSession.start(
             template,
             worker=self,
@@ -301,7 +328,7 @@ class _Worker:
             model=model,
             max_steps=options["max_steps"],
             metadata=options.get("metadata"),
-            steering=steering,
+            steering=hosted.steering,
             event_buffer=_Relay(self, hosted),
             checkpoint_every=options["checkpoint_every"] or 1,
         )

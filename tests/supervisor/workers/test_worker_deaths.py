@@ -159,7 +159,10 @@ def test_cpu_bound_tools_on_two_workers_run_in_parallel() -> None:
         host.send(b, work)
         ones, boths = [], []
         with ThreadPoolExecutor(2) as pool:
-            for _ in range(3):  # best of three of each: one noisy moment decides nothing
+            # Up to 6 rounds, stopping at the first that shows the parallelism: on a
+            # shared machine a neighbour may hold a core for a while, and the claim
+            # is that the two calls *can* use two cores, not that one is always free.
+            for _ in range(6):
                 start = time.perf_counter()
                 host.send(a, work)
                 ones.append(time.perf_counter() - start)
@@ -168,6 +171,8 @@ def test_cpu_bound_tools_on_two_workers_run_in_parallel() -> None:
                 for future in futures:
                     future.result(WAIT * 6)
                 boths.append(time.perf_counter() - start)
+                if min(boths) < 1.6 * min(ones):
+                    break
         one, both = min(ones), min(boths)
         # Serial execution would take 2x; on a busy shared machine allow slack.
         assert both < 1.6 * one, f"two calls took {both:.3f} s, one took {one:.3f} s"

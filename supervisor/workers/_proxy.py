@@ -225,8 +225,10 @@ class _Steer:
             self.client.call("steer", {"session": self.session_id, "text": text}, 10.0)
         except SteeringQueueFull:
             with self._lock:
-                self._forget_sent(text)
-            raise
+                refused = self._forget_sent(text)
+            if refused:
+                raise
+            # ``release`` ran meanwhile and requeued the text here: it was accepted after all.
         except (WorkerCrashed, RemoteError, TimeoutError):
             pass  # the session is ending: ``release`` hands the text to the next incarnation
 

@@ -303,11 +303,9 @@ def _start_once(
 ) -> Any:
     client = pool.place(session_id, events, timeout)
     forward = _Steer(client, session_id, steering)
-    started = False
     try:
         key = pool.load_template(client, template, model)
         queued = forward.start(events)
-        started = True
         payload = {
             "session": session_id,
             "key": key,
@@ -320,8 +318,7 @@ def _start_once(
         }
         client.call("start", payload, timeout)
     except BaseException:
-        if started:
-            forward.release()
+        forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)
         raise
     link = SessionLink(client, session_id, events, checkpointer, pool.call_timeout)

@@ -106,15 +106,7 @@ class _Hosted:
     parent in the order they happened.
     """
 
-    __slots__ = (
-        "batch",
-        "lock",
-        "pending",
-        "ref",
-        "running",
-        "session_id",
-        "steering",
-    )
+    __slots__ = ("batch", "lock", "pending", "ref", "running", "session_id", "steering")
 
     def __init__(self, session_id: str, steering: SteeringQueue) -> None:
         self.session_id = session_id

@@ -2,7 +2,11 @@
 
 1. ``send`` round trips/s to a session in a worker (EchoModel, checkpoints off)
    against a bare ``multiprocessing.Pipe`` echo of a msgpack frame between two
-   processes (goal: ratio >= 0.5), interleaved rounds, same run.
+   processes (goal: ratio >= 0.5), interleaved rounds, same run. Two context
+   rows against the same echo: thread-mode ``AgentHost.send`` (no IPC at all),
+   and a ceiling: a bare pipe server that runs a plain ``AgentSession`` turn on
+   the thread that reads the frame (no host, supervision, events relay or
+   thread hop). No transport can do better than that ceiling.
 2. SIGKILL of the session's worker -> registry eviction, and -> resumed and
    answering: p50 / p99 over ``KILLS`` (100) kills, back to back (the host's
    worker restart intensity is raised to allow them all; the default, 50 deaths
@@ -18,12 +22,13 @@ import signal
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 import msgpack
 
-from actors import AgentTemplate, Event, tool
+from actors import AgentSession, AgentTemplate, Event, Message, tool
 from benchmarks._common import interleaved_rates, percentile, print_table
 from supervisor import AgentHost, MemoryCheckpointStore
 
@@ -49,34 +54,65 @@ def _echo_server(conn: Connection) -> None:
         conn.send_bytes(data)
 
 
-def bench_round_trips() -> tuple[float, float, float, float]:
+def _turn_server(conn: Connection) -> None:
+    """The ceiling: one ``AgentSession`` turn per frame, on the thread that read it."""
+    session = AgentSession(AgentTemplate())  # a plain object: no actor thread
+    while True:
+        try:
+            frame = msgpack.unpackb(conn.recv_bytes())
+        except EOFError:
+            return
+        answer = session.send(frame["payload"]["text"])
+        reply = {"id": frame["id"], "ok": True, "payload": {"message": answer.to_dict()}}
+        conn.send_bytes(msgpack.packb(reply))
+
+
+def _serve(
+    ctx: multiprocessing.context.BaseContext, target: Callable[[Connection], None]
+) -> tuple[Connection, multiprocessing.process.BaseProcess]:
+    parent, child = ctx.Pipe()
+    server = ctx.Process(target=target, args=(child,))  # type: ignore[attr-defined]
+    server.start()
+    child.close()
+    return parent, server
+
+
+def bench_round_trips() -> dict[str, float]:
     """Benchmark 1, and (for context) thread-mode ``send`` against the same echo."""
     # The host first: its pool sets the forkserver's preload list, which applies only
     # if the forkserver is not running yet, and the echo server below would start it.
     with AgentHost(MemoryCheckpointStore(), workers=1, checkpoint_every=None) as host:
         ctx = multiprocessing.get_context("forkserver")
-        parent, child = ctx.Pipe()
-        server = ctx.Process(target=_echo_server, args=(child,))
-        server.start()
-        child.close()
+        echo, echo_server = _serve(ctx, _echo_server)
+        turns, turn_server = _serve(ctx, _turn_server)
         frame = {"id": 1, "op": "send", "payload": {"session": "s", "text": "hi"}}
 
         def bare() -> None:
-            parent.send_bytes(msgpack.packb(frame))
-            msgpack.unpackb(parent.recv_bytes())
+            echo.send_bytes(msgpack.packb(frame))
+            msgpack.unpackb(echo.recv_bytes())
+
+        def ceiling() -> None:
+            turns.send_bytes(msgpack.packb(frame))
+            Message.from_dict(msgpack.unpackb(turns.recv_bytes())["payload"]["message"])
 
         sid = host.start_session(AgentTemplate())
-        subject, base, ratio = interleaved_rates(
-            lambda: host.send(sid, "hi"), bare, ops=500, rounds=5
+        figures = dict(
+            zip(
+                ("subject", "base", "ratio"),
+                interleaved_rates(lambda: host.send(sid, "hi"), bare, ops=500, rounds=5),
+                strict=True,
+            )
         )
         with AgentHost(MemoryCheckpointStore(), checkpoint_every=None) as threads:
             tid = threads.start_session(AgentTemplate())
-            _, _, thread_ratio = interleaved_rates(
+            _, _, figures["threads"] = interleaved_rates(
                 lambda: threads.send(tid, "hi"), bare, ops=500, rounds=5
             )
-        parent.close()
-        server.join(5)
-    return subject, base, ratio, thread_ratio
+        _, _, figures["ceiling"] = interleaved_rates(ceiling, bare, ops=500, rounds=5)
+        for conn, server in ((echo, echo_server), (turns, turn_server)):
+            conn.close()
+            server.join(5)
+    return figures
 
 
 def bench_kills() -> tuple[list[float], list[float]]:
@@ -133,17 +169,18 @@ def bench_cpu() -> tuple[float, float]:
 
 
 def main() -> None:
-    subject, base, ratio, thread_ratio = bench_round_trips()
+    trips = bench_round_trips()
     evicted, answering = bench_kills()
     threads, procs = bench_cpu()
     ms = 1000
     print_table(
         "workers",
         [
-            ("send round trips/s (worker, echo, no ckpt)", f"{subject:,.0f}"),
-            ("bare Pipe msgpack echo round trips/s", f"{base:,.0f}"),
-            ("ratio (goal >= 0.5)", f"{ratio:.2f}"),
-            ("context: thread-mode send / same echo", f"{thread_ratio:.2f}"),
+            ("send round trips/s (worker, echo, no ckpt)", f"{trips['subject']:,.0f}"),
+            ("bare Pipe msgpack echo round trips/s", f"{trips['base']:,.0f}"),
+            ("ratio (goal >= 0.5)", f"{trips['ratio']:.2f}"),
+            ("context: thread-mode send / same echo", f"{trips['threads']:.2f}"),
+            ("ceiling: bare AgentSession turn over a Pipe / same echo", f"{trips['ceiling']:.2f}"),
             (
                 f"SIGKILL -> eviction p50/p99 ({KILLS} kills)",
                 f"{percentile(evicted, 50) * ms:.1f} / {percentile(evicted, 99) * ms:.1f} ms",

@@ -42,6 +42,7 @@ from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import SupervisorError as SupervisorError
 from supervisor.errors import TemplateNotPicklable as TemplateNotPicklable
 from supervisor.errors import WorkerCrashed as WorkerCrashed
+from supervisor.errors import WorkerStartError as WorkerStartError
 from supervisor.handle import SupervisorHandle as SupervisorHandle
 from supervisor.host import AgentHost as AgentHost
 from supervisor.intensity import Backoff as Backoff
@@ -104,6 +105,7 @@ __all__ = [
     "WorkerCrashed",
     "WorkerInfo",
     "WorkerPool",
+    "WorkerStartError",
     "demonitor",
     "is_abnormal",
     "kill",

@@ -23,6 +23,7 @@ __all__ = [
     "SupervisorError",
     "TemplateNotPicklable",
     "WorkerCrashed",
+    "WorkerStartError",
 ]
 
 
@@ -231,6 +232,27 @@ class TemplateNotPicklable(SupervisorError, TypeError):
         )
 
 
+class WorkerStartError(SupervisorError):
+    """A worker process could not start: it exited on its own, or never answered, first.
+
+    Unlike ``WorkerCrashed`` (a running worker died; its sessions are resumed
+    on a replacement), a worker that cannot even start would fail the same way
+    every time, so the host does not replace it: ``AgentHost(workers=N)`` raises
+    this, or, for a replacement, the host stops replacing workers and starting a
+    session raises it. The worker's own traceback is on stderr. ``pid`` names
+    the worker and ``exit_status`` says how it ended (``exit code 1``), or that
+    it never answered.
+    """
+
+    def __init__(self, pid: int | None, exit_status: str, hint: str = "") -> None:
+        self.pid = pid
+        self.exit_status = exit_status
+        super().__init__(
+            f"worker process pid {pid} could not start ({exit_status}); "
+            f"its own traceback, if any, is on stderr{hint}"
+        )
+
+
 for _cls in (
     SupervisorError,
     SessionAlreadyExists,
@@ -247,5 +269,6 @@ for _cls in (
     WorkerCrashed,
     RemoteError,
     TemplateNotPicklable,
+    WorkerStartError,
 ):
     _cls.__module__ = "supervisor"

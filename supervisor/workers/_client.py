@@ -153,6 +153,9 @@ class WorkerClient:
             child_conn.close()
         self.pid: int | None = process.pid
         self.exit_status: str | None = None  # set once dead
+        self.exitcode: int | None = None  # set once dead
+        self.ready = False  # set (once) when the worker said it serves
+        self._settled = threading.Event()  # set once ready, or dead
         self.templates: set[str] = set()  # keys loaded in this worker (guarded by the pool)
         self.sessions = 0  # sessions placed here (guarded by the pool)
         self._on_push = on_push
@@ -166,6 +169,16 @@ class WorkerClient:
             target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
         )
         self._reader.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the worker serves (True) or died first (False; ``exit_status`` says how).
+
+        Raises:
+            TimeoutError: neither within ``timeout`` seconds.
+        """
+        if not self._settled.wait(timeout):
+            raise TimeoutError(f"worker pid {self.pid} did not start within {timeout} s")
+        return self.ready
 
     @property
     def alive(self) -> bool:
@@ -258,7 +271,11 @@ class WorkerClient:
     def _deliver(self, frame: dict[str, Any]) -> None:
         call_id = frame.get("id")
         if call_id is None:
-            self._push(frame)
+            if frame.get("op") == "ready":
+                self.ready = True
+                self._settled.set()
+            else:
+                self._push(frame)
             return
         if "events" in frame:  # events the call published, before its reply
             self._push({"op": "events", "session": frame.get("session"), "events": frame["events"]})
@@ -283,12 +300,14 @@ class WorkerClient:
         if self.process.exitcode is None:  # EOF without exit (should not happen): make sure
             self.kill()
             self.process.join(_JOIN_TIMEOUT)
-        self.exit_status = describe_exit(self.process.exitcode)
+        self.exitcode = self.process.exitcode
+        self.exit_status = describe_exit(self.exitcode)
         with self._lock:
             self._dead = True
             futures, self._futures = self._futures, {}
         for future in futures.values():
             future._settle(None, self._crashed())
+        self._settled.set()
         self._conn.close()
         with contextlib.suppress(ValueError):
             self.process.close()

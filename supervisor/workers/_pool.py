@@ -39,7 +39,7 @@ import pykka
 
 from actors import AgentTemplate, EventBuffer, Model
 from supervisor._actor import kill
-from supervisor.errors import TemplateNotPicklable, WorkerCrashed
+from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
 from supervisor.workers._client import WorkerClient
 
@@ -49,6 +49,14 @@ if TYPE_CHECKING:
 __all__ = ["WorkerInfo", "WorkerPool"]
 
 logger = logging.getLogger("supervisor.workers")
+
+_START_TIMEOUT = 60.0
+"""Seconds a new pool waits for each worker to serve (its imports, mostly)."""
+
+_START_HINT = (
+    ". The usual cause: the main file creates an AgentHost when imported; a worker imports "
+    'the main file again, so put that code under `if __name__ == "__main__":`'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +163,11 @@ class WorkerPool:
         self._pickled: dict[int, tuple[AgentTemplate, bytes]] = {}
         self._closed = False
         self.gave_up = False
+        self._unstartable: WorkerStartError | None = None  # why, if a worker could not start
         self.deaths = 0
         try:
-            for _ in range(size):
-                self._spawn()
+            for client in [self._spawn() for _ in range(size)]:
+                self._await_start(client)
         except BaseException:
             self.close()
             raise
@@ -171,6 +180,20 @@ class WorkerPool:
             self._workers.append(client)
             self._changed.notify_all()
         return client
+
+    def _await_start(self, client: WorkerClient) -> None:
+        """Return once ``client`` serves; raise ``WorkerStartError`` if it exited first."""
+        try:
+            if client.wait_ready(_START_TIMEOUT):
+                return
+        except TimeoutError:
+            status = f"not serving after {_START_TIMEOUT} s"
+            raise WorkerStartError(client.pid, status) from None  # ``close`` kills it
+        if client.exitcode is not None and client.exitcode < 0:  # killed while starting
+            return  # like any death: ``_on_death`` replaces it
+        raise self._unstartable or WorkerStartError(
+            client.pid, client.exit_status or "exit status unknown", _START_HINT
+        )
 
     def wait_for_workers(self, count: int, timeout: float) -> bool:
         """Wait until ``count`` workers are alive (after replacements); False on timeout."""
@@ -223,17 +246,25 @@ class WorkerPool:
     def _on_death(self, client: WorkerClient) -> None:
         """A worker died (on its reader thread): replace it, crash its sessions' proxies."""
         gave_up_now = replace = False
+        # Exited on its own before serving: a replacement would fail the same way.
+        unstartable = not client.ready and client.exitcode is not None and client.exitcode > 0
         with self._lock:
             if client in self._workers:
                 self._workers.remove(client)
             victims = [p.ref for p in self._placements.values() if p.client is client]
             if not self._closed and not self.gave_up:
                 self.deaths += 1
-                replace = self._intensity.allow()
+                replace = not unstartable and self._intensity.allow()
                 gave_up_now = self.gave_up = not replace
+                if unstartable:
+                    self._unstartable = WorkerStartError(
+                        client.pid, client.exit_status or "?", _START_HINT
+                    )
         if gave_up_now:
             message = (
-                f"workers died too often (more than {self._intensity.max_restarts} in "
+                f"{self._unstartable}; no longer replacing workers"
+                if self._unstartable is not None
+                else f"workers died too often (more than {self._intensity.max_restarts} in "
                 f"{self._intensity.max_seconds} s; last: pid {client.pid}, {client.exit_status}); "
                 "no longer replacing them"
             )
@@ -278,6 +309,7 @@ class WorkerPool:
 
         Raises:
             WorkerCrashed: no worker is alive (they died too often, or the pool is closed).
+            WorkerStartError: no worker is alive, and the last replacement could not start.
         """
         with self._changed:
             self._changed.wait_for(
@@ -285,6 +317,8 @@ class WorkerPool:
                 timeout,
             )
             live = [w for w in self._workers if w.alive]
+            if not live and not self._closed and self._unstartable is not None:
+                raise self._unstartable
             if self._closed or not live:
                 raise WorkerCrashed(None, "no live worker process left", session_id)
             client = min(live, key=lambda w: w.sessions)

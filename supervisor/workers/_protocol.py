@@ -24,6 +24,7 @@ Parent -> worker (requests)::
 
 Worker -> parent::
 
+    {"op": "ready"}                                       first frame: the worker serves
     {"id": int, "ok": true, "payload": ...}                 a reply
     {"id": int, "ok": false, "error": {"type", "message", "args"}}
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)

@@ -198,6 +198,7 @@ class _Worker:
 
     def run(self) -> None:
         try:
+            self._write({"op": "ready"})  # its absence tells the parent a worker could not start
             while True:
                 try:
                     data = self.conn.recv_bytes()

@@ -1,0 +1,104 @@
+"""A worker process that cannot start fails fast with ``WorkerStartError``, not a replacement loop.
+
+The common case is a main file without ``if __name__ == "__main__":`` that
+creates an ``AgentHost``: every worker re-imports the main file and dies in it.
+Before, the host replaced such workers until its worker restart intensity ran
+out, printing a traceback per worker, and ``start_session`` then failed with a
+``WorkerCrashed`` that did not say why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _run(script: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` as a main file (workers re-import it), with the repo importable."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_an_unguarded_main_file_gets_a_clear_error_at_once(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from supervisor import AgentHost, MemoryCheckpointStore
+
+            host = AgentHost(MemoryCheckpointStore(), workers=2)
+            print("never reached")
+            """
+        )
+    )
+
+    done = _run(script)
+
+    assert done.returncode == 1
+    assert "never reached" not in done.stdout
+    last_line = done.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("supervisor.WorkerStartError: worker process pid ")
+    assert "could not start (exit code 1)" in last_line
+    assert 'put that code under `if __name__ == "__main__":`' in last_line
+    # No replacement loop: each of the two workers failed once, and only once.
+    assert done.stderr.count("An attempt has been made to start a new process") <= 2
+
+
+def test_a_replacement_that_cannot_start_stops_replacements_and_says_why(
+    tmp_path: Path,
+) -> None:
+    # A guarded main file whose re-import in a worker fails once a marker file
+    # exists: the first worker starts, its replacement cannot.
+    marker = tmp_path / "break-workers"
+    script = tmp_path / "app.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, threading
+            if __name__ == "__mp_main__" and os.path.exists({str(marker)!r}):
+                raise RuntimeError("this worker cannot start")
+
+            from actors import AgentTemplate
+            from supervisor import AgentHost, MemoryCheckpointStore, WorkerStartError
+
+            if __name__ == "__main__":
+                with AgentHost(MemoryCheckpointStore(), workers=1) as host:
+                    sid = host.start_session(AgentTemplate())
+                    print(host.send(sid, "hi").content)
+                    crashed = threading.Event()
+                    host.subscribe(sid, lambda e: e.type == "crashed" and crashed.set())
+                    open({str(marker)!r}, "w").close()
+                    [worker] = host.workers()
+                    os.kill(worker.pid, signal.SIGKILL)
+                    print("crashed:", crashed.wait(30))
+                    try:
+                        host.start_session(AgentTemplate())
+                    except WorkerStartError as exc:
+                        print("start_session:", exc)
+                    print("given up:", host.workers_given_up, host.workers())
+            """
+        )
+    )
+
+    done = _run(script)
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["echo: hi", "crashed: True"]
+    assert lines[2].startswith("start_session: worker process pid ")
+    assert "could not start (exit code 1)" in lines[2]
+    assert lines[3] == "given up: True []"
+    assert "RuntimeError: this worker cannot start" in done.stderr  # the worker's own traceback
+    assert "no longer replacing workers" in done.stderr  # logged, with the same reason

@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -88,7 +89,14 @@ def _fatal_on_memory_error(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def worker_main(conn: Connection, memory_limit: int | None) -> None:
-    """Process target: apply the memory limit, serve the pipe until ``shutdown`` or EOF."""
+    """Process target: apply the memory limit, serve the pipe until ``shutdown`` or EOF.
+
+    A worker ignores SIGINT. Ctrl-C in a terminal signals the whole foreground
+    process group, workers included; the host handles it (``KeyboardInterrupt``
+    ends its ``with`` block) and its shutdown needs the workers alive to take
+    the sessions' final checkpoints. A worker whose parent is gone exits on EOF.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_limit is not None:
         import resource  # noqa: PLC0415 (POSIX only; imported where it is needed)
 

@@ -1,10 +1,14 @@
-"""A worker process that cannot start fails fast with ``WorkerStartError``, not a replacement loop.
+"""Hosts with workers run from a main file, as applications run them (in a subprocess).
 
-The common case is a main file without ``if __name__ == "__main__":`` that
-creates an ``AgentHost``: every worker re-imports the main file and dies in it.
-Before, the host replaced such workers until its worker restart intensity ran
-out, printing a traceback per worker, and ``start_session`` then failed with a
-``WorkerCrashed`` that did not say why.
+- A worker that cannot start fails fast with ``WorkerStartError``, not a
+  replacement loop. The common case is a main file without
+  ``if __name__ == "__main__":`` that creates an ``AgentHost``: every worker
+  re-imports the main file and dies in it. Before, the host replaced such
+  workers until its worker restart intensity ran out, printing a traceback
+  per worker, and ``start_session`` then failed with a ``WorkerCrashed`` that
+  did not say why.
+- Ctrl-C (SIGINT to the whole process group) ends the host's ``with`` block
+  cleanly: the workers ignore it, so the final checkpoints are taken.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _run(script: Path) -> subprocess.CompletedProcess[str]:
+def _run(script: Path, *, start_new_session: bool = False) -> subprocess.CompletedProcess[str]:
     """Run ``script`` as a main file (workers re-import it), with the repo importable."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
@@ -28,6 +32,7 @@ def _run(script: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         env=env,
+        start_new_session=start_new_session,
     )
 
 
@@ -102,3 +107,46 @@ def test_a_replacement_that_cannot_start_stops_replacements_and_says_why(
     assert lines[3] == "given up: True []"
     assert "RuntimeError: this worker cannot start" in done.stderr  # the worker's own traceback
     assert "no longer replacing workers" in done.stderr  # logged, with the same reason
+
+
+def test_ctrl_c_shuts_the_host_down_with_its_final_checkpoints(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    db = tmp_path / "checkpoints.db"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, threading
+            from actors import AgentTemplate
+            from supervisor import AgentHost, SQLiteCheckpointStore
+
+            if __name__ == "__main__":
+                try:
+                    # No checkpoint per turn: only the final one, at shutdown, saves the turn.
+                    with AgentHost(
+                        SQLiteCheckpointStore({str(db)!r}), workers=2, checkpoint_every=None
+                    ) as host:
+                        sid = host.start_session(AgentTemplate(), session_id="s1")
+                        print(host.send(sid, "hi").content)
+                        print("workers:", len(host.workers()))
+                        os.killpg(os.getpgid(0), signal.SIGINT)  # what Ctrl-C in a terminal does
+                        threading.Event().wait(30)  # interrupted at once
+                        print("not interrupted")
+                except KeyboardInterrupt:
+                    print("interrupted")
+                saved = SQLiteCheckpointStore({str(db)!r}).load("s1").messages()
+                print("saved:", [m.content for m in saved])
+            """
+        )
+    )
+
+    done = _run(script, start_new_session=True)  # its own process group, to signal
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "echo: hi",
+        "workers: 2",
+        "interrupted",
+        "saved: ['hi', 'echo: hi']",
+    ]
+    assert "KeyboardInterrupt" not in done.stderr  # no worker died of it
+    assert "died" not in done.stderr

@@ -9,15 +9,20 @@
   did not say why.
 - Ctrl-C (SIGINT to the whole process group) ends the host's ``with`` block
   cleanly: the workers ignore it, so the final checkpoints are taken.
+- A host killed outright leaves no worker behind.
 """
 
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests.supervisor.host_helpers import WAIT
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -150,3 +155,38 @@ def test_ctrl_c_shuts_the_host_down_with_its_final_checkpoints(tmp_path: Path) -
     ]
     assert "KeyboardInterrupt" not in done.stderr  # no worker died of it
     assert "died" not in done.stderr
+
+
+def test_workers_exit_when_their_host_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            from actors import AgentTemplate
+            from supervisor import AgentHost, MemoryCheckpointStore
+
+            if __name__ == "__main__":
+                host = AgentHost(MemoryCheckpointStore(), workers=2)
+                host.start_session(AgentTemplate())
+                print(*(w.pid for w in host.workers()), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)  # no shutdown, no atexit
+            """
+        )
+    )
+
+    done = _run(script)
+
+    assert done.returncode == -signal.SIGKILL
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:
+        try:
+            handle = os.pidfd_open(pid)  # readable once the process has ended
+        except ProcessLookupError:
+            continue  # already gone
+        try:
+            ended, _, _ = select.select([handle], [], [], WAIT)
+            assert ended, f"worker pid {pid} still runs {WAIT} s after its host was killed"
+        finally:
+            os.close(handle)

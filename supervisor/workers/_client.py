@@ -274,8 +274,7 @@ class WorkerClient:
             if frame.get("op") == "ready":
                 self.ready = True
                 self._settled.set()
-            else:
-                self._push(frame)
+            self._push(frame)
             return
         if "events" in frame:  # events the call published, before its reply
             self._push({"op": "events", "session": frame.get("session"), "events": frame["events"]})

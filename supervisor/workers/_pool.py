@@ -53,6 +53,13 @@ logger = logging.getLogger("supervisor.workers")
 _START_TIMEOUT = 60.0
 """Seconds a new pool waits for each worker to serve (its imports, mostly)."""
 
+_SPAWN_WAIT = 30.0
+"""Seconds ``close`` waits for replacement workers being started, to shut them down too."""
+
+_START_FAILURES = 3
+"""Replacement workers in a row that exit before serving, after which the pool stops
+replacing them (one failure could be transient: no free memory or file descriptors)."""
+
 _START_HINT = (
     ". The usual cause: the main file creates an AgentHost when imported; a worker imports "
     'the main file again, so put that code under `if __name__ == "__main__":`'
@@ -163,20 +170,39 @@ class WorkerPool:
         self._pickled: dict[int, tuple[AgentTemplate, bytes]] = {}
         self._closed = False
         self.gave_up = False
-        self._unstartable: WorkerStartError | None = None  # why, if a worker could not start
+        self._start_failures = 0  # workers in a row that exited before serving
+        self._unstartable: WorkerStartError | None = None  # why, once replacements stopped
         self.deaths = 0
+        self._constructing = True  # a worker failing to start now fails the constructor
+        self._spawning = 0  # workers being started (see ``_spawn``)
         try:
-            for client in [self._spawn() for _ in range(size)]:
+            started = []
+            for _ in range(size):
+                with self._lock:
+                    self._spawning += 1
+                started.append(self._spawn())
+            for client in started:
                 self._await_start(client)
         except BaseException:
             self.close()
             raise
+        with self._lock:
+            self._constructing = False
 
     # -- workers ------------------------------------------------------------------
 
     def _spawn(self) -> WorkerClient:
-        client = WorkerClient(self._context, self._on_push, self._on_death, self.memory_limit)
+        """Start a worker; the caller counted it in ``_spawning`` (under the lock) when it
+        decided to, so ``close`` waits for it and no worker is left running unseen."""
+        try:
+            client = WorkerClient(self._context, self._on_push, self._on_death, self.memory_limit)
+        except BaseException:
+            with self._changed:
+                self._spawning -= 1
+                self._changed.notify_all()
+            raise
         with self._changed:
+            self._spawning -= 1
             self._workers.append(client)
             self._changed.notify_all()
         return client
@@ -246,20 +272,23 @@ class WorkerPool:
     def _on_death(self, client: WorkerClient) -> None:
         """A worker died (on its reader thread): replace it, crash its sessions' proxies."""
         gave_up_now = replace = False
-        # Exited on its own before serving: a replacement would fail the same way.
-        unstartable = not client.ready and client.exitcode is not None and client.exitcode > 0
+        # Exited on its own before serving: a replacement may well fail the same way.
+        start_failed = not client.ready and client.exitcode is not None and client.exitcode > 0
         with self._lock:
             if client in self._workers:
                 self._workers.remove(client)
             victims = [p.ref for p in self._placements.values() if p.client is client]
-            if not self._closed and not self.gave_up:
+            # (During the constructor, which raises WorkerStartError, nothing is replaced.)
+            if not self._closed and not self.gave_up and not (start_failed and self._constructing):
                 self.deaths += 1
-                replace = not unstartable and self._intensity.allow()
-                gave_up_now = self.gave_up = not replace
-                if unstartable:
+                self._start_failures = self._start_failures + 1 if start_failed else 0
+                if self._start_failures >= _START_FAILURES:
                     self._unstartable = WorkerStartError(
                         client.pid, client.exit_status or "?", _START_HINT
                     )
+                replace = self._unstartable is None and self._intensity.allow()
+                gave_up_now = self.gave_up = not replace
+                self._spawning += replace
         if gave_up_now:
             message = (
                 f"{self._unstartable}; no longer replacing workers"
@@ -285,6 +314,10 @@ class WorkerPool:
                 self._changed.notify_all()  # wake placements waiting for a worker
 
     def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
+        if frame.get("op") == "ready":  # a worker started: starting works
+            with self._lock:
+                self._start_failures = 0
+            return
         session_id = frame.get("session")
         with self._lock:
             placement = self._placements.get(session_id) if isinstance(session_id, str) else None
@@ -394,8 +427,9 @@ class WorkerPool:
     def close(self) -> None:
         """Shut every worker down, join it, close its pipe. Idempotent; call after the
         sessions were stopped (the host does)."""
-        with self._lock:
-            self._closed = True
+        with self._changed:
+            self._closed = True  # no replacement is decided from now on
+            self._changed.wait_for(lambda: self._spawning == 0, _SPAWN_WAIT)
             workers = list(self._workers)
         for client in workers:
             client.shutdown()

@@ -48,6 +48,7 @@ from actors import (
     Subscriber,
     TakeSnapshot,
 )
+from supervisor import _at_exit
 from supervisor._actor import kill, supervised_class
 from supervisor._host_record import SessionInfo, SessionRecord
 from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
@@ -86,6 +87,17 @@ class AgentHost:
     session are serialized (by its actor, and by a per-session lock for the
     operations that change what runs it); calls to different sessions run in
     parallel. Use it as a context manager, or call ``shutdown``.
+
+    A host still running at interpreter exit is shut down then, as by
+    ``shutdown`` (final checkpoints, sessions stopped, workers stopped and
+    joined, an owned store closed), so a program that forgets it still exits.
+    That happens once the main thread has finished, before Python waits for
+    the other non-daemon threads (as for ``concurrent.futures`` executors): a
+    thread still using the host after that gets ``SessionNotFound`` or
+    ``RuntimeError``, so shut it down yourself if such threads should finish
+    first. Each step is bounded by the host's timeouts, as in ``shutdown``; a
+    session abandoned in a stuck tool in thread mode still holds the process
+    until the tool returns (Python cannot kill a thread).
 
     Args:
         store: Where checkpoints go; defaults to a ``SQLiteCheckpointStore`` in
@@ -195,7 +207,8 @@ class AgentHost:
         self._attr_dicts: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()  # guards _records and _by_tenant
         self._changed = threading.Condition()  # guards status/ref of every record
-        self._closed = False
+        self._closed = False  # set (under _lock) by the one shutdown that runs
+        self._shut_down = threading.Event()  # set when that shutdown has finished
         self.registry = SessionStore(on_evict=self._on_evict)
         self._root = SupervisorHandle.start(
             max_restarts=None,
@@ -208,6 +221,7 @@ class AgentHost:
         if auto_hibernate and hibernate_after_ms is not None:
             self._sweeper = _Sweeper(self, interval=max(0.05, hibernate_after_ms / 4000))
             self._sweeper.start()
+        self._exit_token = _at_exit.register(self)
 
     # -- starting and resuming -------------------------------------------------
 
@@ -528,30 +542,59 @@ class AgentHost:
         """Checkpoint every live session, stop them in reverse start order, close the store.
 
         Idempotent. Sessions keep their checkpoints, so a new host on the same
-        store can ``resume_all``.
+        store can ``resume_all``. A host never shut down is shut down this way
+        at interpreter exit (see the class docstring).
         """
+        records = self._close()
+        if records is not None:
+            self._stop_all(records)
+
+    def _close(self) -> list[SessionRecord] | None:
+        """Mark the host closed; the records to stop, or ``None`` if another call did it."""
         with self._lock:
             if self._closed:
-                return
+                return None
             self._closed = True
             records = list(self._records.values())
-        if self._sweeper is not None:
-            self._sweeper.stop()
-        for record in records:
-            ref = record.ref
-            if record.status == "active" and ref is not None:
-                try:
-                    self.store.save(_ask(ref, TakeSnapshot(), self.call_timeout))
-                except Exception:
-                    logger.exception("final checkpoint of %r failed", record.session_id)
-            self._set(record, "stopped", None)
-        abandoned = self._root.stop()
-        if abandoned:
-            logger.warning("sessions that did not stop in time: %s", abandoned)
-        if self._pool is not None:
-            self._pool.close()
-        if self._owns_store:
-            self.store.close()
+        _at_exit.unregister(self._exit_token)
+        return records
+
+    def _stop_all(self, records: list[SessionRecord]) -> None:
+        try:
+            if self._sweeper is not None:
+                self._sweeper.stop()
+            for record in records:
+                ref = record.ref
+                if record.status == "active" and ref is not None:
+                    try:
+                        self.store.save(_ask(ref, TakeSnapshot(), self.call_timeout))
+                    except Exception:
+                        logger.exception("final checkpoint of %r failed", record.session_id)
+                self._set(record, "stopped", None)
+            abandoned = self._root.stop()
+            if abandoned:
+                logger.warning("sessions that did not stop in time: %s", abandoned)
+            if self._pool is not None:
+                self._pool.close()
+            if self._owns_store:
+                self.store.close()
+        finally:
+            self._shut_down.set()
+
+    def _shutdown_at_exit(self) -> None:
+        """``shutdown`` at interpreter exit, if the program never called it.
+
+        Runs on the main thread once it has finished, before Python joins the
+        non-daemon threads (the actors'). If another thread is already shutting
+        the host down, waits for it, up to ``call_timeout``.
+        """
+        records = self._close()
+        if records is None:
+            logger.debug("waiting for another thread's shutdown of %r at exit", self)
+            self._shut_down.wait(self.call_timeout)
+            return
+        logger.info("shutting down an AgentHost left running at interpreter exit")
+        self._stop_all(records)
 
     def __enter__(self) -> Self:
         return self

@@ -127,6 +127,12 @@ class AgentHost:
             cloudpickle (``TemplateNotPicklable`` names the part that is not).
         worker_memory_limit: RLIMIT_AS of each worker in bytes; a tool
             allocating past it kills its worker (its sessions are resumed).
+        worker_initializer: Called with ``*worker_initargs`` in each worker
+            process, replacements included, before it hosts any session: set up
+            logging, environment, caches (like ``ProcessPoolExecutor``'s
+            ``initializer``). Sent with cloudpickle, so a lambda or closure
+            works. If it raises, the worker cannot start: ``WorkerStartError``.
+        worker_initargs: Arguments of ``worker_initializer`` (a tuple).
         worker_call_timeout: Seconds a call may take in a worker before the
             worker is SIGKILLed and replaced (``None``: no limit).
         worker_start_method: ``forkserver`` (default where available) or ``spawn``.
@@ -153,6 +159,8 @@ class AgentHost:
         max_steps: int = 8,
         workers: int | None = None,
         worker_memory_limit: int | None = None,
+        worker_initializer: Callable[..., object] | None = None,
+        worker_initargs: tuple[Any, ...] = (),
         worker_call_timeout: float | None = None,
         worker_start_method: str | None = None,
         worker_max_restarts: int = 50,
@@ -176,10 +184,20 @@ class AgentHost:
             )
         RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
         self._pool: WorkerPool | None = None
-        if workers is not None:
+        if workers is None:
+            _refuse_worker_options(
+                worker_memory_limit=worker_memory_limit,
+                worker_initializer=worker_initializer,
+                worker_initargs=worker_initargs or None,
+                worker_call_timeout=worker_call_timeout,
+                worker_start_method=worker_start_method,
+            )
+        else:
             self._pool = WorkerPool(
                 workers,
                 memory_limit=worker_memory_limit,
+                initializer=worker_initializer,
+                initargs=worker_initargs,
                 call_timeout=worker_call_timeout,
                 start_method=worker_start_method,
                 max_restarts=worker_max_restarts,
@@ -874,6 +892,16 @@ class AgentHost:
             tenant.pop(record.session_id, None)
             if not tenant:
                 del self._by_tenant[record.tenant_id]
+
+
+def _refuse_worker_options(**options: object) -> None:
+    """Thread mode: an option that only applies to worker processes is a mistake; say so."""
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} only apply to worker processes; pass workers=N to run "
+            "sessions in worker processes, or drop them"
+        )
 
 
 class _NeverHandled(Exception):

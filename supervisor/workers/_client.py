@@ -34,7 +34,7 @@ from typing import Any
 
 from supervisor.errors import WorkerCrashed
 from supervisor.workers._protocol import decode_error, pack, unpack
-from supervisor.workers._worker import MEMORY_EXIT, worker_main
+from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
 
 __all__ = ["Reply", "WorkerClient", "describe_exit"]
 
@@ -128,7 +128,7 @@ class WorkerClient:
         on_push: Called on the reader thread with every unsolicited frame.
         on_death: Called once on the reader thread when the worker has died or
             was shut down, after every in-flight call has failed.
-        memory_limit: RLIMIT_AS of the worker in bytes, or ``None``.
+        setup: What the worker applies before it serves (memory limit, initializer).
     """
 
     def __init__(
@@ -136,13 +136,13 @@ class WorkerClient:
         context: BaseContext,
         on_push: Push,
         on_death: Death,
-        memory_limit: int | None = None,
+        setup: WorkerSetup | None = None,
     ) -> None:
         parent_conn, child_conn = context.Pipe(duplex=True)
         self._conn: Connection = parent_conn
         process: BaseProcess = context.Process(  # type: ignore[attr-defined]
             target=worker_main,
-            args=(child_conn, memory_limit),
+            args=(child_conn, setup or WorkerSetup()),
             name="sessionvisor-worker",
             daemon=True,
         )

@@ -42,6 +42,7 @@ from supervisor._actor import kill
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
 from supervisor.workers._client import WorkerClient
+from supervisor.workers._worker import WorkerSetup
 
 if TYPE_CHECKING:
     from supervisor.workers._proxy import SessionLink
@@ -50,8 +51,8 @@ __all__ = ["WorkerInfo", "WorkerPool"]
 
 logger = logging.getLogger("supervisor.workers")
 
-_START_TIMEOUT = 60.0
-"""Seconds a new pool waits for each worker to serve (its imports, mostly)."""
+_START_TIMEOUT = 120.0
+"""Seconds a new pool waits for each worker to serve (its imports and initializer)."""
 
 _SPAWN_WAIT = 30.0
 """Seconds ``close`` waits for replacement workers being started, to shut them down too."""
@@ -61,8 +62,9 @@ _START_FAILURES = 3
 replacing them (one failure could be transient: no free memory or file descriptors)."""
 
 _START_HINT = (
-    ". The usual cause: the main file creates an AgentHost when imported; a worker imports "
-    'the main file again, so put that code under `if __name__ == "__main__":`'
+    ". The usual causes: the worker_initializer raised; or the main file creates an AgentHost "
+    "when imported, and a worker imports the main file again, so put that code under "
+    '`if __name__ == "__main__":`'
 )
 
 
@@ -124,6 +126,10 @@ class WorkerPool:
     Args:
         size: Number of worker processes (>= 1).
         memory_limit: RLIMIT_AS per worker in bytes, or ``None``.
+        initializer: Called with ``*initargs`` in each worker (replacements too)
+            before it serves; shipped with cloudpickle. If it raises, the
+            worker cannot start (``WorkerStartError``).
+        initargs: Arguments of ``initializer``.
         call_timeout: Seconds a call to a worker may take before the worker is
             SIGKILLed and replaced (``None``: no limit; a dead worker still
             fails its calls at once).
@@ -141,6 +147,8 @@ class WorkerPool:
         size: int,
         *,
         memory_limit: int | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
         call_timeout: float | None = None,
         start_method: str | None = None,
         max_restarts: int = 50,
@@ -154,12 +162,12 @@ class WorkerPool:
             raise ValueError("start_method='fork' is unsafe in a threaded host; use forkserver")
         if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
             raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
+        self._setup = WorkerSetup(memory_limit, _pickled_initializer(initializer, initargs))
         context = _default_context() if start_method is None else None
         self._context = context or multiprocessing.get_context(start_method)
         if self._context.get_start_method() == "forkserver":
             self._context.set_forkserver_preload(_preload_modules())
         self.size = size
-        self.memory_limit = memory_limit
         self.call_timeout = call_timeout
         self._intensity = RestartIntensity(max_restarts, max_seconds, clock)
         self._on_give_up = on_give_up
@@ -195,7 +203,7 @@ class WorkerPool:
         """Start a worker; the caller counted it in ``_spawning`` (under the lock) when it
         decided to, so ``close`` waits for it and no worker is left running unseen."""
         try:
-            client = WorkerClient(self._context, self._on_push, self._on_death, self.memory_limit)
+            client = WorkerClient(self._context, self._on_push, self._on_death, self._setup)
         except BaseException:
             with self._changed:
                 self._spawning -= 1
@@ -436,6 +444,33 @@ class WorkerPool:
         with self._lock:
             self._workers.clear()
             self._pickled.clear()
+
+
+def _pickled_initializer(
+    initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> bytes | None:
+    """``(initializer, initargs)`` as cloudpickle bytes for the workers, or ``None``.
+
+    Raises:
+        TypeError: not callable, ``initargs`` not a tuple, or either cannot be pickled.
+    """
+    if not isinstance(initargs, tuple):
+        raise TypeError(f"worker_initargs must be a tuple, got {type(initargs).__name__}")
+    if initializer is None:
+        if initargs:
+            raise TypeError("worker_initargs given without a worker_initializer")
+        return None
+    if not callable(initializer):
+        raise TypeError(f"worker_initializer must be callable, got {initializer!r}")
+    try:
+        data: bytes = cloudpickle.dumps((initializer, initargs))
+    except Exception as exc:
+        raise TypeError(
+            "worker_initializer and worker_initargs are sent to each worker with cloudpickle, "
+            f"which refused them ({type(exc).__name__}: {exc}); pass plain data and create "
+            "live resources inside the initializer"
+        ) from exc
+    return data
 
 
 def _not_picklable(template: AgentTemplate, error: BaseException) -> TemplateNotPicklable:

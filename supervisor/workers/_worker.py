@@ -56,7 +56,7 @@ from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, unpack
 
-__all__ = ["MEMORY_EXIT", "SLOW_STEP", "worker_main"]
+__all__ = ["MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -88,19 +88,39 @@ def _fatal_on_memory_error(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def worker_main(conn: Connection, memory_limit: int | None) -> None:
-    """Process target: apply the memory limit, serve the pipe until ``shutdown`` or EOF.
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerSetup:
+    """What a worker applies before it serves (sent with the process, once).
+
+    Attributes:
+        memory_limit: RLIMIT_AS in bytes, or ``None``.
+        initializer: cloudpickle bytes of ``(fn, args)``: the host's
+            ``worker_initializer`` and ``worker_initargs``, or ``None``.
+    """
+
+    memory_limit: int | None = None
+    initializer: bytes | None = None
+
+
+def worker_main(conn: Connection, setup: WorkerSetup) -> None:
+    """Process target: apply ``setup``, serve the pipe until ``shutdown`` or EOF.
 
     A worker ignores SIGINT. Ctrl-C in a terminal signals the whole foreground
     process group, workers included; the host handles it (``KeyboardInterrupt``
     ends its ``with`` block) and its shutdown needs the workers alive to take
     the sessions' final checkpoints. A worker whose parent is gone exits on EOF.
+
+    An initializer that raises ends the worker before it serves (the parent
+    raises ``WorkerStartError``); its traceback goes to stderr.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if memory_limit is not None:
+    if setup.memory_limit is not None:
         import resource  # noqa: PLC0415 (POSIX only; imported where it is needed)
 
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        resource.setrlimit(resource.RLIMIT_AS, (setup.memory_limit, setup.memory_limit))
+    if setup.initializer is not None:
+        initializer, args = cloudpickle.loads(setup.initializer)
+        initializer(*args)
     _Worker(conn).run()
 
 

@@ -9,6 +9,12 @@ from its last checkpoint on a live worker. Workers that keep dying are
 themselves subject to a restart intensity: past it the pool stops replacing
 them and calls ``on_give_up``.
 
+A worker is started when its first frame (``ready``) arrives. One that exits on
+its own before that cannot start (an unguarded main file it re-imports, an
+initializer that raises): the constructor raises ``WorkerStartError`` at once,
+and after three replacements in a row that could not start the pool stops
+replacing workers, as when the intensity is exceeded.
+
 Starting workers fast: with ``forkserver`` every worker (a replacement after a
 SIGKILL too) is forked from one server process, which imports the modules of
 its *preload* list once, so a worker does not import them again. The pool
@@ -296,7 +302,7 @@ class WorkerPool:
                     )
                 replace = self._unstartable is None and self._intensity.allow()
                 gave_up_now = self.gave_up = not replace
-                self._spawning += replace
+                self._spawning += int(replace)  # counted now: ``close`` waits for it
         if gave_up_now:
             message = (
                 f"{self._unstartable}; no longer replacing workers"

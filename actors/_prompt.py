@@ -26,15 +26,18 @@ class PromptView(Sequence[Message]):
     with the same messages.
     """
 
-    __slots__ = ("_end", "_messages", "_system")
+    __slots__ = ("_end", "_len", "_messages", "_system")
 
     def __init__(self, system: Message | None, messages: list[Message]) -> None:
         self._system = system
         self._messages = messages
         self._end = len(messages)
+        # Stored, not computed: models index the prompt several times per call,
+        # and ``len(self)`` inside a method costs a Python-level call each time.
+        self._len = self._end + (system is not None)
 
     def __len__(self) -> int:
-        return self._end + (self._system is not None)
+        return self._len
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -45,7 +48,7 @@ class PromptView(Sequence[Message]):
     def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
             return list(self)[index] if index.step not in (None, 1) else self._slice(index)
-        size = len(self)
+        size = self._len
         if index < 0:
             index += size
         if not 0 <= index < size:
@@ -57,7 +60,7 @@ class PromptView(Sequence[Message]):
         return self._messages[index]
 
     def _slice(self, index: slice) -> list[Message]:
-        start, stop, _ = index.indices(len(self))
+        start, stop, _ = index.indices(self._len)
         if start >= stop:
             return []
         if self._system is None:
@@ -78,7 +81,7 @@ class PromptView(Sequence[Message]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PromptView | list | tuple):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+            return self._len == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash

@@ -7,7 +7,6 @@ dropped and counted, so a session that nobody reads never grows without limit.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -18,6 +17,8 @@ from typing import Any, NamedTuple
 __all__ = ["Event", "EventBatch", "EventBuffer", "Subscriber"]
 
 logger = logging.getLogger("actors.events")
+
+_new_tuple = tuple.__new__
 
 
 class Event(NamedTuple):
@@ -70,17 +71,19 @@ class EventBuffer:
         size: Most events kept; the oldest are dropped beyond it.
     """
 
-    __slots__ = ("_dropped", "_events", "_last", "_lock", "_seq", "_subscribers", "size")
+    __slots__ = ("_dropped", "_events", "_head", "_last", "_lock", "_subscribers", "size")
 
     def __init__(self, size: int = 1000) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"event_buffer_size must be a positive integer, got {size!r}")
         self.size = size
         # A list, not a deque: an idle session's buffer then costs bytes, not a
-        # 64-slot block (hosts keep thousands of hibernated sessions).
+        # 64-slot block (hosts keep thousands of hibernated sessions). Once it
+        # holds ``size`` events it is a ring: a new event overwrites the oldest,
+        # at ``_head``, instead of shifting the whole list left by one.
         self._events: list[Event] = []
-        self._seq = itertools.count(1)
-        self._last = 0
+        self._head = 0
+        self._last = 0  # seq of the newest event; events are numbered without gaps
         self._dropped = 0
         self._subscribers: tuple[Subscriber, ...] = ()  # replaced, never mutated
         self._lock = threading.Lock()
@@ -97,12 +100,16 @@ class EventBuffer:
         A subscriber that raises is logged and skipped; it never fails the session.
         """
         with self._lock:
-            event = Event(next(self._seq), type_, data, time.time())
-            if len(self._events) == self.size:
+            self._last += 1
+            # ``Event(...)`` without the Python-level ``__new__`` namedtuple adds.
+            event: Event = _new_tuple(Event, (self._last, type_, data, time.time()))
+            events = self._events
+            if len(events) < self.size:
+                events.append(event)
+            else:
+                events[self._head] = event
+                self._head = (self._head + 1) % self.size
                 self._dropped += 1
-                del self._events[0]
-            self._events.append(event)
-            self._last = event.seq
             subscribers = self._subscribers
         for subscriber in subscribers:
             try:
@@ -115,9 +122,11 @@ class EventBuffer:
         """Events after ``cursor`` (all retained events when ``None``)."""
         after = 0 if cursor is None else cursor
         with self._lock:
-            events = tuple(e for e in self._events if e.seq > after)
-            oldest = self._events[0].seq if self._events else self._last + 1
-            last = self._last
+            head, last = self._head, self._last
+            retained = self._events[head:] + self._events[:head]  # oldest first
+        # Seqs have no gaps, so the retained events are ``oldest..last`` in order.
+        oldest = last - len(retained) + 1
+        events = tuple(retained[max(0, after - oldest + 1) :])
         missed = max(0, oldest - after - 1) if cursor is not None else 0
         return EventBatch(events, max(last, after), missed)
 

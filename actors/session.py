@@ -164,6 +164,9 @@ class AgentSession(pykka.ThreadingActor):
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
         self._system: Message | None = None
+        # Without plugins a turn skips its hooks outright: calling the runner
+        # (and building the hooks' arguments) was a measurable part of a turn.
+        self._has_plugins = bool(self.plugins.plugins)
         self._prompt_plugins = any(
             getattr(type(p), "before_model", None) is not Plugin.before_model
             for p in template.plugins
@@ -253,8 +256,9 @@ class AgentSession(pykka.ThreadingActor):
             raise
         self._turns += 1
         self._steered = []
-        added = tuple(self._messages[mark:])
-        self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
+        if self._has_plugins:
+            added = tuple(self._messages[mark:])
+            self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
         self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)
         if self.checkpointer is not None and self._turns % self.checkpoint_every == 0:
             try:
@@ -324,9 +328,10 @@ class AgentSession(pykka.ThreadingActor):
                 prompt = self._piped_prompt(list(prompt))
             response = self.model.generate(prompt, tools)
             self._usage += response.usage
-            response = self.plugins.pipe(
-                "after_model", response, lambda p, c, v: p.after_model(c, v)
-            )
+            if self._has_plugins:
+                response = self.plugins.pipe(
+                    "after_model", response, lambda p, c, v: p.after_model(c, v)
+                )
             self._record(response)
             if not response.message.tool_calls:
                 return response.message

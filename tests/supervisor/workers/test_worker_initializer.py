@@ -60,6 +60,19 @@ def test_every_worker_runs_the_initializer_with_its_arguments() -> None:
         assert SETTING not in os.environ  # it ran there, not here
 
 
+def test_spawned_workers_run_it_too() -> None:
+    with AgentHost(
+        MemoryCheckpointStore(),
+        workers=1,
+        worker_start_method="spawn",
+        worker_initializer=_set_setting,
+        worker_initargs=(SETTING, "spawned"),
+    ) as host:
+        sid = host.start_session(AgentTemplate(tools=(setting,)))
+
+        assert _ask_setting(host, sid) == ("spawned", host.workers()[0].pid)
+
+
 def test_a_closure_initializer_travels_by_value_and_reaches_replacements() -> None:
     value = f"closure-{os.getpid()}"
     initializer: Callable[[], None] = lambda: _set_setting(SETTING, value)  # noqa: E731

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import select
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "exit_tool",
     "host_options",
     "pairs",
+    "process_ended_within",
     "registry_lookup_fails",
     "same_error",
     "session_thread_gone",
@@ -494,3 +496,17 @@ def assert_acknowledged_turns_kept(
         for index in range(senders):
             mine = [position[text] for i, text, _ in turns if i == index]
             assert mine == sorted(mine), f"{sid}: sender {index}'s turns out of order"
+
+
+def process_ended_within(pid: int, timeout: float) -> bool:
+    """Wait until process ``pid`` (any process, not only a child) has ended; False after
+    ``timeout``. Waits on its pidfd, which becomes readable when it exits, not by polling."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True  # already gone
+    try:
+        ended, _, _ = select.select([handle], [], [], timeout)
+    finally:
+        os.close(handle)
+    return bool(ended)

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import weakref
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import pytest
 from actors import AgentTemplate, Snapshot
 from supervisor import AgentHost, MemoryCheckpointStore, SQLiteCheckpointStore, _at_exit
 from supervisor.checkpoint_store import CheckpointInfo
-from tests.supervisor.host_helpers import WAIT
+from tests.supervisor.host_helpers import WAIT, process_ended_within
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,26 +93,6 @@ def _worker_pids(output: str) -> list[int]:
     return []
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` names a process that is neither gone nor a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-    except FileNotFoundError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]  # the field after "(comm)"
-    return state not in {"Z", "X"}
-
-
-def _gone_within(pid: int, timeout: float) -> bool:
-    """Wait (bounded) until ``pid`` is gone; a properly joined worker already is."""
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def _kill_if_alive(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -134,7 +113,7 @@ def test_a_host_never_shut_down_is_shut_down_at_exit(mode: str, tmp_path: Path) 
     assert "answer: echo: hi" in out
     assert len(pids) == (0 if mode == "thread" else 1), out
     for pid in pids:
-        assert _gone_within(pid, GONE_WAIT), f"worker pid {pid} outlived its host's process"
+        assert process_ended_within(pid, GONE_WAIT), f"worker pid {pid} outlived its host's process"
     # The host's shutdown checkpointed the session (the turn itself saved nothing).
     assert _history_after(db) == [("user", "hi"), ("assistant", "echo: hi")]
 
@@ -146,7 +125,7 @@ def test_an_explicit_shutdown_still_ends_the_program_as_before(mode: str, tmp_pa
 
     assert "answer: echo: hi" in out
     for pid in pids:
-        assert _gone_within(pid, GONE_WAIT), f"worker pid {pid} outlived its host's process"
+        assert process_ended_within(pid, GONE_WAIT), f"worker pid {pid} outlived its host's process"
     assert _history_after(db) == [("user", "hi"), ("assistant", "echo: hi")]
 
 

@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from tests.supervisor.host_helpers import WAIT
+from tests.supervisor.host_helpers import WAIT, process_ended_within
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -183,12 +182,4 @@ def test_workers_exit_when_their_host_is_killed(tmp_path: Path) -> None:
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 2
     for pid in pids:
-        try:
-            handle = os.pidfd_open(pid)  # readable once the process has ended
-        except ProcessLookupError:
-            continue  # already gone
-        try:
-            ended, _, _ = select.select([handle], [], [], WAIT)
-            assert ended, f"worker pid {pid} still runs {WAIT} s after its host was killed"
-        finally:
-            os.close(handle)
+        assert process_ended_within(pid, WAIT), f"worker pid {pid} outlived its killed host"

@@ -16,7 +16,7 @@ import pytest
 
 from actors import AgentTemplate, tool
 from supervisor import AgentHost, MemoryCheckpointStore, WorkerStartError
-from tests.supervisor.workers.worker_tools import watch_events, worker_pid
+from tests.supervisor.workers.worker_tools import fds, watch_events, worker_pid
 
 SETTING = "SESSIONVISOR_TEST_SETTING"
 
@@ -90,7 +90,9 @@ def test_a_closure_initializer_travels_by_value_and_reaches_replacements() -> No
 
 
 def test_an_initializer_that_raises_fails_the_host_with_a_clear_error() -> None:
+    AgentHost(MemoryCheckpointStore(), workers=1).shutdown()  # the forkserver and its fds stay
     threads_before = threading.active_count()
+    fds_before = fds()
 
     with pytest.raises(WorkerStartError) as caught:
         AgentHost(MemoryCheckpointStore(), workers=2, worker_initializer=_fail_to_set_up)
@@ -99,8 +101,9 @@ def test_an_initializer_that_raises_fails_the_host_with_a_clear_error() -> None:
     assert caught.value.exit_status == "exit code 1"
     assert "could not start (exit code 1)" in message
     assert "the worker_initializer raised" in message
-    assert _worker_children() == []
+    assert _worker_children() == []  # both workers joined: the one that failed and the other
     assert threading.active_count() == threads_before
+    assert fds() == fds_before  # no pipe left open
 
 
 @pytest.mark.parametrize(

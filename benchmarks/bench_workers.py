@@ -6,7 +6,8 @@
    rows against the same echo: thread-mode ``AgentHost.send`` (no IPC at all),
    and a ceiling: a bare pipe server that runs a plain ``AgentSession`` turn on
    the thread that reads the frame (no host, supervision, events relay or
-   thread hop). No transport can do better than that ceiling.
+   thread hop). No transport can do better than that ceiling; a last row gives
+   ``send`` against it directly.
 2. SIGKILL of the session's worker -> registry eviction, and -> resumed and
    answering: p50 / p99 over ``KILLS`` (100) kills, back to back (the host's
    worker restart intensity is raised to allow them all; the default, 50 deaths
@@ -110,6 +111,9 @@ def bench_round_trips() -> dict[str, float]:
                 lambda: threads.send(tid, "hi"), bare, ops=500, rounds=5
             )
         _, _, figures["ceiling"] = interleaved_rates(ceiling, bare, ops=500, rounds=5)
+        _, _, figures["of_ceiling"] = interleaved_rates(
+            lambda: host.send(sid, "hi"), ceiling, ops=500, rounds=5
+        )
         for conn, server in ((echo, echo_server), (turns, turn_server)):
             conn.close()
             server.join(5)
@@ -184,6 +188,7 @@ def main() -> None:
             ("ratio (goal >= 0.5)", f"{trips['ratio']:.2f}"),
             ("context: thread-mode send / same echo", f"{trips['threads']:.2f}"),
             ("ceiling: bare AgentSession turn over a Pipe / same echo", f"{trips['ceiling']:.2f}"),
+            ("context: send (worker) / that ceiling", f"{trips['of_ceiling']:.2f}"),
             (
                 f"SIGKILL -> eviction p50/p99 ({KILLS} kills)",
                 f"{percentile(evicted, 50) * ms:.1f} / {percentile(evicted, 99) * ms:.1f} ms",

@@ -505,6 +505,17 @@ class AgentHost:
         return [] if self._pool is None else self._pool.info()
 
     @property
+    def worker_deaths(self) -> int:
+        """How many worker processes died since the host started, shutdown excepted.
+
+        Every death counts: a kill, a crash, a call timeout, a worker that could
+        not start. For monitoring: a count that keeps rising means tools or
+        models are taking their workers down. Always 0 in thread mode.
+        Thread-safe.
+        """
+        return 0 if self._pool is None else self._pool.deaths
+
+    @property
     def workers_given_up(self) -> bool:
         """Whether worker processes died more than ``worker_max_restarts`` times within
         ``worker_max_seconds`` and the host stopped replacing them.

@@ -186,7 +186,7 @@ class WorkerPool:
         self.gave_up = False
         self._start_failures = 0  # workers in a row that exited before serving
         self._unstartable: WorkerStartError | None = None  # why, once replacements stopped
-        self.deaths = 0
+        self.deaths = 0  # workers that died while the pool was open (not at its close)
         self._constructing = True  # a worker failing to start now fails the constructor
         self._spawning = 0  # workers being started (see ``_spawn``)
         try:
@@ -292,9 +292,10 @@ class WorkerPool:
             if client in self._workers:
                 self._workers.remove(client)
             victims = [p.ref for p in self._placements.values() if p.client is client]
+            if not self._closed:
+                self.deaths += 1
             # (During the constructor, which raises WorkerStartError, nothing is replaced.)
             if not self._closed and not self.gave_up and not (start_failed and self._constructing):
-                self.deaths += 1
                 self._start_failures = self._start_failures + 1 if start_failed else 0
                 if self._start_failures >= _START_FAILURES:
                     self._unstartable = WorkerStartError(

@@ -1,4 +1,4 @@
-"""``AgentHost.workers()`` and ``AgentHost.workers_given_up``: the public view of worker processes.
+"""``AgentHost.workers()``, ``workers_given_up`` and ``worker_deaths``: the public view of workers.
 
 Every wait is on an event of the session's stream, with a bound; the pids are
 checked against the processes multiprocessing itself knows as this process's
@@ -95,9 +95,11 @@ def test_a_killed_worker_is_replaced_by_a_new_pid() -> None:
         assert after.sessions == (sid,)
         assert _child_worker_pids() == {after.pid}
         assert not host.workers_given_up
+        assert host.worker_deaths == 1
         assert host.send(sid, "still here").content == "echo: still here"
     finally:
         host.shutdown()
+    assert host.worker_deaths == 1  # stopping workers at shutdown is no death
 
 
 def test_workers_given_up_past_the_worker_restart_intensity() -> None:
@@ -111,6 +113,7 @@ def test_workers_given_up_past_the_worker_restart_intensity() -> None:
         waiter.wait_for("crashed")  # the pool decided before it crashed the session
 
         assert host.workers_given_up
+        assert host.worker_deaths == 1
         assert host.workers() == []
         waiter.wait_for("given_up")  # no worker to restart it on
         with pytest.raises(SessionFailed):
@@ -126,6 +129,7 @@ def test_no_workers_in_thread_mode_and_after_shutdown() -> None:
         threaded.start_session(template(), "t")
         assert threaded.workers() == []
         assert not threaded.workers_given_up
+        assert threaded.worker_deaths == 0
     finally:
         threaded.shutdown()
 
@@ -134,3 +138,4 @@ def test_no_workers_in_thread_mode_and_after_shutdown() -> None:
     assert host.workers() == []
     assert _child_worker_pids() == set()
     assert not host.workers_given_up
+    assert host.worker_deaths == 0

@@ -209,7 +209,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
 
         # Every kill was a real worker death, replaced; every session it ran was resumed once.
         assert len(killed_pids) == len(set(killed_pids)) == KILLS
-        assert pool.deaths == KILLS
+        assert host.worker_deaths == KILLS
         assert not host.workers_given_up
         assert tally.crashed == tally.resumed == victims_of
         assert not tally.given_up

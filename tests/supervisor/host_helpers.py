@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import select
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from actors import (
     is_stripped_marker,
     tool,
 )
-from supervisor import AgentHost, RemoteError, SessionNotFound
+from supervisor import AgentHost, RemoteError, SessionCrashed, SessionNotFound
 
 __all__ = [
     "MODES",
@@ -42,6 +44,7 @@ __all__ = [
     "Gate",
     "Journal",
     "ModelDown",
+    "PacedSenders",
     "StartSeen",
     "add",
     "assert_acknowledged_turns_kept",
@@ -477,6 +480,94 @@ def registry_lookup_fails(host: AgentHost, session_id: str) -> bool:
     except SessionNotFound:
         return True
     return False
+
+
+class PacedSenders:
+    """The chaos tests' sender threads: each sends turns to random sessions of ``host``
+    and records every turn it got an answer for.
+
+    Paced on the faults injected so far (``fault_done``): a sender sends at most
+    ``turns_per_fault`` turns per fault, plus a start, so histories (and the
+    checkpoints every turn rewrites) stay a few hundred messages long whatever
+    the machine's speed. Seeded per sender; only the interleaving varies.
+
+    Attributes:
+        acked: ``(sender, text, answer)`` of every acknowledged turn, by session.
+        unacknowledged: ``SessionCrashed`` raised by ``send`` (``WorkerCrashed`` is
+            one), by type name: the turn was not acknowledged and the sender moves on.
+        failures: Anything else a sender raised (it stopped there).
+    """
+
+    def __init__(
+        self,
+        host: AgentHost,
+        session_ids: Iterable[str],
+        *,
+        senders: int,
+        turns_per_fault: float,
+        name: str,
+    ) -> None:
+        self.host = host
+        self.acked: dict[str, list[tuple[int, str, str]]] = {sid: [] for sid in session_ids}
+        self.unacknowledged = Counter[str]()
+        self.failures: list[BaseException] = []
+        self._turns_per_fault = turns_per_fault
+        self._faults = 0
+        self._lock = threading.Lock()  # guards acked and unacknowledged
+        self._pace = threading.Condition()  # guards _faults; notified with _stop too
+        self._stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"{name}-{i}")
+            for i in range(senders)
+        ]
+
+    @property
+    def total(self) -> int:
+        """How many turns were acknowledged in all."""
+        with self._lock:
+            return sum(len(turns) for turns in self.acked.values())
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def fault_done(self) -> None:
+        """One more fault injected: the senders may go on."""
+        with self._pace:
+            self._faults += 1
+            self._pace.notify_all()
+
+    def stop(self) -> None:
+        """Stop the senders and join them (each within a bound)."""
+        with self._pace:
+            self._stop.set()
+            self._pace.notify_all()
+        for thread in self.threads:
+            thread.join(WAIT * 2)
+
+    def _within_pace(self, turn: int) -> bool:
+        return self._stop.is_set() or turn < self._turns_per_fault * (self._faults + 2)
+
+    def _run(self, index: int) -> None:
+        rng = random.Random(index)
+        turn = 0
+        try:
+            while not self._stop.is_set():
+                with self._pace:
+                    self._pace.wait_for(functools.partial(self._within_pace, turn), WAIT)
+                sid = rng.choice(list(self.acked))
+                text = f"sender {index} turn {turn}"
+                turn += 1
+                try:
+                    answer = self.host.send(sid, text, timeout=WAIT)
+                except SessionCrashed as exc:
+                    with self._lock:
+                        self.unacknowledged[type(exc).__name__] += 1
+                    continue
+                with self._lock:
+                    self.acked[sid].append((index, text, answer.content or ""))
+        except BaseException as exc:
+            self.failures.append(exc)
 
 
 def assert_acknowledged_turns_kept(

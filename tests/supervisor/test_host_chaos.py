@@ -8,7 +8,6 @@ only the interleaving varies from run to run.
 
 from __future__ import annotations
 
-import functools
 import random
 import threading
 from collections import Counter
@@ -16,10 +15,11 @@ from collections import Counter
 import pytest
 
 from actors import Event, Subscriber
-from supervisor import AgentHost, MemoryCheckpointStore, SessionCrashed
+from supervisor import AgentHost, MemoryCheckpointStore
 from tests.supervisor.host_helpers import (
     WAIT,
     Journal,
+    PacedSenders,
     assert_acknowledged_turns_kept,
     assert_threads_back,
     template,
@@ -29,8 +29,7 @@ SESSIONS = 20
 CRASHES = 1000
 SENDERS = 4
 TURNS_PER_CRASH = 0.5
-"""Each sender's pace: at most this many turns per crash so far (plus one), so the
-histories, and the checkpoints every turn rewrites, stay a few hundred messages long."""
+"""Each sender's pace (see ``PacedSenders``)."""
 
 
 class Resumes:
@@ -60,49 +59,21 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
     before = set(threading.enumerate())
     journal = Journal()
     resumes = Resumes()
-    acked: dict[str, list[tuple[int, str, str]]] = {f"s{i:02}": [] for i in range(SESSIONS)}
-    ack_lock = threading.Lock()
-    failures: list[BaseException] = []
-    crashed_sends = Counter[int]()
-    stop = threading.Event()
-    pace = threading.Condition()
-    crashes_done = [0]
-
     host = AgentHost(store=MemoryCheckpointStore(), max_restarts=10_000, max_seconds=1.0)
+    senders = PacedSenders(
+        host,
+        [f"s{i:02}" for i in range(SESSIONS)],
+        senders=SENDERS,
+        turns_per_fault=TURNS_PER_CRASH,
+        name="chaos-sender",
+    )
+    acked = senders.acked
     try:
         for sid in acked:
             host.start_session(template(journal), sid)
             host.subscribe(sid, resumes.subscriber(sid))
 
-        def within_pace(turn: int) -> bool:
-            return stop.is_set() or turn < TURNS_PER_CRASH * (crashes_done[0] + 2)
-
-        def sender(index: int) -> None:
-            rng = random.Random(index)
-            turn = 0
-            try:
-                while not stop.is_set():
-                    with pace:
-                        pace.wait_for(functools.partial(within_pace, turn), WAIT)
-                    sid = rng.choice(list(acked))
-                    text = f"sender {index} turn {turn}"
-                    turn += 1
-                    try:
-                        answer = host.send(sid, text, timeout=WAIT)
-                    except SessionCrashed:
-                        crashed_sends[index] += 1  # not acknowledged: may or may not be saved
-                        continue
-                    with ack_lock:
-                        acked[sid].append((index, text, answer.content or ""))
-            except BaseException as exc:
-                failures.append(exc)
-
-        threads = [
-            threading.Thread(target=sender, args=(i,), name=f"chaos-sender-{i}")
-            for i in range(SENDERS)
-        ]
-        for thread in threads:
-            thread.start()
+        senders.start()
         rng = random.Random(2024)
         kills: Counter[str] = Counter()
         try:
@@ -112,25 +83,18 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
                 host.kill(sid, reason="chaos")
                 assert ref.actor_stopped.wait(WAIT)
                 kills[sid] += 1
-                with pace:
-                    crashes_done[0] += 1
-                    pace.notify_all()
+                senders.fault_done()
                 resumes.wait(sid, kills[sid])
         finally:
-            with pace:
-                stop.set()
-                pace.notify_all()
-            for thread in threads:
-                thread.join(WAIT * 2)
-        assert not failures, failures
-        assert not any(t.is_alive() for t in threads)
+            senders.stop()
+        assert not senders.failures, senders.failures
+        assert not any(t.is_alive() for t in senders.threads)
 
         # Every crash was a real death followed by a resume from the checkpoint.
         assert sum(kills.values()) == CRASHES
         assert resumes.counts == kills
         assert all(len(journal.of(sid)) == kills[sid] + 1 for sid in acked)
-        total_acked = sum(len(turns) for turns in acked.values())
-        assert total_acked > CRASHES, "the senders barely ran"
+        assert senders.total > CRASHES, "the senders barely ran"
 
         # No acknowledged turn is missing, none is doubled, each sender's are in order.
         assert_acknowledged_turns_kept(host, acked, SENDERS)

@@ -31,9 +31,10 @@ from pathlib import Path
 import pytest
 
 from actors import Event, Subscriber
-from supervisor import AgentHost, MemoryCheckpointStore, SessionCrashed
+from supervisor import AgentHost, MemoryCheckpointStore
 from tests.supervisor.host_helpers import (
     WAIT,
+    PacedSenders,
     assert_acknowledged_turns_kept,
     assert_threads_back,
     template,
@@ -45,8 +46,7 @@ WORKERS = 3
 SENDERS = 3
 KILLS = 200
 TURNS_PER_KILL = 2
-"""Each sender's pace: at most this many turns per kill so far (plus a start), so
-histories, and the checkpoints every turn rewrites, stay a few hundred messages long."""
+"""Each sender's pace (see ``PacedSenders``)."""
 
 
 class Tally:
@@ -123,13 +123,6 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
     threads_before = set(threading.enumerate())
     fds_before = _open_fds()
     tally = Tally()
-    acked: dict[str, list[tuple[int, str, str]]] = {f"p{i}": [] for i in range(SESSIONS)}
-    ack_lock = threading.Lock()
-    failures: list[BaseException] = []
-    unacknowledged = Counter[str]()  # by exception type
-    stop = threading.Event()
-    pace = threading.Condition()
-    kills_done = [0]
 
     host = AgentHost(
         MemoryCheckpointStore(),
@@ -139,6 +132,14 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
         worker_max_restarts=KILLS,  # a kill cycle takes ~0.1 s: 200 fit in a minute
         worker_max_seconds=60.0,
     )
+    senders = PacedSenders(
+        host,
+        [f"p{i}" for i in range(SESSIONS)],
+        senders=SENDERS,
+        turns_per_fault=TURNS_PER_KILL,
+        name="worker-chaos-sender",
+    )
+    acked = senders.acked
     pool = host._pool
     assert pool is not None
     try:
@@ -146,36 +147,8 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
             host.start_session(template(), sid)
             host.subscribe(sid, tally.subscriber(sid))
 
-        def within_pace(turn: int) -> bool:
-            return stop.is_set() or turn < TURNS_PER_KILL * (kills_done[0] + 2)
-
-        def sender(index: int) -> None:
-            rng = random.Random(index)
-            turn = 0
-            try:
-                while not stop.is_set():
-                    with pace:
-                        pace.wait_for(functools.partial(within_pace, turn), WAIT)
-                    sid = rng.choice(list(acked))
-                    text = f"sender {index} turn {turn}"
-                    turn += 1
-                    try:
-                        answer = host.send(sid, text, timeout=WAIT)
-                    except SessionCrashed as exc:  # WorkerCrashed is one: not acknowledged
-                        unacknowledged[type(exc).__name__] += 1
-                        continue
-                    with ack_lock:
-                        acked[sid].append((index, text, answer.content or ""))
-            except BaseException as exc:
-                failures.append(exc)
-
-        threads = [
-            threading.Thread(target=sender, args=(i,), name=f"worker-chaos-sender-{i}")
-            for i in range(SENDERS)
-        ]
         started = time.perf_counter()
-        for thread in threads:
-            thread.start()
+        senders.start()
         rng = random.Random(2026)
         victims_of: Counter[str] = Counter()
         killed_pids: list[int] = []
@@ -193,18 +166,12 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
                 assert pool.wait_for_workers(WORKERS, WAIT)
                 assert victim not in [w.pid for w in host.workers()]
                 assert all(worker_pid(host, sid) != victim for sid in acked)
-                with pace:
-                    kills_done[0] += 1
-                    pace.notify_all()
+                senders.fault_done()
         finally:
-            with pace:
-                stop.set()
-                pace.notify_all()
-            for thread in threads:
-                thread.join(WAIT * 2)
+            senders.stop()
         storm = time.perf_counter() - started
-        assert not failures, failures
-        assert not any(t.is_alive() for t in threads)
+        assert not senders.failures, senders.failures
+        assert not any(t.is_alive() for t in senders.threads)
         tally.wait_all_active(host)
 
         # Every kill was a real worker death, replaced; every session it ran was resumed once.
@@ -213,7 +180,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
         assert not host.workers_given_up
         assert tally.crashed == tally.resumed == victims_of
         assert not tally.given_up
-        total_acked = sum(len(turns) for turns in acked.values())
+        total_acked = senders.total
         assert total_acked > KILLS, "the senders barely ran"
 
         # No acknowledged turn is missing, none is doubled, each sender's are in order.
@@ -238,7 +205,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
             )
         print(  # shown with -s: the figures the report quotes
             f"\n{KILLS} kills in {storm:.1f} s; {total_acked} acknowledged turns, "
-            f"not acknowledged: {dict(unacknowledged)}; "
+            f"not acknowledged: {dict(senders.unacknowledged)}; "
             f"{sum(victims_of.values())} session resumes"
         )
     finally:

@@ -296,7 +296,7 @@ class WorkerPool:
                 self.deaths += 1
             # (During the constructor, which raises WorkerStartError, nothing is replaced.)
             if not self._closed and not self.gave_up and not (start_failed and self._constructing):
-                self._start_failures = self._start_failures + 1 if start_failed else 0
+                self._start_failures += start_failed  # a ``ready`` frame resets it
                 if self._start_failures >= _START_FAILURES:
                     self._unstartable = WorkerStartError(
                         client.pid, client.exit_status or "?", _START_HINT

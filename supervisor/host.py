@@ -432,12 +432,18 @@ class AgentHost:
         self._record(session_id).steering.put(text)
 
     def history(self, session_id: str) -> list[Message]:
-        """The conversation so far (from the checkpoint when the session is hibernated)."""
+        """The conversation so far (from the checkpoint when the session is hibernated).
+
+        Raises:
+            SessionNotFound: no such session on this host.
+            TimeoutError: the session did not answer within ``call_timeout``.
+        """
         record = self._record(session_id)
-        if record.status == "hibernated" or record.ref is None:
+        ref = record.ref
+        if record.status == "hibernated" or ref is None:
             return self.store.load(session_id).messages()
         try:
-            history: list[Message] = _ask(record.ref, GetHistory(), self.call_timeout)
+            history: list[Message] = self._ask_live(record, ref, GetHistory())
         except pykka.ActorDeadError:
             return self.store.load(session_id).messages()
         return history
@@ -449,26 +455,60 @@ class AgentHost:
     def subscribe(self, session_id: str, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber`` with every future event of the session, across restarts.
 
-        It runs on the thread that publishes: the session's for turn events, the
-        dying actor's for ``crashed`` (after the registry evicted the session and
-        before the supervisor restarts it), the supervisor's for ``resumed`` and
-        ``given_up``. Returns a function that unsubscribes.
+        It runs on the thread that publishes: the session's for turn events (in
+        process mode, the thread reading the worker's pipe: usually the caller
+        of ``send``), the dying actor's for ``crashed`` (after the registry
+        evicted the session and before the supervisor restarts it), the
+        supervisor's for ``resumed`` and ``given_up``. It may call the host for
+        another session, in either mode. Returns a function that unsubscribes.
         """
         return self._record(session_id).events.subscribe(subscriber)
 
     def checkpoint(self, session_id: str, label: str | None = None) -> Snapshot:
-        """Save a checkpoint now and return it (the latest one, relabelled, if hibernated)."""
+        """Save a checkpoint now and return it (the latest one, relabelled, if hibernated).
+
+        Raises:
+            SessionNotFound: no such session on this host.
+            TimeoutError: the session did not answer within ``call_timeout``.
+        """
         record = self._record(session_id)
         ref = record.ref
         if ref is not None and record.status == "active":
             with contextlib.suppress(pykka.ActorDeadError):
-                snapshot: Snapshot = _ask(ref, TakeSnapshot(label), self.call_timeout)
+                snapshot: Snapshot = self._ask_live(record, ref, TakeSnapshot(label))
                 self.store.save(snapshot)
                 return snapshot
         latest = self.store.load(session_id)
         snapshot = Snapshot.new(session_id=session_id, state=latest.state, label=label)
         self.store.save(snapshot)
         return snapshot
+
+    def _ask_live(self, record: SessionRecord, ref: pykka.ActorRef[Any], message: object) -> Any:
+        """Ask a live session for its history or a snapshot, within ``call_timeout``.
+
+        In process mode the request goes to the worker from this thread, as
+        ``send`` does: no proxy hop, and a subscriber callback (which runs on the
+        thread reading the worker's pipe) may call this for a session on the
+        same worker without waiting on itself.
+
+        Raises:
+            pykka.ActorDeadError: the session is gone (its checkpoint has the answer).
+            TimeoutError: no answer within ``call_timeout``.
+        """
+        link = None if self._pool is None else self._pool.link_of(record.session_id, ref)
+        if link is not None:
+            try:
+                if isinstance(message, TakeSnapshot):
+                    return link.snapshot(message.label, self.call_timeout)
+                return link.history(self.call_timeout)
+            except NotDelivered as exc:
+                raise pykka.ActorDeadError(str(exc)) from exc
+        try:
+            return _ask(ref, message, self.call_timeout)
+        except pykka.Timeout as exc:
+            raise TimeoutError(
+                f"session {record.session_id!r} did not answer within {self.call_timeout} s"
+            ) from exc
 
     def kill(self, session_id: str, reason: str = "killed") -> None:
         """Terminate the session abnormally, as OTP's ``exit(Pid, kill)``: a crash.

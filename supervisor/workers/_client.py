@@ -1,13 +1,20 @@
 """``WorkerClient``: the parent's end of one worker process.
 
 Calls are multiplexed over the worker's pipe: each gets a request id and a
-``Reply`` (a one-shot, lock-based future); one reader thread per worker matches
-replies to them and hands unsolicited pushes (events, session downs) to a
-callback. The reader waits on the pipe *and* the process sentinel together (one
-``select.poll`` object kept for the worker's life), so a worker's death is
-noticed at once, without polling: every call still in flight then fails with
-``WorkerCrashed`` naming the pid and the exit code or signal, and the death
-callback runs.
+``Reply`` (a one-shot, lock-based future); frames are matched to replies by id,
+and unsolicited pushes (events, session downs) go to a callback. The reader
+thread waits on the pipe *and* the process sentinel together (one ``epoll``
+object kept for the worker's life), so a worker's death is noticed at once,
+without polling: every call still in flight then fails with ``WorkerCrashed``
+naming the pid and the exit code or signal, and the death callback runs.
+
+A caller waiting for its reply reads the pipe itself when no other thread is
+reading it (``wait``): it takes the pipe out of the reader thread's ``epoll``
+set, reads and delivers frames (anyone's) until its own reply is in, and puts
+the pipe back. The reader thread is not woken at all, so an uncontended call
+costs no thread hand-off in this process; with several callers, one reads and
+the others are handed their replies as before. Frames are read and delivered by
+one thread at a time, in order.
 
 Why not ``concurrent.futures.Future`` and ``multiprocessing.connection.wait``:
 a ``send`` round trip is a handful of pipe writes and thread wake-ups, and on
@@ -23,9 +30,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
@@ -120,12 +129,14 @@ def describe_exit(exitcode: int | None) -> str:
 class WorkerClient:
     """One worker process and the calls in flight to it.
 
-    Thread-safe: any thread may ``call``; replies are delivered by the reader
-    thread, which also runs ``on_push`` (events, downs) and, once, ``on_death``.
+    Thread-safe: any thread may ``call``, ``submit`` and ``wait``. Frames are
+    delivered, and ``on_push`` (events, downs) runs, on whichever thread reads
+    the pipe: the reader thread, or a caller in ``wait``. ``on_death`` runs
+    once, on the reader thread.
 
     Args:
         context: The multiprocessing context (``forkserver`` or ``spawn``).
-        on_push: Called on the reader thread with every unsolicited frame.
+        on_push: Called with every unsolicited frame, in the pipe's order.
         on_death: Called once on the reader thread when the worker has died or
             was shut down, after every in-flight call has failed.
         setup: What the worker applies before it serves (memory limit, initializer).
@@ -165,6 +176,19 @@ class WorkerClient:
         self._futures: dict[int, Reply] = {}
         self._dead = False
         self._closing = False
+        # Who reads the pipe: ``_holder`` is the ident of the thread reading it
+        # (the reader thread for one frame at a time, or a caller in ``wait``),
+        # or None. A caller takes the pipe out of ``_epoll`` while it reads.
+        self._pipe = threading.Condition()  # guards _holder, _depth, _ending, _epoll changes
+        self._holder: int | None = None
+        self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
+        self._ending = False  # the reader is burying the worker: nobody else reads
+        self._epoll = select.epoll()
+        self._epoll.register(parent_conn.fileno(), select.EPOLLIN)
+        self._epoll.register(process.sentinel, select.EPOLLIN)
+        self._lead_poll = select.poll()  # the holding caller's: pipe and sentinel
+        self._lead_poll.register(parent_conn.fileno(), select.POLLIN)
+        self._lead_poll.register(process.sentinel, select.POLLIN)
         self._reader = threading.Thread(
             target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
         )
@@ -213,7 +237,7 @@ class WorkerClient:
         """
         future = self.submit(op, payload)
         try:
-            return future.result(timeout)
+            return self.wait(future, timeout)
         except TimeoutError:
             if future.done():
                 raise  # the error *is* the reply
@@ -222,6 +246,28 @@ class WorkerClient:
             )
             self.kill()
             return future.result(_JOIN_TIMEOUT)
+
+    def wait(self, reply: Reply, timeout: float | None = None) -> Any:
+        """``reply.result(timeout)``, reading the pipe on this thread while no other thread is.
+
+        Raises what ``Reply.result`` raises.
+        """
+        if reply._done:
+            return reply.result()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._lead():
+            try:
+                self._read_until(reply, deadline)
+            finally:
+                self._step_down()
+        if deadline is None:
+            return reply.result()
+        try:
+            return reply.result(max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            if reply.done():
+                raise  # the error *is* the reply
+            raise TimeoutError(f"no reply within {timeout} s") from None
 
     def kill(self) -> None:
         """SIGKILL the worker (its death is then handled like any other). Idempotent."""
@@ -248,25 +294,95 @@ class WorkerClient:
     # -- the reader thread --------------------------------------------------------
 
     def _read(self) -> None:
-        conn = self._conn
-        fd = conn.fileno()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        poller.register(self.process.sentinel, select.POLLIN)
+        fd = self._conn.fileno()
+        me = threading.get_ident()
         try:
             while True:
-                ready = poller.poll()
-                if not any(ready_fd == fd for ready_fd, _ in ready):
-                    break  # the sentinel alone: died with nothing left to read
+                ready = self._epoll.poll()
+                if any(ready_fd != fd for ready_fd, _ in ready):
+                    break  # the sentinel: drain what the worker wrote, then bury it
+                with self._pipe:
+                    if self._holder is not None:
+                        continue  # a caller read it first; the pipe is out of the set now
+                    self._holder, self._depth = me, 1
                 try:
-                    data = conn.recv_bytes()
-                except (EOFError, OSError):
-                    break
-                self._deliver(unpack(data))
+                    if not self._read_one():
+                        break
+                finally:
+                    with self._pipe:
+                        self._holder, self._depth = None, 0
+                        self._pipe.notify_all()
+            with self._pipe:  # nobody else reads from now on
+                self._ending = True
+                self._pipe.wait_for(lambda: self._holder is None)
+                self._holder, self._depth = me, 1
+            while self._conn.poll() and self._read_one():
+                pass
         except Exception:  # pragma: no cover - a bug; never leave calls hanging
             logger.exception("reader of worker pid %s failed", self.pid)
         finally:
+            with self._pipe:
+                self._ending = True
+                self._pipe.wait_for(lambda: self._holder in (None, me))
             self._bury()
+
+    def _read_one(self) -> bool:
+        """Read and deliver one frame (the caller holds the pipe); False at the pipe's end."""
+        try:
+            data = self._conn.recv_bytes()
+        except (EOFError, OSError):
+            return False
+        self._deliver(unpack(data))
+        return True
+
+    # -- a caller reading its own reply ---------------------------------------------
+
+    def _lead(self) -> bool:
+        """Hold the pipe for this thread if nobody else does (again, if it already does)."""
+        me = threading.get_ident()
+        with self._pipe:
+            if self._holder == me:
+                self._depth += 1  # a callback run by this thread's delivery waits in turn
+                return True
+            if self._holder is not None or self._ending or self._dead:
+                return False
+            self._holder = me
+            self._depth = 1
+            self._epoll.modify(self._conn.fileno(), 0)  # the reader thread stays asleep
+            return True
+
+    def _step_down(self) -> None:
+        with self._pipe:
+            self._depth -= 1
+            if self._depth:
+                return
+            self._holder = None
+            if not self._ending:
+                # Level-triggered: this wakes the reader thread only if a frame waits.
+                self._epoll.modify(self._conn.fileno(), select.EPOLLIN)
+            self._pipe.notify_all()
+
+    def _read_until(self, reply: Reply, deadline: float | None) -> None:
+        """Deliver frames until ``reply`` is settled, the deadline passes, or the pipe ends
+        (the reader thread then buries the worker, which settles ``reply``)."""
+        fd = self._conn.fileno()
+        while not reply._done:
+            if deadline is None:
+                ready = self._lead_poll.poll()
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                ready = self._lead_poll.poll(math.ceil(left * 1000))
+            if not any(ready_fd == fd for ready_fd, _ in ready):
+                return  # timed out, or only the sentinel: the worker is dead
+            try:
+                if not self._read_one():
+                    return
+            except Exception:  # pragma: no cover - a bug; never leave calls hanging
+                logger.exception("reading worker pid %s failed; killing it", self.pid)
+                self.kill()
+                return
 
     def _deliver(self, frame: dict[str, Any]) -> None:
         call_id = frame.get("id")
@@ -308,6 +424,7 @@ class WorkerClient:
             future._settle(None, self._crashed())
         self._settled.set()
         self._conn.close()
+        self._epoll.close()
         with contextlib.suppress(ValueError):
             self.process.close()
         if not self._closing:

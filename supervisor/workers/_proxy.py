@@ -132,12 +132,46 @@ class SessionLink:
             Exception: what the turn raised, as in thread mode.
         """
         reply = self.client.submit("send", {"session": self.session_id, "text": text})
+        try:
+            payload = self._await("send", reply, timeout)
+        except TimeoutError:
+            if not reply.done():
+                reply.add_done_callback(self._late)
+            raise
+        return self.finish_send(payload)
+
+    def history(self, timeout: float) -> list[Message]:
+        """The session's conversation, asked from the calling thread (no proxy hop).
+
+        Raises:
+            NotDelivered: the session or its worker is gone (read its checkpoint).
+            TimeoutError: no answer within ``timeout``.
+        """
+        return decode_history(self._ask("history", {"session": self.session_id}, timeout))
+
+    def snapshot(self, label: str | None, timeout: float) -> Snapshot:
+        """A snapshot of the session now, taken from the calling thread (see ``history``)."""
+        payload = {"session": self.session_id, "label": label}
+        return Snapshot.deserialize(self._ask("snapshot", payload, timeout))
+
+    def _ask(self, op: str, payload: dict[str, Any], timeout: float) -> Any:
+        try:
+            return self._await(op, self.client.submit(op, payload), timeout)
+        except SessionCrashed as exc:  # WorkerCrashed too
+            raise NotDelivered(str(exc)) from exc
+
+    def _await(self, op: str, reply: Reply, timeout: float) -> Any:
+        """The reply's payload; a worker that does not answer within ``call_timeout`` is
+        killed (so the call fails with ``WorkerCrashed``), as in ``WorkerClient.call``.
+
+        Raises:
+            WorkerCrashed, SessionCrashed, NotDelivered, TimeoutError: as ``send`` says.
+        """
         limit = self.call_timeout
         try:
             if limit is not None and limit <= timeout:
-                payload = self._result_or_kill(reply, limit)
-            else:
-                payload = reply.result(timeout)
+                return self._result_or_kill(op, reply, limit)
+            return self.client.wait(reply, timeout)
         except WorkerCrashed as exc:
             raise WorkerCrashed(exc.pid, exc.exit_status, self.session_id) from exc
         except SessionDown as exc:
@@ -148,20 +182,18 @@ class SessionLink:
         except TimeoutError:
             if reply.done():
                 raise
-            reply.add_done_callback(self._late)
             raise TimeoutError(
                 f"session {self.session_id!r} did not answer within {timeout} s"
             ) from None
-        return self.finish_send(payload)
 
-    def _result_or_kill(self, reply: Reply, limit: float) -> Any:
+    def _result_or_kill(self, op: str, reply: Reply, limit: float) -> Any:
         try:
-            return reply.result(limit)
+            return self.client.wait(reply, limit)
         except TimeoutError:
             if reply.done():
                 raise
         logger.error(
-            "worker pid %s did not answer 'send' within %s s; killing it", self.client.pid, limit
+            "worker pid %s did not answer %r within %s s; killing it", self.client.pid, op, limit
         )
         self.client.kill()
         return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
@@ -182,6 +214,11 @@ class SessionLink:
         """A reply that came after its caller gave up (reader thread): keep its checkpoint."""
         with contextlib.suppress(Exception):
             self.finish_send(reply.result(0))
+
+
+def decode_history(history: list[dict[str, Any]]) -> list[Message]:
+    """The messages of a ``history`` reply."""
+    return [Message.from_dict(m) for m in history]
 
 
 class _Steer:
@@ -354,8 +391,7 @@ class WorkerSession(SupervisedActor):
             data = self.link.call("snapshot", {"session": self.session_id, "label": message.label})
             return Snapshot.deserialize(data)
         if isinstance(message, GetHistory):
-            history = self.link.call("history", {"session": self.session_id})
-            return [Message.from_dict(m) for m in history]
+            return decode_history(self.link.call("history", {"session": self.session_id}))
         raise TypeError(f"a session in a worker does not understand {message!r}")
 
     def _send(self, text: str) -> Message:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +27,6 @@ from supervisor import (
     SessionNotFound,
     TemplateNotPicklable,
 )
-from supervisor.workers._worker import SLOW_STEP
 from tests.supervisor.host_helpers import (
     WAIT,
     pairs,
@@ -36,7 +34,13 @@ from tests.supervisor.host_helpers import (
     template,
     watch_events,
 )
-from tests.supervisor.workers.worker_tools import Holder, boom, crash_template, worker_pid
+from tests.supervisor.workers.worker_tools import (
+    FifoModel,
+    Holder,
+    boom,
+    crash_template,
+    worker_pid,
+)
 
 HostFactory = Callable[..., AgentHost]
 
@@ -175,27 +179,6 @@ def test_unpicklable_template_names_the_attribute() -> None:
             assert host.send(host.start_session(template()), "ok").content == "echo: ok"
         finally:
             host.shutdown()
-
-
-class FifoModel(EchoModel):
-    """``EchoModel`` whose every call first waits for one byte on a named pipe.
-
-    A rendezvous that works across processes: the model blocks in the kernel
-    (no polling) until the test writes to the pipe. It then takes a little
-    longer than ``SLOW_STEP``, like any remote model, so that it counts as slow
-    however fast the test releases it.
-    """
-
-    model_string = "fifo-echo"
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
-        with open(self.path, "rb") as fifo:
-            fifo.read(1)
-        threading.Event().wait(SLOW_STEP * 2)  # the provider's own latency
-        return super().generate(messages, tools)
 
 
 def test_a_slow_steps_events_are_seen_while_it_runs(make_host: HostFactory, tmp_path: Path) -> None:

@@ -11,15 +11,27 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Sequence
 
-from actors import AgentTemplate, Plugin, PluginContext, tool
+from actors import (
+    AgentTemplate,
+    EchoModel,
+    Message,
+    ModelResponse,
+    Plugin,
+    PluginContext,
+    Tool,
+    tool,
+)
 from supervisor import AgentHost, SessionNotFound
+from supervisor.workers._worker import SLOW_STEP
 from tests.supervisor.host_helpers import WAIT, EventWaiter, watch_events
 
 __all__ = [
     "WAIT",
     "EventWaiter",
     "FailingStart",
+    "FifoModel",
     "Holder",
     "boom",
     "burn",
@@ -125,3 +137,24 @@ class Holder(Plugin):
 
     def __init__(self, resource: object) -> None:
         self.resource = resource
+
+
+class FifoModel(EchoModel):
+    """``EchoModel`` whose every call first waits for one byte on a named pipe.
+
+    A rendezvous that works across processes: the model blocks in the kernel
+    (no polling) until the test writes to the pipe. It then takes a little
+    longer than ``SLOW_STEP``, like any remote model, so that it counts as slow
+    however fast the test releases it.
+    """
+
+    model_string = "fifo-echo"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        with open(self.path, "rb", buffering=0) as fifo:  # unbuffered: one byte per call
+            fifo.read(1)
+        threading.Event().wait(SLOW_STEP * 2)  # the provider's own latency
+        return super().generate(messages, tools)

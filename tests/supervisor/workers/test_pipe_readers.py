@@ -1,0 +1,113 @@
+"""Who reads a worker's pipe: the caller waiting for its reply, or the reader thread.
+
+A caller reads its own reply when no other thread is reading; other callers
+are handed theirs. These tests hold in both modes: answers never cross between
+callers, each session's events arrive whole and in order, a subscriber may call
+the host for a session on the same worker, and a reply that comes after its
+caller gave up still lands (its turn and checkpoint are kept).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from actors import AgentTemplate, Event
+from supervisor import AgentHost, MemoryCheckpointStore
+from tests.supervisor.host_helpers import WAIT, template
+from tests.supervisor.workers.worker_tools import FifoModel
+
+CALLERS = 8
+SENDS = 60
+
+
+@pytest.fixture(params=["thread", "process"])
+def host(request: pytest.FixtureRequest) -> Iterator[AgentHost]:
+    """A host whose sessions all share one worker in process mode (one pipe)."""
+    workers = 1 if request.param == "process" else None
+    with AgentHost(MemoryCheckpointStore(), workers=workers) as built:
+        yield built
+
+
+def test_concurrent_callers_get_their_own_answers_and_ordered_events(host: AgentHost) -> None:
+    sids = [host.start_session(AgentTemplate()) for _ in range(CALLERS)]
+    streams: dict[str, list[Event]] = {sid: [] for sid in sids}
+    for sid in sids:
+        host.subscribe(sid, streams[sid].append)
+
+    def drive(sid: str) -> list[tuple[str, str | None]]:
+        return [(text, host.send(sid, text).content) for text in _texts(sid)]
+
+    with ThreadPoolExecutor(CALLERS) as pool:
+        answered = dict(zip(sids, pool.map(drive, sids), strict=True))
+
+    for sid in sids:
+        texts = _texts(sid)
+        assert answered[sid] == [(text, f"echo: {text}") for text in texts]
+        user_turns = [m.content for m in host.history(sid) if m.role == "user"]
+        assert user_turns == texts
+        stream = streams[sid]
+        assert [e.type for e in stream] == ["turn_started", "model_response", "turn_finished"] * (
+            SENDS
+        )
+        started = [e.data for e in stream if e.type == "turn_started"]
+        assert started == [{"turn": n, "text": t} for n, t in enumerate(texts, 1)]
+        assert [e.seq for e in stream] == sorted(e.seq for e in stream)
+
+
+def _texts(sid: str) -> list[str]:
+    return [f"{sid[:8]} #{n}" for n in range(SENDS)]
+
+
+def test_a_subscriber_may_call_the_host_for_a_session_on_the_same_worker(
+    host: AgentHost,
+) -> None:
+    """In a worker, subscribers run on the thread reading the pipe; calling the host from
+    there reads the pipe further on that thread, instead of waiting on itself."""
+    source = host.start_session(AgentTemplate())
+    target = host.start_session(AgentTemplate())
+    seen: list[object] = []
+
+    def relay(event: Event) -> None:
+        if event.type != "turn_finished":
+            return
+        host.steer(target, "steered from a subscriber")
+        seen.append(host.send(target, f"relayed: {event.data['content']}").content)
+        seen.append([m.content for m in host.history(target)])
+        seen.append(host.checkpoint(target, "from a subscriber").label)
+
+    host.subscribe(source, relay)
+    assert host.send(source, "hello", timeout=WAIT).content == "echo: hello"
+    relayed = "relayed: echo: hello"
+    history = [relayed, "steered from a subscriber", "echo: steered from a subscriber"]
+    assert seen == [history[-1], history, "from a subscriber"]
+    assert host.store.load(target).label == "from a subscriber"
+
+
+def test_a_reply_after_its_caller_gave_up_keeps_its_turn_and_checkpoint(
+    host: AgentHost, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    gate = os.open(fifo, os.O_RDWR)  # a writer from the start: the model's open never blocks
+    try:
+        sid = host.start_session(template(model=FifoModel(str(fifo))))
+        with pytest.raises(TimeoutError, match=r"did not answer within 0\.2 s"):
+            host.send(sid, "slow", timeout=0.2)
+        os.write(gate, b"xx")  # the slow turn goes on, then the next one
+        assert host.send(sid, "next", timeout=WAIT).content == "echo: next"
+    finally:
+        os.close(gate)
+    expected = ["slow", "echo: slow", "next", "echo: next"]
+    assert [m.content for m in host.history(sid)] == expected
+    # The late reply was delivered, and its checkpoint saved, before the next one.
+    ids = sorted(c.checkpoint_id for c in host.store.list(sid))  # sortable by time
+    saved = [host.store.load(sid, checkpoint_id).messages() for checkpoint_id in ids]
+    assert [[m.content for m in messages] for messages in saved[-2:]] == [
+        expected[:2],
+        expected,
+    ]

@@ -54,6 +54,9 @@ _JOIN_TIMEOUT = 5.0
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
 
+_CALLERS_READ_THE_PIPE = hasattr(select, "epoll")
+"""Whether a waiting caller reads the pipe itself (Linux); elsewhere the reader thread does."""
+
 _callbacks_lock = threading.Lock()  # guards Reply._callbacks (rare: late replies only)
 
 
@@ -183,9 +186,11 @@ class WorkerClient:
         self._holder: int | None = None
         self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
         self._ending = False  # the reader is burying the worker: nobody else reads
-        self._epoll = select.epoll()
-        self._epoll.register(parent_conn.fileno(), select.EPOLLIN)
-        self._epoll.register(process.sentinel, select.EPOLLIN)
+        # The reader thread's wait: an ``epoll`` (Linux), whose set another thread may
+        # change while it waits; elsewhere a ``poll``, and callers never read.
+        self._epoll: Any = select.epoll() if _CALLERS_READ_THE_PIPE else select.poll()
+        self._epoll.register(parent_conn.fileno(), select.POLLIN)
+        self._epoll.register(process.sentinel, select.POLLIN)
         self._lead_poll = select.poll()  # the holding caller's: pipe and sentinel
         self._lead_poll.register(parent_conn.fileno(), select.POLLIN)
         self._lead_poll.register(process.sentinel, select.POLLIN)
@@ -344,7 +349,7 @@ class WorkerClient:
             if self._holder == me:
                 self._depth += 1  # a callback run by this thread's delivery waits in turn
                 return True
-            if self._holder is not None or self._ending or self._dead:
+            if not _CALLERS_READ_THE_PIPE or self._holder is not None or self._ending or self._dead:
                 return False
             self._holder = me
             self._depth = 1
@@ -424,7 +429,8 @@ class WorkerClient:
             future._settle(None, self._crashed())
         self._settled.set()
         self._conn.close()
-        self._epoll.close()
+        if _CALLERS_READ_THE_PIPE:
+            self._epoll.close()
         with contextlib.suppress(ValueError):
             self.process.close()
         if not self._closing:

@@ -13,23 +13,36 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actors import AgentTemplate, Event
 from supervisor import AgentHost, MemoryCheckpointStore
-from tests.supervisor.host_helpers import WAIT, template
-from tests.supervisor.workers.worker_tools import FifoModel
+from supervisor.workers import _client
+from tests.supervisor.host_helpers import WAIT, template, watch_events
+from tests.supervisor.workers.worker_tools import FifoModel, portable_pipe_reading
 
 CALLERS = 8
 SENDS = 60
 
 
-@pytest.fixture(params=["thread", "process"])
-def host(request: pytest.FixtureRequest) -> Iterator[AgentHost]:
-    """A host whose sessions all share one worker in process mode (one pipe)."""
-    workers = 1 if request.param == "process" else None
-    with AgentHost(MemoryCheckpointStore(), workers=workers) as built:
+@pytest.fixture(params=["thread", "process", "process-portable"])
+def host(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentHost]:
+    """A host whose sessions all share one worker in process mode (one pipe).
+
+    ``process-portable``: without ``epoll``/``eventfd`` (not Linux), only the
+    reader threads read the pipes, on both sides.
+    """
+    if request.param == "thread":
+        with AgentHost(MemoryCheckpointStore()) as built:
+            yield built
+        return
+    options: dict[str, Any] = {}
+    if request.param == "process-portable":
+        monkeypatch.setattr(_client, "_CALLERS_READ_THE_PIPE", False)
+        options["worker_initializer"] = portable_pipe_reading
+    with AgentHost(MemoryCheckpointStore(), workers=1, **options) as built:
         yield built
 
 
@@ -111,3 +124,28 @@ def test_a_reply_after_its_caller_gave_up_keeps_its_turn_and_checkpoint(
         expected[:2],
         expected,
     ]
+
+
+def test_a_long_turn_does_not_hold_up_other_sessions_of_its_worker(
+    host: AgentHost, tmp_path: Path
+) -> None:
+    """A session that read its own call off the pipe stops reading before it runs it."""
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    gate = os.open(fifo, os.O_RDWR)
+    try:
+        slow = host.start_session(template(model=FifoModel(str(fifo))))
+        quick = host.start_session(AgentTemplate())
+        waiter = watch_events(host, slow)
+        with ThreadPoolExecutor(1) as pool:
+            blocked = pool.submit(host.send, slow, "held")
+            waiter.wait_for("turn_started")  # its model now waits on the gate
+            for n in range(20):
+                assert host.send(quick, f"meanwhile {n}", timeout=WAIT).content == (
+                    f"echo: meanwhile {n}"
+                )
+            assert not blocked.done()
+            os.write(gate, b"x")
+            assert blocked.result(WAIT).content == "echo: held"
+    finally:
+        os.close(gate)

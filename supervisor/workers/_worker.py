@@ -7,13 +7,10 @@ on the pipe itself when it has finished; ``start`` and ``stop`` (which wait for
 plugin hooks) run on a small thread pool; ``steer`` goes straight into the
 session's steering queue so it reaches a turn that is already running.
 
-An idle session reads the pipe itself while no other thread does (its actor
-inbox, ``_PipeInbox``, waits on the pipe as well as on Pykka's messages): a
-call for that session then runs at once on the thread that read it, with no
-hand-off from the main thread, and other frames are routed exactly as the main
-thread routes them. The session stops reading before it runs anything, so a
-long turn never holds up other sessions' frames; the main thread reads them
-meanwhile. Frames are read by one thread at a time, in order.
+An idle session reads the pipe itself while no other thread does, so a call
+for it runs without a hand-off from the main thread (see
+``supervisor.workers._worker_pipe``). Frames are read by one thread at a time,
+in order.
 
 Events a session publishes while it handles a call are held back and written
 with the call's reply, in the same frame, so a quick turn costs one frame
@@ -38,11 +35,9 @@ import dataclasses
 import functools
 import logging
 import os
-import select
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -64,7 +59,8 @@ from actors import (
 from supervisor._actor import SupervisedActor, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
-from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, unpack
+from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack
+from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
 __all__ = ["MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
 
@@ -81,9 +77,6 @@ _STOP_TIMEOUT = 10.0
 
 _SESSION_CALLS = frozenset({"send", "snapshot", "history"})
 
-_SESSIONS_READ_THE_PIPE = hasattr(select, "epoll") and hasattr(os, "eventfd")
-"""Whether idle sessions read the pipe themselves (Linux); elsewhere the main thread reads."""
-
 
 class _Call(NamedTuple):
     """A request told to a session actor; it replies on the pipe itself."""
@@ -91,13 +84,6 @@ class _Call(NamedTuple):
     id: int
     op: str
     payload: dict[str, Any]
-
-
-class _Read(NamedTuple):
-    """A call a session read off the pipe itself, shaped as the envelope Pykka's loop takes."""
-
-    message: _Call
-    reply_to: None = None
 
 
 def _fatal_on_memory_error(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -187,7 +173,8 @@ class _Relay(EventBuffer):
 
 
 class _Worker:
-    """The worker's state. Its reader loop runs on the main thread; replies come from any."""
+    """The worker's state. Its pipe is read on the main thread and by idle sessions
+    (``WorkerPipe``), and written from any thread."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -197,23 +184,7 @@ class _Worker:
         self._starting: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
-        # Who reads the pipe (see the module docstring). ``pipe`` guards ``holder``,
-        # ``_ending``, ``_last_frame``, changes to ``_epoll`` and every ``_PipeInbox``.
-        self.pipe = threading.Lock()
-        self._released = threading.Condition(self.pipe)  # the pipe has no holder any more
-        self.holder: object = None  # _MAIN, the reading session's inbox, or None
-        self._ending = False  # the worker is stopping: nobody reads any more
-        self._last_frame: dict[str, Any] | None = None  # a ``shutdown`` a session read
-        self._epoll: Any = None  # the main thread's: the pipe (off while a session reads)
-        if _SESSIONS_READ_THE_PIPE:
-            self._epoll = select.epoll()
-            self._epoll.register(conn.fileno(), select.EPOLLIN)
-            self._main_wake = os.eventfd(0, os.EFD_NONBLOCK)  # a session ended the reading
-            self._epoll.register(self._main_wake, select.EPOLLIN)
-            self.session_wake = os.eventfd(0, os.EFD_NONBLOCK)  # a message for the reader
-            self._session_poll = select.poll()  # the reading session's: pipe and its wake
-            self._session_poll.register(conn.fileno(), select.POLLIN)
-            self._session_poll.register(self.session_wake, select.POLLIN)
+        self.pipe = WorkerPipe(conn, self.route)
 
     # -- the pipe ------------------------------------------------------------
 
@@ -267,70 +238,14 @@ class _Worker:
     def run(self) -> None:
         try:
             self._write({"op": "ready"})  # its absence tells the parent a worker could not start
-            last = self._serve()
+            last = self.pipe.serve()
             if last is not None:  # ``shutdown``
                 self._stop_all()
                 self.reply(last["id"], None)
         finally:
             self._stop_all()
             self._pool.shutdown(wait=True)
-            self._close_pipe()
-
-    def _serve(self) -> dict[str, Any] | None:
-        """Route frames until the pipe ends (``None``) or a ``shutdown`` frame (returned)."""
-        if self._epoll is None:
-            while True:
-                try:
-                    frame = unpack(self.conn.recv_bytes())
-                except (EOFError, OSError):
-                    return None  # the parent closed the pipe or died
-                if frame["op"] == "shutdown":
-                    return frame
-                self.route(frame, None)
-        fd = self.conn.fileno()
-        while True:
-            ready = self._epoll.poll()
-            if any(ready_fd == self._main_wake for ready_fd, _ in ready):
-                with contextlib.suppress(BlockingIOError):
-                    os.eventfd_read(self._main_wake)
-            with self.pipe:
-                if self._ending:
-                    return self._last_frame
-                if self.holder is not None or not any(ready_fd == fd for ready_fd, _ in ready):
-                    continue  # a session reads the pipe (it is out of the epoll set now)
-                self.holder = _MAIN
-            try:
-                if not self._read_one(None):
-                    with self.pipe:
-                        return self._last_frame
-            finally:
-                with self.pipe:
-                    self.holder = None
-                    self._released.notify_all()
-
-    def _read_one(self, hosted: _Hosted | None) -> _Call | bool:
-        """Read one frame and route it (the caller holds the pipe); False once the pipe ended.
-
-        Returns the frame's call when it is for ``hosted``, to be run by the caller.
-        """
-        try:
-            frame = unpack(self.conn.recv_bytes())
-        except (EOFError, OSError):
-            self._end(None)
-            return False
-        if frame["op"] == "shutdown":
-            self._end(frame)
-            return False
-        return self.route(frame, hosted) or True
-
-    def _end(self, last: dict[str, Any] | None) -> None:
-        """The pipe ended (``last`` None) or the parent said ``shutdown``: stop reading."""
-        with self.pipe:
-            if not self._ending:
-                self._ending = True
-                self._last_frame = last
-        if self._epoll is not None:
-            os.eventfd_write(self._main_wake, 1)
+            self.pipe.close()
 
     def route(self, frame: dict[str, Any], hosted: _Hosted | None) -> _Call | None:
         """Act on a frame; a call for ``hosted`` is returned instead, for its own thread."""
@@ -349,54 +264,6 @@ class _Worker:
         except Exception as exc:
             self.fail(call_id, exc)
         return None
-
-    # -- an idle session reading the pipe --------------------------------------------
-
-    def hold(self, inbox: _PipeInbox) -> bool:
-        """Let the session of ``inbox`` read the pipe if nobody does (caller holds ``pipe``)."""
-        if self._epoll is None or self.holder is not None or self._ending:
-            return False
-        self.holder = inbox
-        self._epoll.modify(self.conn.fileno(), 0)  # the main thread stays asleep
-        return True
-
-    def read_for(self, inbox: _PipeInbox) -> _Call | None:
-        """Read frames for the session of ``inbox`` (holding the pipe) until one is its call,
-        a message reaches its inbox, or the worker stops; then let go of the pipe."""
-        fd = self.conn.fileno()
-        try:
-            while True:
-                ready = self._session_poll.poll()
-                if any(ready_fd == self.session_wake for ready_fd, _ in ready):
-                    with contextlib.suppress(BlockingIOError):
-                        os.eventfd_read(self.session_wake)
-                with self.pipe:
-                    if inbox.waiting() or self._ending:
-                        return None
-                if any(ready_fd == fd for ready_fd, _ in ready):
-                    call = self._read_one(inbox.hosted)
-                    if call is False:
-                        return None
-                    if isinstance(call, _Call):
-                        return call
-        finally:
-            with self.pipe:
-                self.holder = None
-                if not self._ending:  # level-triggered: wakes the main thread if a frame waits
-                    self._epoll.modify(fd, select.EPOLLIN)
-                self._released.notify_all()
-
-    def _close_pipe(self) -> None:
-        with self.pipe:
-            self._ending = True
-            if isinstance(self.holder, _PipeInbox):
-                os.eventfd_write(self.session_wake, 1)
-            self._released.wait_for(lambda: self.holder is None, _STOP_TIMEOUT)
-        self.conn.close()
-        if self._epoll is not None:
-            self._epoll.close()
-            os.close(self._main_wake)
-            os.close(self.session_wake)
 
     def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
         if op == "load_template":
@@ -546,61 +413,6 @@ class _Worker:
             terminate(ref, _STOP_TIMEOUT)
 
 
-_MAIN = object()
-"""``_Worker._holder`` while the main thread reads a frame."""
-
-
-class _PipeInbox:
-    """The actor inbox of a session in a worker: Pykka's messages, and the worker's pipe.
-
-    ``put`` and ``empty`` are thread-safe; ``get`` runs on the session's own
-    thread. While the inbox is empty and no other thread reads the pipe, ``get``
-    reads it: a call for this session comes back as its next message, without a
-    hand-off from the main thread. A message put meanwhile wakes it.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[Any] = deque()
-        self._worker: _Worker | None = None
-        self.hosted: _Hosted | None = None
-        self._put = threading.Condition()  # replaced by one on the worker's lock in ``bind``
-
-    def bind(self, worker: _Worker, hosted: _Hosted) -> None:
-        """Attach to the worker's pipe (before the actor starts)."""
-        self._worker = worker
-        self.hosted = hosted
-        self._put = threading.Condition(worker.pipe)
-
-    def put(self, envelope: Any, block: bool = True, timeout: float | None = None) -> None:
-        worker = self._worker
-        with self._put:
-            self._items.append(envelope)
-            if worker is not None and worker.holder is self:
-                os.eventfd_write(worker.session_wake, 1)  # it waits on the pipe
-            else:
-                self._put.notify()
-
-    def empty(self) -> bool:
-        return not self._items
-
-    def waiting(self) -> bool:
-        """Whether a message waits (the caller holds the worker's ``pipe``)."""
-        return bool(self._items)
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        worker = self._worker
-        while True:
-            with self._put:
-                if self._items:
-                    return self._items.popleft()
-                if worker is None or not worker.hold(self):
-                    self._put.wait()
-                    continue
-            call = worker.read_for(self)
-            if call is not None:
-                return _Read(call)
-
-
 def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:
     error = {"type": SESSION_DOWN, "message": reason, "args": [started]}
     return {"id": call_id, "ok": False, "error": error}
@@ -618,14 +430,14 @@ class _RemoteSession(SupervisedActor, AgentSession):
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        return _PipeInbox()
+        return PipeInbox()
 
     def __init__(
         self, *args: Any, worker: _Worker, hosted: _Hosted, checkpoints: bool, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
-        inbox: _PipeInbox = self.actor_inbox  # type: ignore[assignment]  # _create_actor_inbox's
-        inbox.bind(worker, hosted)
+        inbox: PipeInbox = self.actor_inbox  # type: ignore[assignment]  # _create_actor_inbox's
+        inbox.bind(worker.pipe, hosted)
         self._worker = worker
         self._hosted = hosted
         flush = functools.partial(worker.flush, hosted)

@@ -164,6 +164,6 @@ class FifoModel(EchoModel):
 def portable_pipe_reading() -> None:
     """A ``worker_initializer``: the worker routes every frame from its main thread, as it
     does where ``epoll`` or ``eventfd`` is missing (idle sessions never read the pipe)."""
-    from supervisor.workers import _worker  # noqa: PLC0415 (the worker's own module)
+    from supervisor.workers import _worker_pipe  # noqa: PLC0415 (the worker's own module)
 
-    _worker._SESSIONS_READ_THE_PIPE = False
+    _worker_pipe.SESSIONS_READ_THE_PIPE = False

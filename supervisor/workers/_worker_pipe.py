@@ -1,0 +1,232 @@
+"""The worker's end of its pipe: read by one thread at a time, often the session it is for.
+
+The worker's main thread routes frames as they come. An idle session reads the
+pipe itself while no other thread does (its actor inbox, ``PipeInbox``, waits
+on the pipe as well as on Pykka's messages): a call for that session then runs
+at once on the thread that read it, with no hand-off from the main thread, and
+other frames are routed exactly as the main thread routes them. The session
+stops reading before it runs anything, so a long turn never holds up other
+sessions' frames: the main thread reads them meanwhile.
+
+The main thread waits in an ``epoll`` set that a session takes the pipe out of
+while it reads, so the main thread is not woken at all for that session's
+calls. A message put in the reading session's inbox wakes it through an
+``eventfd``. Where either is missing (not Linux), only the main thread reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import threading
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from supervisor.workers._protocol import unpack
+
+__all__ = ["SESSIONS_READ_THE_PIPE", "PipeInbox", "WorkerPipe"]
+
+SESSIONS_READ_THE_PIPE = hasattr(select, "epoll") and hasattr(os, "eventfd")
+"""Whether idle sessions read the pipe themselves (Linux); elsewhere the main thread reads.
+Read when a ``WorkerPipe`` is built."""
+
+_MAIN = object()
+"""``WorkerPipe.holder`` while the main thread reads a frame."""
+
+_STOP_TIMEOUT = 10.0
+
+Route = Callable[[dict[str, Any], Any], Any]
+"""``route(frame, owner)``: act on a frame, or return the call it is for ``owner`` (the
+reading session's, else ``None``) for that session to run on its own thread."""
+
+
+class _Read(NamedTuple):
+    """A call a session read off the pipe itself, shaped as the envelope Pykka's loop takes."""
+
+    message: Any
+    reply_to: None = None
+
+
+class WorkerPipe:
+    """Reads the worker's pipe: ``serve`` on the main thread, ``PipeInbox.get`` on sessions'.
+
+    Thread-safe. ``lock`` guards ``holder`` and every bound ``PipeInbox``.
+
+    Args:
+        conn: The worker's end of the pipe (written elsewhere, under its own lock).
+        route: Called with every frame but ``shutdown``, on the thread that read it.
+    """
+
+    def __init__(self, conn: Connection, route: Route) -> None:
+        self.conn = conn
+        self._route = route
+        self.lock = threading.Lock()
+        self._released = threading.Condition(self.lock)  # the pipe has no holder any more
+        self.holder: object = None  # _MAIN, the reading session's inbox, or None
+        self._ending = False  # the worker is stopping: nobody reads any more
+        self._last_frame: dict[str, Any] | None = None  # the ``shutdown`` frame
+        self._epoll: Any = None  # the main thread's: the pipe (off while a session reads)
+        if SESSIONS_READ_THE_PIPE:
+            self._epoll = select.epoll()
+            self._epoll.register(conn.fileno(), select.EPOLLIN)
+            self._main_wake = os.eventfd(0, os.EFD_NONBLOCK)  # a session ended the reading
+            self._epoll.register(self._main_wake, select.EPOLLIN)
+            self.session_wake = os.eventfd(0, os.EFD_NONBLOCK)  # a message for the reader
+            self._session_poll = select.poll()  # the reading session's: pipe and its wake
+            self._session_poll.register(conn.fileno(), select.POLLIN)
+            self._session_poll.register(self.session_wake, select.POLLIN)
+
+    def serve(self) -> dict[str, Any] | None:
+        """Route frames (main thread) until the pipe ends (``None``) or ``shutdown`` (returned)."""
+        if self._epoll is None:
+            while True:
+                try:
+                    frame = unpack(self.conn.recv_bytes())
+                except (EOFError, OSError):
+                    return None  # the parent closed the pipe or died
+                if frame["op"] == "shutdown":
+                    return frame
+                self._route(frame, None)
+        fd = self.conn.fileno()
+        while True:
+            ready = self._epoll.poll()
+            if any(ready_fd == self._main_wake for ready_fd, _ in ready):
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self._main_wake)
+            with self.lock:
+                if self._ending:
+                    return self._last_frame
+                if self.holder is not None or not any(ready_fd == fd for ready_fd, _ in ready):
+                    continue  # a session reads the pipe (it is out of the epoll set now)
+                self.holder = _MAIN
+            try:
+                if self._read_one(None) is False:
+                    with self.lock:
+                        return self._last_frame
+            finally:
+                with self.lock:
+                    self.holder = None
+                    self._released.notify_all()
+
+    def hold(self, inbox: PipeInbox) -> bool:
+        """Let ``inbox``'s session read the pipe if nobody does (caller holds ``lock``)."""
+        if self._epoll is None or self.holder is not None or self._ending:
+            return False
+        self.holder = inbox
+        self._epoll.modify(self.conn.fileno(), 0)  # the main thread stays asleep
+        return True
+
+    def read_for(self, inbox: PipeInbox) -> Any:
+        """Read frames for ``inbox``'s session (holding the pipe) until one is its call
+        (returned), a message reaches its inbox or the worker stops (``None``); then let go."""
+        fd = self.conn.fileno()
+        try:
+            while True:
+                ready = self._session_poll.poll()
+                if any(ready_fd == self.session_wake for ready_fd, _ in ready):
+                    with contextlib.suppress(BlockingIOError):
+                        os.eventfd_read(self.session_wake)
+                with self.lock:
+                    if inbox.waiting() or self._ending:
+                        return None
+                if any(ready_fd == fd for ready_fd, _ in ready):
+                    call = self._read_one(inbox.owner)
+                    if call is False:
+                        return None
+                    if call is not None:
+                        return call
+        finally:
+            with self.lock:
+                self.holder = None
+                if not self._ending:  # level-triggered: wakes the main thread if a frame waits
+                    self._epoll.modify(fd, select.EPOLLIN)
+                self._released.notify_all()
+
+    def close(self) -> None:
+        """Stop reading (waking a reading session) and close the pipe."""
+        with self.lock:
+            self._ending = True
+            if isinstance(self.holder, PipeInbox):
+                os.eventfd_write(self.session_wake, 1)
+            self._released.wait_for(lambda: self.holder is None, _STOP_TIMEOUT)
+        self.conn.close()
+        if self._epoll is not None:
+            self._epoll.close()
+            os.close(self._main_wake)
+            os.close(self.session_wake)
+
+    def _read_one(self, owner: Any) -> Any:
+        """Read one frame and route it (the caller holds the pipe): the call for ``owner``
+        it carried, ``None``, or False once the pipe ended (or said ``shutdown``)."""
+        try:
+            frame = unpack(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            self._end(None)
+            return False
+        if frame["op"] == "shutdown":
+            self._end(frame)
+            return False
+        return self._route(frame, owner)
+
+    def _end(self, last: dict[str, Any] | None) -> None:
+        with self.lock:
+            if not self._ending:
+                self._ending = True
+                self._last_frame = last
+        if self._epoll is not None:
+            os.eventfd_write(self._main_wake, 1)  # if a session read it
+
+
+class PipeInbox:
+    """The actor inbox of a session in a worker: Pykka's messages, and the worker's pipe.
+
+    ``put`` and ``empty`` are thread-safe; ``get`` runs on the session's own
+    thread. While the inbox is empty and no other thread reads the pipe, ``get``
+    reads it: a call for this session comes back as its next message. A message
+    put meanwhile wakes it.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._pipe: WorkerPipe | None = None
+        self.owner: Any = None
+        self._put = threading.Condition()  # on the pipe's lock once bound
+
+    def bind(self, pipe: WorkerPipe, owner: Any) -> None:
+        """Attach to the worker's pipe (before the actor starts); ``owner`` is what ``route``
+        gets to recognise the session's calls."""
+        self._pipe = pipe
+        self.owner = owner
+        self._put = threading.Condition(pipe.lock)
+
+    def put(self, envelope: Any, block: bool = True, timeout: float | None = None) -> None:
+        pipe = self._pipe
+        with self._put:
+            self._items.append(envelope)
+            if pipe is not None and pipe.holder is self:
+                os.eventfd_write(pipe.session_wake, 1)  # it waits on the pipe
+            else:
+                self._put.notify()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def waiting(self) -> bool:
+        """Whether a message waits (the caller holds the pipe's ``lock``)."""
+        return bool(self._items)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        pipe = self._pipe
+        while True:
+            with self._put:
+                if self._items:
+                    return self._items.popleft()
+                if pipe is None or not pipe.hold(self):
+                    self._put.wait()
+                    continue
+            call = pipe.read_for(self)
+            if call is not None:
+                return _Read(call)

@@ -157,7 +157,7 @@ def bench_kills() -> tuple[list[float], list[float]]:
                     continue
             answering.append(time.perf_counter() - start)
             unsubscribe()
-            if not host._pool.wait_for_workers(2, 10):  # type: ignore[union-attr]
+            if not host.wait_for_workers(10):
                 raise RuntimeError("the killed worker was not replaced within 10 s")
     return evicted, answering
 

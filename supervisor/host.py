@@ -544,6 +544,17 @@ class AgentHost:
         """
         return [] if self._pool is None else self._pool.info()
 
+    def wait_for_workers(self, timeout: float | None = None) -> bool:
+        """Wait until all ``workers`` worker processes serve; for readiness checks and for
+        operators after a worker died (its replacement takes a moment to start).
+
+        Returns True once they do (at once in thread mode), False after
+        ``timeout`` seconds, or at once when no replacement will come: the host
+        gave up replacing workers (``workers_given_up``) or was shut down.
+        Thread-safe.
+        """
+        return self._pool is None or self._pool.wait_for_workers(timeout)
+
     @property
     def worker_deaths(self) -> int:
         """How many worker processes died since the host started, shutdown excepted.

@@ -235,12 +235,17 @@ class WorkerPool:
             client.pid, client.exit_status or "exit status unknown", _START_HINT
         )
 
-    def wait_for_workers(self, count: int, timeout: float) -> bool:
-        """Wait until ``count`` workers are alive (after replacements); False on timeout."""
+    def wait_for_workers(self, timeout: float | None) -> bool:
+        """Wait until every worker serves (dead ones replaced and ready): True; False on
+        timeout, or at once when no replacement will come (given up, or closed)."""
+
+        def settled() -> bool:
+            serving = sum(w.alive and w.ready for w in self._workers)
+            return serving >= self.size or self.gave_up or self._closed
+
         with self._changed:
-            return self._changed.wait_for(
-                lambda: sum(w.alive for w in self._workers) >= count, timeout
-            )
+            self._changed.wait_for(settled, timeout)
+            return sum(w.alive and w.ready for w in self._workers) >= self.size and not self._closed
 
     def workers(self) -> list[WorkerClient]:
         """The live workers (a copy)."""
@@ -330,8 +335,9 @@ class WorkerPool:
 
     def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
         if frame.get("op") == "ready":  # a worker started: starting works
-            with self._lock:
+            with self._changed:
                 self._start_failures = 0
+                self._changed.notify_all()
             return
         session_id = frame.get("session")
         with self._lock:

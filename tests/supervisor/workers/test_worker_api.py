@@ -1,4 +1,5 @@
-"""``AgentHost.workers()``, ``workers_given_up`` and ``worker_deaths``: the public view of workers.
+"""``AgentHost.workers()``, ``wait_for_workers``, ``workers_given_up`` and ``worker_deaths``:
+the public view of workers.
 
 Every wait is on an event of the session's stream, with a bound; the pids are
 checked against the processes multiprocessing itself knows as this process's
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from supervisor import AgentHost, MemoryCheckpointStore, SessionFailed, WorkerInfo
-from tests.supervisor.host_helpers import template, watch_events
+from tests.supervisor.host_helpers import WAIT, template, watch_events
 
 
 def _child_worker_pids() -> set[int]:
@@ -88,6 +89,8 @@ def test_a_killed_worker_is_replaced_by_a_new_pid() -> None:
         waiter = watch_events(host, sid)
 
         os.kill(before.pid, signal.SIGKILL)
+        waiter.wait_for("crashed")  # the host noticed the death
+        assert host.wait_for_workers(WAIT)
         waiter.wait_for("resumed")  # only on a replacement: there is no other worker
 
         [after] = host.workers()
@@ -115,6 +118,7 @@ def test_workers_given_up_past_the_worker_restart_intensity() -> None:
         assert host.workers_given_up
         assert host.worker_deaths == 1
         assert host.workers() == []
+        assert not host.wait_for_workers(timeout=None)  # no replacement will come: at once
         waiter.wait_for("given_up")  # no worker to restart it on
         with pytest.raises(SessionFailed):
             host.send(sid, "anyone?")
@@ -128,14 +132,17 @@ def test_no_workers_in_thread_mode_and_after_shutdown() -> None:
     try:
         threaded.start_session(template(), "t")
         assert threaded.workers() == []
+        assert threaded.wait_for_workers(timeout=None)  # none to wait for
         assert not threaded.workers_given_up
         assert threaded.worker_deaths == 0
     finally:
         threaded.shutdown()
 
     host = AgentHost(MemoryCheckpointStore(), workers=1)
+    assert host.wait_for_workers(timeout=0)  # the constructor waited for them
     host.shutdown()
     assert host.workers() == []
+    assert not host.wait_for_workers(timeout=None)
     assert _child_worker_pids() == set()
     assert not host.workers_given_up
     assert host.worker_deaths == 0

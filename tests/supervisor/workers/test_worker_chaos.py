@@ -140,8 +140,6 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
         name="worker-chaos-sender",
     )
     acked = senders.acked
-    pool = host._pool
-    assert pool is not None
     try:
         for sid in acked:
             host.start_session(template(), sid)
@@ -163,7 +161,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
                 victims_of.update(on_victim)
                 # Each of its sessions evicted and resumed, and the worker replaced.
                 tally.wait_resumed(victims_of)
-                assert pool.wait_for_workers(WORKERS, WAIT)
+                assert host.wait_for_workers(WAIT)
                 assert victim not in [w.pid for w in host.workers()]
                 assert all(worker_pid(host, sid) != victim for sid in acked)
                 senders.fault_done()

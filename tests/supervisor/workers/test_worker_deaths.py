@@ -77,7 +77,7 @@ def test_a_tool_killing_its_worker_crashes_only_that_worker(
     assert host.send(a, "back").content == "echo: back"
     assert pairs(host.history(a)) == [("first a", "echo: first a"), ("back", "echo: back")]
     assert worker_pid(host, a) != dead_pid
-    assert host._pool.wait_for_workers(2, WAIT)  # type: ignore[union-attr]
+    assert host.wait_for_workers(WAIT)
 
 
 def test_sigkill_evicts_every_session_of_the_worker_and_fails_calls_in_flight(

@@ -241,12 +241,16 @@ class WorkerStartError(SupervisorError):
     workers in a row could not start the host stops replacing them and starting
     a session raises it. The worker's own traceback is on stderr. ``pid`` names
     the worker and ``exit_status`` says how it ended (``exit code 1``), or that
-    it never answered.
+    it never answered. ``pid`` is ``None`` when the host refused to start any
+    worker: a main program read from standard input, which workers cannot import.
     """
 
     def __init__(self, pid: int | None, exit_status: str, hint: str = "") -> None:
         self.pid = pid
         self.exit_status = exit_status
+        if pid is None:  # refused before any worker was started
+            super().__init__(f"worker processes cannot start ({exit_status}){hint}")
+            return
         super().__init__(
             f"worker process pid {pid} could not start ({exit_status}); "
             f"its own traceback, if any, is on stderr{hint}"

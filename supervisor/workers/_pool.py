@@ -34,6 +34,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -117,6 +119,23 @@ def _preload_modules() -> list[str]:
     return ["__main__", "supervisor.workers._worker"]
 
 
+def _unimportable_main() -> str | None:
+    """The main program's path when workers could not import it again, else ``None``.
+
+    Forkserver and spawn workers run the parent's main file again (by path, or
+    by module name under ``python -m``). A program read from standard input has
+    the path ``<stdin>``, which is no file: every worker would die on start.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return None
+    path = getattr(main, "__file__", None)  # none: interactive, or ``python -c``
+    if path is None:
+        return None
+    base = multiprocessing.process.ORIGINAL_DIR or os.getcwd()  # type: ignore[attr-defined]
+    return None if os.path.isfile(os.path.join(base, path)) else str(path)
+
+
 def _default_context() -> multiprocessing.context.BaseContext:
     if "forkserver" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("forkserver")
@@ -166,6 +185,15 @@ class WorkerPool:
             raise ValueError(f"workers must be a positive integer, got {size!r}")
         if start_method == "fork":
             raise ValueError("start_method='fork' is unsafe in a threaded host; use forkserver")
+        main_path = _unimportable_main()
+        if main_path is not None:
+            raise WorkerStartError(
+                None,
+                f"the main program {main_path!r} is not a file",
+                ". Each worker imports the main program again from its file, as "
+                "multiprocessing's forkserver and spawn do: save the program to a file "
+                "(or run it with python -c or -m)",
+            )
         if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
             raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
         self._setup = WorkerSetup(memory_limit, _pickled_initializer(initializer, initargs))

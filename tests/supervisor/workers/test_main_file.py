@@ -10,6 +10,8 @@
 - Ctrl-C (SIGINT to the whole process group) ends the host's ``with`` block
   cleanly: the workers ignore it, so the final checkpoints are taken.
 - A host killed outright leaves no worker behind.
+- A program read from standard input, which workers cannot import again, is
+  refused before any worker starts; ``python -c`` works.
 """
 
 from __future__ import annotations
@@ -26,16 +28,26 @@ from tests.supervisor.host_helpers import WAIT, process_ended_within
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _run(script: Path, *, start_new_session: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` as a main file (workers re-import it), with the repo importable."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _run(
+    script: Path | None = None,
+    *,
+    code: str = "",
+    how: str = "file",
+    start_new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` as a main file (workers re-import it), or ``code`` read from standard
+    input (``how="stdin"``) or given with ``-c``; with the repo importable."""
+    argv = [sys.executable, {"file": str(script), "stdin": "-", "-c": "-c"}[how]]
+    if how == "-c":
+        argv.append(code)
     return subprocess.run(
-        [sys.executable, str(script)],
+        argv,
+        input=code if how == "stdin" else None,
         check=False,
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         start_new_session=start_new_session,
     )
 
@@ -63,6 +75,39 @@ def test_an_unguarded_main_file_gets_a_clear_error_at_once(tmp_path: Path) -> No
     assert 'put that code under `if __name__ == "__main__":`' in last_line
     # No replacement loop: each of the two workers failed once, and only once.
     assert done.stderr.count("An attempt has been made to start a new process") <= 2
+
+
+_SEND_ONCE = textwrap.dedent(
+    """
+    from actors import AgentTemplate
+    from supervisor import AgentHost, MemoryCheckpointStore
+
+    with AgentHost(MemoryCheckpointStore(), workers=1) as host:
+        sid = host.start_session(AgentTemplate())
+        print(host.send(sid, "hi").content)
+    """
+)
+
+
+def test_a_program_from_standard_input_is_refused_before_any_worker_starts() -> None:
+    done = _run(code=_SEND_ONCE, how="stdin")
+
+    assert done.returncode == 1
+    last_line = done.stderr.strip().splitlines()[-1]
+    assert last_line == (
+        "supervisor.WorkerStartError: worker processes cannot start (the main program "
+        "'<stdin>' is not a file). Each worker imports the main program again from its "
+        "file, as multiprocessing's forkserver and spawn do: save the program to a file "
+        "(or run it with python -c or -m)"
+    )
+    assert "FileNotFoundError" not in done.stderr  # no worker tried to import '<stdin>'
+
+
+def test_a_program_given_with_dash_c_runs_in_workers() -> None:
+    done = _run(code=_SEND_ONCE, how="-c")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "echo: hi\n"
 
 
 def test_a_replacement_that_cannot_start_stops_replacements_and_says_why(

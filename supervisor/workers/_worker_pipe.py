@@ -43,6 +43,16 @@ Route = Callable[[dict[str, Any], Any], Any]
 reading session's, else ``None``) for that session to run on its own thread."""
 
 
+def _wait(poller: Any, wake: int) -> set[int]:
+    """The fds ``poller`` finds ready (blocking until one is); ``wake``, an eventfd, is
+    drained if it fired."""
+    ready = {fd for fd, _ in poller.poll()}
+    if wake in ready:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(wake)
+    return ready
+
+
 class _Read(NamedTuple):
     """A call a session read off the pipe itself, shaped as the envelope Pykka's loop takes."""
 
@@ -92,14 +102,11 @@ class WorkerPipe:
                 self._route(frame, None)
         fd = self.conn.fileno()
         while True:
-            ready = self._epoll.poll()
-            if any(ready_fd == self._main_wake for ready_fd, _ in ready):
-                with contextlib.suppress(BlockingIOError):
-                    os.eventfd_read(self._main_wake)
+            ready = _wait(self._epoll, self._main_wake)
             with self.lock:
                 if self._ending:
                     return self._last_frame
-                if self.holder is not None or not any(ready_fd == fd for ready_fd, _ in ready):
+                if self.holder is not None or fd not in ready:
                     continue  # a session reads the pipe (it is out of the epoll set now)
                 self.holder = _MAIN
             try:
@@ -125,14 +132,11 @@ class WorkerPipe:
         fd = self.conn.fileno()
         try:
             while True:
-                ready = self._session_poll.poll()
-                if any(ready_fd == self.session_wake for ready_fd, _ in ready):
-                    with contextlib.suppress(BlockingIOError):
-                        os.eventfd_read(self.session_wake)
+                ready = _wait(self._session_poll, self.session_wake)
                 with self.lock:
                     if inbox.waiting() or self._ending:
                         return None
-                if any(ready_fd == fd for ready_fd, _ in ready):
+                if fd in ready:
                     call = self._read_one(inbox.owner)
                     if call is False:
                         return None

@@ -9,7 +9,8 @@
   did not say why.
 - Ctrl-C (SIGINT to the whole process group) ends the host's ``with`` block
   cleanly: the workers ignore it, so the final checkpoints are taken.
-- A host killed outright leaves no worker behind.
+- SIGTERM to the host alone, with the README's handler, takes the final
+  checkpoints; a host killed outright leaves no worker behind.
 - A program read from standard input, which workers cannot import again, is
   refused before any worker starts; ``python -c`` works.
 """
@@ -200,6 +201,43 @@ def test_ctrl_c_shuts_the_host_down_with_its_final_checkpoints(tmp_path: Path) -
         "saved: ['hi', 'echo: hi']",
     ]
     assert "KeyboardInterrupt" not in done.stderr  # no worker died of it
+    assert "died" not in done.stderr
+
+
+def test_sigterm_to_the_host_alone_takes_the_final_checkpoints(tmp_path: Path) -> None:
+    """The README's recipe for service managers: SIGTERM ends the ``with`` block, and
+    only the host gets it (docker stop, Kubernetes, systemd with ``KillMode=mixed``)."""
+    script = tmp_path / "app.py"
+    db = tmp_path / "checkpoints.db"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, sys, threading
+            from actors import AgentTemplate
+            from supervisor import AgentHost, SQLiteCheckpointStore
+
+            if __name__ == "__main__":
+                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the recipe
+                try:
+                    with AgentHost(
+                        SQLiteCheckpointStore({str(db)!r}), workers=2, checkpoint_every=None
+                    ) as host:
+                        sid = host.start_session(AgentTemplate(), session_id="s1")
+                        print(host.send(sid, "hi").content)
+                        os.kill(os.getpid(), signal.SIGTERM)  # what the service manager does
+                        threading.Event().wait(30)  # interrupted at once
+                        print("not interrupted")
+                finally:
+                    saved = SQLiteCheckpointStore({str(db)!r}).load("s1").messages()
+                    print("saved:", [m.content for m in saved])
+            """
+        )
+    )
+
+    done = _run(script)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["echo: hi", "saved: ['hi', 'echo: hi']"]
     assert "died" not in done.stderr
 
 

@@ -44,8 +44,10 @@ def _round(index: int) -> tuple[float, float, float]:
     collected before each block, so neither side always runs on a dirtier heap.
     """
     template = AgentTemplate(model=EchoModel())
-    refs = [AgentSession.start(template), AgentSession.start(template), BareEcho.start()]
-    ask_ref, proxy_ref, bare_ref = refs
+    ask_ref = AgentSession.start(template)
+    proxy_ref = AgentSession.start(template)
+    bare_ref = BareEcho.start()
+    refs: list[pykka.ActorRef[Any]] = [ask_ref, proxy_ref, bare_ref]
     send = proxy_ref.proxy().send
     blocks = [
         lambda: ask_ref.ask(Send("hello there"), timeout=10),

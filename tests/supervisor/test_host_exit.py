@@ -98,7 +98,7 @@ def _kill_if_alive(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _history_after(db: Path) -> list[tuple[str, str]]:
+def _history_after(db: Path) -> list[tuple[str, str | None]]:
     """Resume the program's session on a fresh host here and read its conversation."""
     with AgentHost(SQLiteCheckpointStore(db)) as host:
         sid = host.resume("forgetful", AgentTemplate())

@@ -12,12 +12,15 @@ fails: the proxy exits abnormally with ``SessionLost`` (the ask fails with
 ``ActorDeadError`` caused by it, as when a thread-mode session dies mid-turn),
 and the pool kills idle proxies of a dead worker with ``supervisor.kill``.
 
-The hot path skips the proxy: ``AgentHost.send`` calls ``SessionLink.send``
-on its own thread (the link the pool keeps with the placement), which writes
-the request to the worker's pipe, waits for the reply and saves the checkpoint
-there. A proxy thread hop (a Pykka ask: queue, condition, future) cost as much
-as the whole pipe round trip. The proxy stays the session's actor for the
-registry, monitors and the supervisor, and still serves snapshots and history.
+The host's calls skip the proxy: ``AgentHost.send``, ``history`` and
+``checkpoint`` call the ``SessionLink`` (which the pool keeps with the
+placement) on their own thread; it writes the request to the worker's pipe,
+waits for the reply (reading the pipe itself, see ``WorkerClient.wait``) and
+saves the checkpoint there. A proxy thread hop (a Pykka ask: queue, condition,
+future) cost as much as the whole pipe round trip, and a subscriber calling the
+host from the thread that delivers its events could wait on itself. The proxy
+stays the session's actor for the registry, monitors and the supervisor, and
+serves the host's own snapshots (hibernation, stops, shutdown).
 """
 
 from __future__ import annotations

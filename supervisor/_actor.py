@@ -37,6 +37,7 @@ import logging
 import queue
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
@@ -86,6 +87,7 @@ class SupervisedActor(pykka.ThreadingActor):
         super().__init__(*args, **kwargs)
         self._sv_reason: ExitReason | None = None
         self._sv_lifecycle = Lifecycle()
+        self._sv_lifecycle.actor = weakref.ref(self)
         attach_lifecycle(self.actor_ref, self._sv_lifecycle)
 
     @staticmethod
@@ -109,6 +111,7 @@ class SupervisedActor(pykka.ThreadingActor):
     # -- the one choke point -------------------------------------------------
 
     def _actor_loop(self) -> None:
+        self._sv_lifecycle.thread = threading.get_ident()
         try:
             self._actor_loop_setup()
             self._actor_loop_running()

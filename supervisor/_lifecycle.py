@@ -150,9 +150,13 @@ def deliver(mref: MonitorRef, down: Down) -> None:
 class Lifecycle:
     """The watchers and exit reason of one actor. Thread-safe (one lock, rare paths only)."""
 
-    __slots__ = ("_early", "_lock", "_ordinary", "_reason", "_state", "finished")
+    __slots__ = ("_early", "_lock", "_ordinary", "_reason", "_state", "actor", "finished", "thread")
 
     def __init__(self) -> None:
+        self.thread: int | None = None
+        """Ident of the actor's thread, once its loop runs."""
+        self.actor: Callable[[], object | None] = lambda: None
+        """A weak reference to the actor object (``None`` once it is gone)."""
         self._lock = threading.Lock()
         self._early: dict[MonitorRef, None] = {}
         self._ordinary: dict[MonitorRef, None] = {}

@@ -460,7 +460,8 @@ class AgentHost:
         of ``send``), the dying actor's for ``crashed`` (after the registry
         evicted the session and before the supervisor restarts it), the
         supervisor's for ``resumed`` and ``given_up``. It may call the host for
-        another session, in either mode. Returns a function that unsubscribes.
+        another session, and ``history`` or ``checkpoint`` for its own, in either
+        mode. Returns a function that unsubscribes.
         """
         return self._record(session_id).events.subscribe(subscriber)
 
@@ -489,7 +490,9 @@ class AgentHost:
         In process mode the request goes to the worker from this thread, as
         ``send`` does: no proxy hop, and a subscriber callback (which runs on the
         thread reading the worker's pipe) may call this for a session on the
-        same worker without waiting on itself.
+        same worker without waiting on itself. In thread mode a subscriber runs
+        on its session's own thread; asked from there, the session answers
+        directly instead of through its inbox, which it would never read.
 
         Raises:
             pykka.ActorDeadError: the session is gone (its checkpoint has the answer).
@@ -503,6 +506,11 @@ class AgentHost:
                 return link.history(self.call_timeout)
             except NotDelivered as exc:
                 raise pykka.ActorDeadError(str(exc)) from exc
+        own = _own_session(ref)
+        if own is not None:  # a subscriber, on the session's thread: asking would wait on itself
+            return (
+                own.snapshot(message.label) if isinstance(message, TakeSnapshot) else own.history()
+            )
         try:
             return _ask(ref, message, self.call_timeout)
         except pykka.Timeout as exc:
@@ -968,6 +976,15 @@ def _refuse_worker_options(**options: object) -> None:
 
 class _NeverHandled(Exception):
     """The session's actor died with a message still in its inbox (it never ran)."""
+
+
+def _own_session(ref: pykka.ActorRef[Any]) -> AgentSession | None:
+    """The session actor of ``ref`` when this thread is its own (thread mode), else ``None``."""
+    lifecycle = lifecycle_of(ref)
+    if lifecycle is None or lifecycle.thread != threading.get_ident():
+        return None
+    actor = lifecycle.actor()
+    return actor if isinstance(actor, AgentSession) else None
 
 
 def _ask(ref: pykka.ActorRef[Any], message: object, timeout: float) -> Any:

@@ -3,8 +3,9 @@
 A caller reads its own reply when no other thread is reading; other callers
 are handed theirs. These tests hold in both modes: answers never cross between
 callers, each session's events arrive whole and in order, a subscriber may call
-the host for a session on the same worker, and a reply that comes after its
-caller gave up still lands (its turn and checkpoint are kept).
+the host for another session on the same worker or read its own session, and a
+reply that comes after its caller gave up still lands (its turn and checkpoint
+are kept).
 """
 
 from __future__ import annotations
@@ -99,6 +100,25 @@ def test_a_subscriber_may_call_the_host_for_a_session_on_the_same_worker(
     history = [relayed, "steered from a subscriber", "echo: steered from a subscriber"]
     assert seen == [history[-1], history, "from a subscriber"]
     assert host.store.load(target).label == "from a subscriber"
+
+
+def test_a_subscriber_may_read_its_own_sessions_history_and_checkpoint(host: AgentHost) -> None:
+    """In thread mode the subscriber runs on the session's own thread, which answers it
+    directly; in a worker the session has finished the turn and answers as usual."""
+    sid = host.start_session(AgentTemplate())
+    seen: list[object] = []
+
+    def own(event: Event) -> None:
+        if event.type == "turn_finished":
+            seen.append([m.content for m in host.history(sid)])
+            seen.append(host.checkpoint(sid, "from its own subscriber").label)
+
+    host.subscribe(sid, own)
+    assert host.send(sid, "hello", timeout=WAIT).content == "echo: hello"
+    assert seen == [["hello", "echo: hello"], "from its own subscriber"]
+    [labelled] = [c for c in host.store.list(sid) if c.label == "from its own subscriber"]
+    saved = host.store.load(sid, labelled.checkpoint_id)
+    assert [m.content for m in saved.messages()] == ["hello", "echo: hello"]
 
 
 def test_a_reply_after_its_caller_gave_up_keeps_its_turn_and_checkpoint(

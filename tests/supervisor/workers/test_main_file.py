@@ -8,9 +8,9 @@
   per worker, and ``start_session`` then failed with a ``WorkerCrashed`` that
   did not say why.
 - Ctrl-C (SIGINT to the whole process group) ends the host's ``with`` block
-  cleanly: the workers ignore it, so the final checkpoints are taken.
-- SIGTERM to the host alone, with the README's handler, takes the final
-  checkpoints; a host killed outright leaves no worker behind.
+  cleanly: the workers ignore it, so the final checkpoints are taken. So does
+  SIGTERM to the host alone, with the README's handler.
+- A host killed outright leaves no worker behind.
 - A program read from standard input, which workers cannot import again, is
   refused before any worker starts; ``python -c`` works.
 """
@@ -23,6 +23,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from tests.supervisor.host_helpers import WAIT, process_ended_within
 
@@ -161,17 +163,35 @@ def test_a_replacement_that_cannot_start_stops_replacements_and_says_why(
     assert "no longer replacing workers" in done.stderr  # logged, with the same reason
 
 
-def test_ctrl_c_shuts_the_host_down_with_its_final_checkpoints(tmp_path: Path) -> None:
+STOPS = {
+    # Ctrl-C in a terminal: SIGINT to the whole process group, workers included.
+    "ctrl-c": ("pass", "os.killpg(os.getpgid(0), signal.SIGINT)", "KeyboardInterrupt"),
+    # A service manager, with the README's recipe: SIGTERM to the host alone (docker
+    # stop, Kubernetes, systemd with KillMode=mixed) ends the ``with`` block.
+    "sigterm": (
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))",
+        "os.kill(os.getpid(), signal.SIGTERM)",
+        "SystemExit",
+    ),
+}
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_stop_signal_shuts_the_host_down_with_its_final_checkpoints(
+    tmp_path: Path, stop: str
+) -> None:
+    setup, signal_it, raised = STOPS[stop]
     script = tmp_path / "app.py"
     db = tmp_path / "checkpoints.db"
     script.write_text(
         textwrap.dedent(
             f"""
-            import os, signal, threading
+            import os, signal, sys, threading
             from actors import AgentTemplate
             from supervisor import AgentHost, SQLiteCheckpointStore
 
             if __name__ == "__main__":
+                {setup}
                 try:
                     # No checkpoint per turn: only the final one, at shutdown, saves the turn.
                     with AgentHost(
@@ -180,11 +200,11 @@ def test_ctrl_c_shuts_the_host_down_with_its_final_checkpoints(tmp_path: Path) -
                         sid = host.start_session(AgentTemplate(), session_id="s1")
                         print(host.send(sid, "hi").content)
                         print("workers:", len(host.workers()))
-                        os.killpg(os.getpgid(0), signal.SIGINT)  # what Ctrl-C in a terminal does
+                        {signal_it}
                         threading.Event().wait(30)  # interrupted at once
                         print("not interrupted")
-                except KeyboardInterrupt:
-                    print("interrupted")
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    print("interrupted:", type(exc).__name__)
                 saved = SQLiteCheckpointStore({str(db)!r}).load("s1").messages()
                 print("saved:", [m.content for m in saved])
             """
@@ -197,47 +217,10 @@ def test_ctrl_c_shuts_the_host_down_with_its_final_checkpoints(tmp_path: Path) -
     assert done.stdout.splitlines() == [
         "echo: hi",
         "workers: 2",
-        "interrupted",
+        f"interrupted: {raised}",
         "saved: ['hi', 'echo: hi']",
     ]
     assert "KeyboardInterrupt" not in done.stderr  # no worker died of it
-    assert "died" not in done.stderr
-
-
-def test_sigterm_to_the_host_alone_takes_the_final_checkpoints(tmp_path: Path) -> None:
-    """The README's recipe for service managers: SIGTERM ends the ``with`` block, and
-    only the host gets it (docker stop, Kubernetes, systemd with ``KillMode=mixed``)."""
-    script = tmp_path / "app.py"
-    db = tmp_path / "checkpoints.db"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import os, signal, sys, threading
-            from actors import AgentTemplate
-            from supervisor import AgentHost, SQLiteCheckpointStore
-
-            if __name__ == "__main__":
-                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the recipe
-                try:
-                    with AgentHost(
-                        SQLiteCheckpointStore({str(db)!r}), workers=2, checkpoint_every=None
-                    ) as host:
-                        sid = host.start_session(AgentTemplate(), session_id="s1")
-                        print(host.send(sid, "hi").content)
-                        os.kill(os.getpid(), signal.SIGTERM)  # what the service manager does
-                        threading.Event().wait(30)  # interrupted at once
-                        print("not interrupted")
-                finally:
-                    saved = SQLiteCheckpointStore({str(db)!r}).load("s1").messages()
-                    print("saved:", [m.content for m in saved])
-            """
-        )
-    )
-
-    done = _run(script)
-
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["echo: hi", "saved: ['hi', 'echo: hi']"]
     assert "died" not in done.stderr
 
 

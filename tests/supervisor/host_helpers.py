@@ -29,6 +29,7 @@ from actors import (
     ModelResponse,
     Plugin,
     PluginContext,
+    Subscriber,
     Tool,
     is_stripped_marker,
     tool,
@@ -45,6 +46,7 @@ __all__ = [
     "Journal",
     "ModelDown",
     "PacedSenders",
+    "SessionTally",
     "StartSeen",
     "add",
     "assert_acknowledged_turns_kept",
@@ -53,6 +55,7 @@ __all__ = [
     "exit_tool",
     "host_options",
     "pairs",
+    "poll_until",
     "process_ended_within",
     "registry_lookup_fails",
     "same_error",
@@ -292,7 +295,7 @@ class Journal(Plugin):
         The records may be written by another process, which cannot notify a
         condition here: this re-reads them every 10 ms, up to ``timeout``.
         """
-        ok = _poll(lambda: len(self.of(session_id)) >= count, timeout)
+        ok = poll_until(lambda: len(self.of(session_id)) >= count, timeout)
         starts = self.of(session_id)
         assert ok, f"{session_id!r} started {len(starts)} times, wanted {count}"
         return starts
@@ -303,15 +306,15 @@ class Journal(Plugin):
         def reasons() -> list[str]:
             return [reason for ended, reason in self.ends if ended == session_id]
 
-        ok = _poll(lambda: len(reasons()) >= count, timeout)
+        ok = poll_until(lambda: len(reasons()) >= count, timeout)
         assert ok, f"{session_id!r} ended {len(reasons())} times, wanted {count}"
         return reasons()
 
 
-def _poll(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
-    """Bounded wait for a condition no event here announces (a thread of another
-    process exiting, a line another process writes): re-check every 10 ms up to
-    ``timeout``; True once it holds."""
+def poll_until(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
+    """Bounded wait for a condition no event announces (a thread of another process
+    exiting, a line another process writes, the pool burying a worker that ran no
+    session): re-check every 10 ms up to ``timeout``; True once it holds."""
     deadline = time.monotonic() + timeout
     tick = threading.Event()
     while not predicate():
@@ -319,6 +322,56 @@ def _poll(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
             return False
         tick.wait(0.01)
     return True
+
+
+class SessionTally:
+    """Subscriber counting ``crashed``, ``resumed`` and ``given_up`` events per session;
+    wait for counts with a bound (the chaos tests' proof that each crash was resumed)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.crashed: Counter[str] = Counter()
+        self.resumed: Counter[str] = Counter()
+        self.given_up: list[str] = []
+
+    def subscriber(self, session_id: str) -> Subscriber:
+        def on_event(event: Event) -> None:
+            with self._cond:
+                if event.type == "crashed":
+                    self.crashed[session_id] += 1
+                elif event.type == "resumed":
+                    self.resumed[session_id] += 1
+                elif event.type == "given_up":
+                    self.given_up.append(session_id)
+                self._cond.notify_all()
+
+        return on_event
+
+    def wait_resumed(self, expected: Counter[str], timeout: float = WAIT) -> None:
+        """Wait until every session was crashed and resumed ``expected[sid]`` times."""
+
+        def done() -> bool:
+            return bool(self.given_up) or all(
+                self.crashed[sid] >= n and self.resumed[sid] >= n for sid, n in expected.items()
+            )
+
+        with self._cond:
+            ok = self._cond.wait_for(done, timeout)
+            assert not self.given_up, f"sessions given up: {self.given_up}"
+            assert ok, f"not resumed in time: wanted {dict(expected)}, saw {dict(self.resumed)}"
+
+    def wait_all_active(self, host: AgentHost, timeout: float = WAIT) -> None:
+        """Wait until ``list_sessions`` shows every session active.
+
+        Status changes are not events of their own, so this re-reads the list
+        each time a session event arrives, or every 50 ms at most, up to ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while {s.status for s in host.list_sessions()} != {"active"}:
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"not all active: {host.list_sessions()}"
+                self._cond.wait(min(remaining, 0.05))
 
 
 class EventWaiter:
@@ -459,7 +512,7 @@ def session_thread_gone(journal: Journal, session_id: str) -> bool:
             for thread in threading.enumerate():
                 if thread.native_id == seen.native_id:
                     thread.join(WAIT)
-        if not _poll(functools.partial(_thread_exited, seen.pid, seen.native_id)):
+        if not poll_until(functools.partial(_thread_exited, seen.pid, seen.native_id)):
             return False
     return True
 

@@ -14,12 +14,12 @@ from collections import Counter
 
 import pytest
 
-from actors import Event, Subscriber
 from supervisor import AgentHost, MemoryCheckpointStore
 from tests.supervisor.host_helpers import (
     WAIT,
     Journal,
     PacedSenders,
+    SessionTally,
     assert_acknowledged_turns_kept,
     assert_threads_back,
     template,
@@ -32,33 +32,11 @@ TURNS_PER_CRASH = 0.5
 """Each sender's pace (see ``PacedSenders``)."""
 
 
-class Resumes:
-    """Counts the ``resumed`` events of every session; wait for a count with a bound."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.counts: Counter[str] = Counter()
-
-    def subscriber(self, session_id: str) -> Subscriber:
-        def on_event(event: Event) -> None:
-            if event.type == "resumed":
-                with self._cond:
-                    self.counts[session_id] += 1
-                    self._cond.notify_all()
-
-        return on_event
-
-    def wait(self, session_id: str, count: int) -> None:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: self.counts[session_id] >= count, WAIT)
-        assert ok, f"{session_id!r} was not resumed a {count}-th time"
-
-
 @pytest.mark.slow
 def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
     before = set(threading.enumerate())
     journal = Journal()
-    resumes = Resumes()
+    tally = SessionTally()
     host = AgentHost(store=MemoryCheckpointStore(), max_restarts=10_000, max_seconds=1.0)
     senders = PacedSenders(
         host,
@@ -71,7 +49,7 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
     try:
         for sid in acked:
             host.start_session(template(journal), sid)
-            host.subscribe(sid, resumes.subscriber(sid))
+            host.subscribe(sid, tally.subscriber(sid))
 
         senders.start()
         rng = random.Random(2024)
@@ -84,7 +62,7 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
                 assert ref.actor_stopped.wait(WAIT)
                 kills[sid] += 1
                 senders.fault_done()
-                resumes.wait(sid, kills[sid])
+                tally.wait_resumed(Counter({sid: kills[sid]}))
         finally:
             senders.stop()
         assert not senders.failures, senders.failures
@@ -92,7 +70,7 @@ def test_thousand_crashes_lose_no_acknowledged_turn() -> None:
 
         # Every crash was a real death followed by a resume from the checkpoint.
         assert sum(kills.values()) == CRASHES
-        assert resumes.counts == kills
+        assert tally.resumed == kills
         assert all(len(journal.of(sid)) == kills[sid] + 1 for sid in acked)
         assert senders.total > CRASHES, "the senders barely ran"
 

@@ -25,18 +25,18 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from actors import Event, Subscriber
 from supervisor import AgentHost, MemoryCheckpointStore
 from tests.supervisor.host_helpers import (
     WAIT,
     PacedSenders,
+    SessionTally,
     assert_acknowledged_turns_kept,
     assert_threads_back,
+    poll_until,
     template,
 )
 from tests.supervisor.workers.worker_tools import fds, sessions_on, worker_pid
@@ -47,55 +47,6 @@ SENDERS = 3
 KILLS = 200
 TURNS_PER_KILL = 2
 """Each sender's pace (see ``PacedSenders``)."""
-
-
-class Tally:
-    """Counts ``crashed`` and ``resumed`` events per session; wait for counts with a bound."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.crashed: Counter[str] = Counter()
-        self.resumed: Counter[str] = Counter()
-        self.given_up: list[str] = []
-
-    def subscriber(self, session_id: str) -> Subscriber:
-        def on_event(event: Event) -> None:
-            with self._cond:
-                if event.type == "crashed":
-                    self.crashed[session_id] += 1
-                elif event.type == "resumed":
-                    self.resumed[session_id] += 1
-                elif event.type == "given_up":
-                    self.given_up.append(session_id)
-                self._cond.notify_all()
-
-        return on_event
-
-    def wait_resumed(self, expected: Counter[str], timeout: float = WAIT) -> None:
-        """Wait until every session was crashed and resumed ``expected[sid]`` times."""
-
-        def done() -> bool:
-            return bool(self.given_up) or all(
-                self.crashed[sid] >= n and self.resumed[sid] >= n for sid, n in expected.items()
-            )
-
-        with self._cond:
-            ok = self._cond.wait_for(done, timeout)
-            assert not self.given_up, f"sessions given up: {self.given_up}"
-            assert ok, f"not resumed in time: wanted {dict(expected)}, saw {dict(self.resumed)}"
-
-    def wait_all_active(self, host: AgentHost, timeout: float = WAIT) -> None:
-        """Wait until ``list_sessions`` shows every session active.
-
-        Status changes are not events of their own, so this re-reads the list
-        each time a session event arrives, or every 50 ms at most, up to ``timeout``.
-        """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while {s.status for s in host.list_sessions()} != {"active"}:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"not all active: {host.list_sessions()}"
-                self._cond.wait(min(remaining, 0.05))
 
 
 def _open_fds() -> dict[str, str]:
@@ -122,7 +73,7 @@ def test_two_hundred_worker_kills_lose_no_acknowledged_turn() -> None:
     gc.collect()  # close what earlier tests left to the collector, so it does not close now
     threads_before = set(threading.enumerate())
     fds_before = _open_fds()
-    tally = Tally()
+    tally = SessionTally()
 
     host = AgentHost(
         MemoryCheckpointStore(),
@@ -230,18 +181,6 @@ class _Ticking:
         return self.now
 
 
-def _poll(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
-    """Bounded wait for a condition that has no event of its own (the pool having buried
-    a killed worker that ran no session): re-check every 5 ms, up to ``timeout``."""
-    deadline = time.monotonic() + timeout
-    tick = threading.Event()
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        tick.wait(0.005)
-    return True
-
-
 def _buried(host: AgentHost, dead_pid: int) -> bool:
     """Whether the host has handled the death of worker ``dead_pid``: replaced it, or given up."""
     pids = [w.pid for w in host.workers()]
@@ -255,7 +194,7 @@ def test_the_hosts_clock_drives_the_worker_restart_intensity() -> None:
         for _ in range(60):
             [worker] = host.workers()
             os.kill(worker.pid, signal.SIGKILL)
-            assert _poll(functools.partial(_buried, host, worker.pid))
+            assert poll_until(functools.partial(_buried, host, worker.pid))
             assert not host.workers_given_up
         sid = host.start_session(template(), "after-sixty-deaths")
         assert host.send(sid, "still here").content == "echo: still here"

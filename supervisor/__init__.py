@@ -17,6 +17,7 @@ from supervisor._lifecycle import Down as Down
 from supervisor._lifecycle import ExitReason as ExitReason
 from supervisor._lifecycle import MonitorRef as MonitorRef
 from supervisor._lifecycle import is_abnormal as is_abnormal
+from supervisor._runtime import WorkerInfo as WorkerInfo
 from supervisor._session_attrs import SessionAttrs as SessionAttrs
 from supervisor._session_attrs import SessionMetadata as SessionMetadata
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST as DEFAULT_KEEP_LAST
@@ -56,7 +57,6 @@ from supervisor.session_store import SessionStore as SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointStore
 from supervisor.supervisor import Supervisor as Supervisor
 from supervisor.workers import WorkerPool as WorkerPool
-from supervisor.workers._pool import WorkerInfo as WorkerInfo
 
 __all__ = [
     "DEFAULT_KEEP_LAST",

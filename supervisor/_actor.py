@@ -229,9 +229,11 @@ def kill(actor_ref: pykka.ActorRef[Any], reason: str = "killed") -> None:
     Raises:
         TypeError: ``actor_ref`` is not the ref of a SupervisedActor.
     """
-    if lifecycle_of(actor_ref) is None:
+    lifecycle = lifecycle_of(actor_ref)
+    if lifecycle is None:
         msg = f"kill() needs the ref of a supervisor.SupervisedActor, got {actor_ref!r}"
         raise TypeError(msg)
+    lifecycle.ending = True
     with contextlib.suppress(pykka.ActorDeadError):
         actor_ref.tell(_Kill(reason))
 
@@ -257,6 +259,7 @@ def terminate(actor_ref: pykka.ActorRef[Any], timeout: float) -> bool:
     if lifecycle is None:
         msg = f"terminate() needs the ref of a supervisor.SupervisedActor, got {actor_ref!r}"
         raise TypeError(msg)
+    lifecycle.ending = True
     with contextlib.suppress(pykka.ActorDeadError):
         actor_ref.tell(_ShutdownStop())
     return lifecycle.finished.wait(timeout)

@@ -150,7 +150,17 @@ def deliver(mref: MonitorRef, down: Down) -> None:
 class Lifecycle:
     """The watchers and exit reason of one actor. Thread-safe (one lock, rare paths only)."""
 
-    __slots__ = ("_early", "_lock", "_ordinary", "_reason", "_state", "actor", "finished", "thread")
+    __slots__ = (
+        "_early",
+        "_lock",
+        "_ordinary",
+        "_reason",
+        "_state",
+        "actor",
+        "ending",
+        "finished",
+        "thread",
+    )
 
     def __init__(self) -> None:
         self.thread: int | None = None
@@ -164,6 +174,9 @@ class Lifecycle:
         self._reason: ExitReason | None = None
         self.finished = threading.Event()
         """Set once every Down notice of this actor has been handed out."""
+        self.ending = False
+        """True from the moment ``kill`` or ``terminate`` was asked for it: it is on its
+        way out, so nothing new should be given to it (the host waits for its successor)."""
 
     @property
     def reason(self) -> ExitReason | None:

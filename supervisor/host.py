@@ -1,22 +1,21 @@
 """``AgentHost``: the one facade a host application uses.
 
-It ties the parts together: every session is an ``AgentSession`` actor, a
-dynamic ``permanent`` child of one root ``Supervisor`` with its own restart
+It ties the parts together: every session is an actor, a dynamic
+``permanent`` child of one root ``Supervisor`` with its own restart
 intensity; a ``SessionStore`` registers it and evicts it the moment it dies;
-a ``CheckpointStore`` holds its snapshots. A supervisor restart of a crashed
-session *is* a resume from its last checkpoint on the same template, so a
-crash costs at most the turn that was running (which its caller saw fail).
+``Checkpoints`` writes its snapshots to a ``CheckpointStore``. A supervisor
+restart of a crashed session *is* a resume from its last checkpoint on the same
+template, so a crash costs at most the turn that was running (which its caller
+saw fail).
 
-Durability: by default every completed turn is checkpointed on the
-session's thread before ``send`` returns, so every answer a caller has
-received survives any crash of the session or of the whole process.
+What runs the sessions is a ``SessionRuntime`` chosen once, in the
+constructor: ``ThreadRuntime`` (threads of this process) or ``WorkerRuntime``
+(``workers=N`` processes). Nothing here asks which (see docs/ARCHITECTURE.md).
 
-Process mode (``workers=N``): each session runs in one of N worker processes
-and is represented here by a proxy actor, so everything above holds unchanged;
-a worker that dies (signal, segfault, ``os._exit``, memory limit) crashes only
-its own sessions, which are resumed from their last checkpoints on a live
-worker. A ``send`` in flight on a dying worker raises ``WorkerCrashed`` (a
-``SessionCrashed``: not acknowledged, retry it).
+Durability: by default every completed turn is checkpointed before ``send``
+returns, and before a crash of the session can restart it from an older
+checkpoint, so every answer a caller has received survives any crash of the
+session or of the whole process.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from typing import Any, Self, Unpack
 import pykka
 
 from actors import (
-    AgentSession,
     AgentTemplate,
     EventBatch,
     GetHistory,
@@ -49,14 +47,18 @@ from actors import (
     TakeSnapshot,
 )
 from supervisor import _at_exit
-from supervisor._actor import kill, supervised_class
+from supervisor._actor import kill
+from supervisor._checkpoints import Checkpoints
+from supervisor._hibernation import Sweeper
 from supervisor._host_record import SessionInfo, SessionRecord
 from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
+from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime, WorkerInfo
 from supervisor._session_attrs import SessionMetadata, validate
+from supervisor._session_table import SessionTable
+from supervisor._thread_runtime import ThreadRuntime
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.child_spec import ChildSpec
 from supervisor.errors import (
-    CheckpointNotFound,
     ChildStartError,
     SessionAlreadyExists,
     SessionCrashed,
@@ -67,17 +69,14 @@ from supervisor.handle import SupervisorHandle
 from supervisor.intensity import RestartIntensity
 from supervisor.session_store import SessionEntry, SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore
-from supervisor.workers import SessionLost, WorkerPool
-from supervisor.workers._pool import WorkerInfo
-from supervisor.workers._proxy import NotDelivered, SessionLink, start_in_worker
+from supervisor.workers import WorkerRuntime
 
 __all__ = ["AgentHost"]
 
 logger = logging.getLogger("supervisor.host")
 
-_SessionActor = supervised_class(AgentSession)
 DEFAULT_DATA_DIR = "sessionvisor-data"
-_SHARED_ATTR_SETS = 1024  # distinct attribute dicts shared between records, at most
+_Ended = (NotDelivered, SessionCrashed)  # a call that found its incarnation gone or going
 
 
 class AgentHost:
@@ -140,6 +139,10 @@ class AgentHost:
             (on ``clock``); beyond that the pool logs it and stops replacing
             workers, and sessions that need one fail to restart.
         worker_max_seconds: Window of ``worker_max_restarts``.
+        worker_io: How both ends read a worker's pipe: ``"auto"`` (the
+            platform's best: on Linux a waiting caller, or an idle session in
+            the worker, reads it itself) or ``"portable"`` (one reader thread
+            per end, as on platforms without ``epoll``; for testing that path).
     """
 
     def __init__(
@@ -165,25 +168,12 @@ class AgentHost:
         worker_start_method: str | None = None,
         worker_max_restarts: int = 50,
         worker_max_seconds: float = 10.0,
+        worker_io: str = "auto",
     ) -> None:
-        if checkpoint_every is not None and (
-            isinstance(checkpoint_every, bool)
-            or not isinstance(checkpoint_every, int)
-            or checkpoint_every < 1
-        ):
-            raise ValueError(
-                f"checkpoint_every must be a positive integer or None, got {checkpoint_every!r}"
-            )
-        if hibernate_after_ms is not None and (
-            isinstance(hibernate_after_ms, bool)
-            or not isinstance(hibernate_after_ms, int)
-            or hibernate_after_ms < 1
-        ):
-            raise ValueError(
-                f"hibernate_after_ms must be a positive integer or None, got {hibernate_after_ms!r}"
-            )
+        _positive_or_none("checkpoint_every", checkpoint_every)
+        _positive_or_none("hibernate_after_ms", hibernate_after_ms)
         RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
-        self._pool: WorkerPool | None = None
+        self._runtime: SessionRuntime
         if workers is None:
             _refuse_worker_options(
                 worker_memory_limit=worker_memory_limit,
@@ -191,9 +181,11 @@ class AgentHost:
                 worker_initargs=worker_initargs or None,
                 worker_call_timeout=worker_call_timeout,
                 worker_start_method=worker_start_method,
+                worker_io=None if worker_io == "auto" else worker_io,
             )
+            self._runtime = ThreadRuntime()
         else:
-            self._pool = WorkerPool(
+            self._runtime = WorkerRuntime(
                 workers,
                 memory_limit=worker_memory_limit,
                 initializer=worker_initializer,
@@ -203,6 +195,7 @@ class AgentHost:
                 max_restarts=worker_max_restarts,
                 max_seconds=worker_max_seconds,
                 clock=clock,
+                io=worker_io,
             )
         self._owns_store = store is None
         if store is None:
@@ -211,6 +204,7 @@ class AgentHost:
             print(f"sessionvisor: checkpoints in {directory / 'checkpoints.db'}", file=sys.stderr)
             store = SQLiteCheckpointStore(directory / "checkpoints.db")
         self.store: CheckpointStore = store
+        self._checkpoints = Checkpoints(store)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.checkpoint_every = checkpoint_every
         self.max_restarts = max_restarts
@@ -220,13 +214,8 @@ class AgentHost:
         self.restart_wait = restart_wait
         self.max_steps = max_steps
         self._clock = clock
-        self._records: dict[str, SessionRecord] = {}
-        self._by_tenant: dict[str, dict[str, None]] = {}
-        self._attr_dicts: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()  # guards _records and _by_tenant
-        self._changed = threading.Condition()  # guards status/ref of every record
-        self._closed = False  # set (under _lock) by the one shutdown that runs
-        self._shut_down = threading.Event()  # set when that shutdown has finished
+        self._table = SessionTable()
+        self._shut_down = threading.Event()  # set when the one shutdown that runs has finished
         self.registry = SessionStore(on_evict=self._on_evict)
         self._root = SupervisorHandle.start(
             max_restarts=None,
@@ -235,10 +224,10 @@ class AgentHost:
             on_give_up=self._on_give_up,
             timeout=call_timeout,
         )
-        self._sweeper: _Sweeper | None = None
+        self._sweeper: Sweeper | None = None
         if auto_hibernate and hibernate_after_ms is not None:
-            self._sweeper = _Sweeper(self, interval=max(0.05, hibernate_after_ms / 4000))
-            self._sweeper.start()
+            interval = max(0.05, hibernate_after_ms / 4000)
+            self._sweeper = Sweeper(self.hibernate_idle, interval)
         self._exit_token = _at_exit.register(self)
 
     # -- starting and resuming -------------------------------------------------
@@ -265,7 +254,7 @@ class AgentHost:
             TypeError, ValueError: an invalid attribute (the message names it).
         """
         session_id = session_id if session_id is not None else uuid.uuid4().hex
-        self._check_open()
+        self._table.check_open()
         if self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
         record = self._new_record(session_id, template, tenant_id, api_key, dict(attrs))
@@ -298,16 +287,13 @@ class AgentHost:
                 registered; register it and call again.
             PluginError: a ``session_start`` hook raised.
         """
-        self._check_open()
+        self._table.check_open()
         snapshot = self.store.load(session_id, checkpoint_id)
         self._resolve_model(template)
         if checkpoint_id is not None:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.
-            snapshot = Snapshot.new(
-                session_id=session_id, state=snapshot.state, label=f"resumed from {checkpoint_id}"
-            )
-            self.store.save(snapshot)
+            snapshot = self._checkpoints.relabel(None, snapshot, f"resumed from {checkpoint_id}")
         saved_tenant = snapshot.state.get("metadata", {}).get("tenant_id")
         tenant = tenant_id or (saved_tenant if isinstance(saved_tenant, str) else "default")
         record = self._new_record(
@@ -324,9 +310,8 @@ class AgentHost:
         """
         resumed = []
         for session_id in self.store.sessions():
-            with self._lock:
-                if session_id in self._records:
-                    continue
+            if self._table.get(session_id) is not None:
+                continue
             chosen = template(session_id) if callable(template) else template
             try:
                 resumed.append(self.resume(session_id, chosen))
@@ -353,71 +338,34 @@ class AgentHost:
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
-        record = self._record(session_id)
+        record = self._table.live(session_id)
         wait = self.call_timeout if timeout is None else timeout
         with self._operation(record, wait):
             try:
-                return self._send_once(record, text, wait)
-            except _NeverHandled:
-                # The actor died before it took the message (a kill queued ahead
-                # of it, say): nothing ran, so send it to the restarted session.
-                return self._send_once(record, text, wait, retry=False)
+                answer: Message = self._call(record, Send(text), wait)
             finally:
                 record.last_active = self._clock()
-
-    def _send_once(
-        self, record: SessionRecord, text: str, wait: float, *, retry: bool = True
-    ) -> Message:
-        ref = self._live_ref(record)
-        if self._pool is not None:
-            link = self._pool.link_of(record.session_id, ref)
-            if link is not None:
-                return self._send_in_worker(record, ref, link, text, wait, retry=retry)
-        try:
-            answer: Message = _ask(ref, Send(text), wait)
-        except pykka.ActorDeadError as exc:
-            if exc.__cause__ is None and retry:
-                raise _NeverHandled from exc
-            if isinstance(exc.__cause__, SessionLost):  # process mode: WorkerCrashed & co
-                raise exc.__cause__.error from exc
-            raise SessionCrashed(record.session_id, f"it died during the turn ({exc})") from exc
-        except pykka.Timeout as exc:
-            raise TimeoutError(
-                f"session {record.session_id!r} did not answer within {wait} s"
-            ) from exc
         return answer
 
-    def _send_in_worker(
-        self,
-        record: SessionRecord,
-        ref: pykka.ActorRef[Any],
-        link: SessionLink,
-        text: str,
-        wait: float,
-        *,
-        retry: bool,
-    ) -> Message:
-        """Process mode: the turn goes straight to the worker from this thread.
-
-        Skipping the proxy actor saves a thread hop per call; the proxy stays the
-        session's actor for everything else. Crash semantics are the proxy's:
-        ``WorkerCrashed``/``SessionCrashed`` when the worker or session died
-        during the turn; a turn the session never began is sent again, once, to
-        the next incarnation (after the proxy of this one has gone).
-        """
-        try:
-            return link.send(text, wait)
-        except SessionCrashed:  # WorkerCrashed too: the pool or the worker's report kills the
-            self._await_end(ref)  # proxy; as in thread mode, it is evicted when this raises
-            raise
-        except NotDelivered as exc:
-            self._await_end(ref)
-            if retry:
-                raise _NeverHandled from exc
-            raise SessionCrashed(record.session_id, f"it ended before the turn ({exc})") from exc
+    def _call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
+        """Carry ``request`` to the session's serving incarnation; if it never got there
+        (the incarnation was ending), once more to the next one."""
+        for attempt in (1, 2):
+            ref = self._live_ref(record)
+            try:
+                return self._runtime.call(record.session_id, ref, request, timeout)
+            except NotDelivered as exc:
+                self._await_end(ref)
+                if attempt == 2:
+                    detail = f"it ended twice before taking the call ({exc})"
+                    raise SessionCrashed(record.session_id, detail) from exc
+            except SessionCrashed:
+                self._await_end(ref)  # as a crash is seen: evicted once this raises
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _await_end(self, ref: pykka.ActorRef[Any]) -> None:
-        """Wait (up to ``restart_wait``) until a dying session actor's Down notices are out."""
+        """Wait (up to ``restart_wait``) until an ending incarnation's Down notices are out."""
         lifecycle = lifecycle_of(ref)
         if lifecycle is not None:
             lifecycle.finished.wait(self.restart_wait)
@@ -429,28 +377,23 @@ class AgentHost:
             SessionNotFound: no such session.
             SteeringQueueFull: too many steering messages are waiting.
         """
-        self._record(session_id).steering.put(text)
+        self._table.live(session_id).steering.put(text)
 
     def history(self, session_id: str) -> list[Message]:
-        """The conversation so far (from the checkpoint when the session is hibernated).
+        """The conversation so far: the running session's, or its last checkpoint's when it
+        is hibernated, being restarted, or was just killed.
 
         Raises:
             SessionNotFound: no such session on this host.
             TimeoutError: the session did not answer within ``call_timeout``.
         """
-        record = self._record(session_id)
-        ref = record.ref
-        if record.status == "hibernated" or ref is None:
-            return self.store.load(session_id).messages()
-        try:
-            history: list[Message] = self._ask_live(record, ref, GetHistory())
-        except pykka.ActorDeadError:
-            return self.store.load(session_id).messages()
-        return history
+        record = self._table.live(session_id)
+        history: list[Message] | None = self._ask_running(record, GetHistory())
+        return self.store.load(session_id).messages() if history is None else history
 
     def events(self, session_id: str, since: int | None = None) -> EventBatch:
         """The session's events after cursor ``since``; one stream across restarts."""
-        return self._record(session_id).events.since(since)
+        return self._table.live(session_id).events.since(since)
 
     def subscribe(self, session_id: str, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber`` with every future event of the session, across restarts.
@@ -463,82 +406,53 @@ class AgentHost:
         another session, and ``history`` or ``checkpoint`` for its own, in either
         mode. Returns a function that unsubscribes.
         """
-        return self._record(session_id).events.subscribe(subscriber)
+        return self._table.live(session_id).events.subscribe(subscriber)
 
     def checkpoint(self, session_id: str, label: str | None = None) -> Snapshot:
-        """Save a checkpoint now and return it (the latest one, relabelled, if hibernated).
+        """Save a checkpoint now and return it (the latest one, relabelled, if the session is
+        hibernated or being restarted).
 
         Raises:
             SessionNotFound: no such session on this host.
             TimeoutError: the session did not answer within ``call_timeout``.
         """
-        record = self._record(session_id)
+        record = self._table.live(session_id)
+        snapshot: Snapshot | None = self._ask_running(record, TakeSnapshot(label))
+        if snapshot is None:
+            return self._checkpoints.relabel(record, self.store.load(session_id), label)
+        return self._checkpoints.save(record, snapshot)
+
+    def _ask_running(self, record: SessionRecord, request: Request) -> Any:
+        """The running incarnation's answer to ``request``, or ``None`` when no incarnation
+        serves (hibernated, restarting, ending): its last checkpoint has the answer then.
+        Never reactivates or waits for a restart."""
         ref = record.ref
-        if ref is not None and record.status == "active":
-            with contextlib.suppress(pykka.ActorDeadError):
-                snapshot: Snapshot = self._ask_live(record, ref, TakeSnapshot(label))
-                self.store.save(snapshot)
-                return snapshot
-        latest = self.store.load(session_id)
-        snapshot = Snapshot.new(session_id=session_id, state=latest.state, label=label)
-        self.store.save(snapshot)
-        return snapshot
-
-    def _ask_live(self, record: SessionRecord, ref: pykka.ActorRef[Any], message: object) -> Any:
-        """Ask a live session for its history or a snapshot, within ``call_timeout``.
-
-        In process mode the request goes to the worker from this thread, as
-        ``send`` does: no proxy hop, and a subscriber callback (which runs on the
-        thread reading the worker's pipe) may call this for a session on the
-        same worker without waiting on itself. In thread mode a subscriber runs
-        on its session's own thread; asked from there, the session answers
-        directly instead of through its inbox, which it would never read.
-
-        Raises:
-            pykka.ActorDeadError: the session is gone (its checkpoint has the answer).
-            TimeoutError: no answer within ``call_timeout``.
-        """
-        link = None if self._pool is None else self._pool.link_of(record.session_id, ref)
-        if link is not None:
-            try:
-                if isinstance(message, TakeSnapshot):
-                    return link.snapshot(message.label, self.call_timeout)
-                return link.history(self.call_timeout)
-            except NotDelivered as exc:
-                raise pykka.ActorDeadError(str(exc)) from exc
-        own = _own_session(ref)
-        if own is not None:  # a subscriber, on the session's thread: asking would wait on itself
-            return (
-                own.snapshot(message.label) if isinstance(message, TakeSnapshot) else own.history()
-            )
+        if record.status != "active" or not _serving(ref):
+            return None
+        assert ref is not None
         try:
-            return _ask(ref, message, self.call_timeout)
-        except pykka.Timeout as exc:
-            raise TimeoutError(
-                f"session {record.session_id!r} did not answer within {self.call_timeout} s"
-            ) from exc
+            return self._runtime.call(record.session_id, ref, request, self.call_timeout)
+        except _Ended:
+            self._await_end(ref)
+            return None
 
     def kill(self, session_id: str, reason: str = "killed") -> None:
         """Terminate the session abnormally, as OTP's ``exit(Pid, kill)``: a crash.
 
         The registry evicts it and the supervisor resumes it from its last
-        checkpoint (restart intensity applies). Takes effect when the session
-        finishes its current message: Python cannot interrupt a thread.
+        checkpoint (restart intensity applies). Calls made after this returns go
+        to the resumed session. Takes effect when the session finishes its
+        current message: Python cannot interrupt a thread.
         """
-        record = self._record(session_id)
-        if record.ref is not None:
-            kill(record.ref, reason)
+        ref = self._table.live(session_id).ref
+        if ref is not None:
+            kill(ref, reason)
 
-    # -- listing, hibernation, stopping ------------------------------------------
+    # -- listing, workers, hibernation, stopping ----------------------------------
 
     def list_sessions(self, tenant_id: str | None = None) -> list[SessionInfo]:
         """Every session this host knows (live, restarting, hibernated, failed)."""
-        with self._lock:
-            if tenant_id is None:
-                records = list(self._records.values())
-            else:
-                records = [self._records[s] for s in self._by_tenant.get(tenant_id, ())]
-        return [r.info() for r in records]
+        return [r.info() for r in self._table.records(tenant_id)]
 
     def workers(self) -> list[WorkerInfo]:
         """The live worker processes, oldest first, each with the sessions placed on it.
@@ -550,7 +464,7 @@ class AgentHost:
         until the host has noticed its death (its reader thread does at once, via
         the process sentinel); its replacement is listed once it is started.
         """
-        return [] if self._pool is None else self._pool.info()
+        return self._runtime.workers()
 
     def wait_for_workers(self, timeout: float | None = None) -> bool:
         """Wait until all ``workers`` worker processes serve; for readiness checks and for
@@ -561,7 +475,7 @@ class AgentHost:
         gave up replacing workers (``workers_given_up``) or was shut down.
         Thread-safe.
         """
-        return self._pool is None or self._pool.wait_for_workers(timeout)
+        return self._runtime.wait_ready(timeout)
 
     @property
     def worker_deaths(self) -> int:
@@ -572,7 +486,7 @@ class AgentHost:
         models are taking their workers down. Always 0 in thread mode.
         Thread-safe.
         """
-        return 0 if self._pool is None else self._pool.deaths
+        return self._runtime.deaths
 
     @property
     def workers_given_up(self) -> bool:
@@ -585,25 +499,30 @@ class AgentHost:
         once its own restart intensity is spent). Always false in thread mode.
         Thread-safe.
         """
-        return self._pool is not None and self._pool.gave_up
+        return self._runtime.gave_up
 
     def hibernate(self, session_id: str) -> bool:
         """Checkpoint the session and stop its actor now; False if it was busy or not active."""
-        record = self._record(session_id)
+        record = self._table.live(session_id)
         if not record.op_lock.acquire(blocking=False):
             return False
         try:
-            return self._hibernate(record)
+            snapshot: Snapshot | None = self._ask_running(record, TakeSnapshot("hibernate"))
+            if snapshot is None:
+                return False
+            self._checkpoints.save(record, snapshot)
+            self._table.set(record, "hibernated", None)
+            self._root.terminate_child(session_id)
+            record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
+            return True
         finally:
             record.op_lock.release()
 
     def hibernate_idle(self) -> list[str]:
         """Hibernate every active session idle for longer than its limit; returns their ids."""
         now = self._clock()
-        with self._lock:
-            records = list(self._records.values())
         done = []
-        for record in records:
+        for record in self._table.records():
             limit = record.hibernate_after
             if (
                 limit is not None
@@ -616,15 +535,22 @@ class AgentHost:
 
     def stop_session(self, session_id: str) -> None:
         """Stop a session normally: final checkpoint, evicted, not restarted, forgotten."""
-        record = self._record(session_id)
+        record = self._table.live(session_id)
         with self._operation(record, self.call_timeout):
-            if record.status == "active" and record.ref is not None:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    self.store.save(_ask(record.ref, TakeSnapshot(), self.call_timeout))
-            self._set(record, "stopped", None)
+            self._final_checkpoint(record)
+            self._table.set(record, "stopped", None)
             with contextlib.suppress(Exception):
                 self._root.terminate_child(session_id)
-            self._forget(record)
+            self._table.forget(record)
+
+    def _final_checkpoint(self, record: SessionRecord) -> None:
+        """Checkpoint a session that is being stopped, if it runs. One being restarted (or
+        killed just now) is left as it is: its last checkpoint stands."""
+        snapshot: Snapshot | None = self._ask_running(record, TakeSnapshot())
+        if snapshot is None:
+            logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
+        else:
+            self._checkpoints.save(record, snapshot)
 
     def shutdown(self) -> None:
         """Checkpoint every live session, stop them in reverse start order, close the store.
@@ -633,37 +559,25 @@ class AgentHost:
         store can ``resume_all``. A host never shut down is shut down this way
         at interpreter exit (see the class docstring).
         """
-        records = self._close()
+        records = self._table.close()
         if records is not None:
+            _at_exit.unregister(self._exit_token)
             self._stop_all(records)
-
-    def _close(self) -> list[SessionRecord] | None:
-        """Mark the host closed; the records to stop, or ``None`` if another call did it."""
-        with self._lock:
-            if self._closed:
-                return None
-            self._closed = True
-            records = list(self._records.values())
-        _at_exit.unregister(self._exit_token)
-        return records
 
     def _stop_all(self, records: list[SessionRecord]) -> None:
         try:
             if self._sweeper is not None:
                 self._sweeper.stop()
             for record in records:
-                ref = record.ref
-                if record.status == "active" and ref is not None:
-                    try:
-                        self.store.save(_ask(ref, TakeSnapshot(), self.call_timeout))
-                    except Exception:
-                        logger.exception("final checkpoint of %r failed", record.session_id)
-                self._set(record, "stopped", None)
+                try:
+                    self._final_checkpoint(record)
+                except Exception:
+                    logger.exception("final checkpoint of %r failed", record.session_id)
+                self._table.set(record, "stopped", None)
             abandoned = self._root.stop()
             if abandoned:
                 logger.warning("sessions that did not stop in time: %s", abandoned)
-            if self._pool is not None:
-                self._pool.close()
+            self._runtime.close()
             if self._owns_store:
                 self.store.close()
         finally:
@@ -676,7 +590,7 @@ class AgentHost:
         non-daemon threads (the actors'). If another thread is already shutting
         the host down, waits for it, up to ``call_timeout``.
         """
-        records = self._close()
+        records = self._table.close()
         if records is None:
             logger.debug("waiting for another thread's shutdown of %r at exit", self)
             self._shut_down.wait(self.call_timeout)
@@ -713,7 +627,7 @@ class AgentHost:
         attrs.setdefault("model", template.model_string)
         attrs.setdefault("plugins", [p.name for p in template.plugins])
         validate({**attrs, "tenant_id": tenant_id, "api_key": api_key})
-        attrs = self._shared_attrs(attrs)
+        attrs = self._table.shared_attrs(attrs)
         own_limit = attrs.get("hibernate_after_ms") or self.hibernate_after_ms
         record = SessionRecord(
             session_id,
@@ -725,29 +639,8 @@ class AgentHost:
             hibernate_after=None if own_limit is None else own_limit / 1000,
             resume_from=resume_from,
         )
-        with self._lock:
-            self._check_open()
-            existing = self._records.get(session_id)
-            if existing is not None and existing.status != "failed":
-                raise SessionAlreadyExists(session_id)
-            if existing is not None:
-                self._unindex(existing)
-            self._records[session_id] = record
-            self._by_tenant.setdefault(tenant_id, {})[session_id] = None
+        self._table.add(record)
         return record
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this AgentHost is shut down; create a new one")
-
-    def _shared_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """One dict per distinct set of attributes: sessions started alike share it
-        (records are kept for every hibernated session, so bytes count)."""
-        key = repr(sorted(attrs.items()))
-        with self._lock:
-            if key in self._attr_dicts or len(self._attr_dicts) < _SHARED_ATTR_SETS:
-                return self._attr_dicts.setdefault(key, attrs)
-        return attrs
 
     def _launch(self, record: SessionRecord) -> str:
         """Start the record's first incarnation as a child of the root supervisor."""
@@ -755,10 +648,10 @@ class AgentHost:
             self._resolve_model(record.template)
             self._root.start_child(self._spec(record))
         except ChildStartError as err:
-            self._forget(record)
+            self._table.forget(record)
             raise err.cause from err.cause.__cause__  # keep the original chain
         except BaseException:
-            self._forget(record)
+            self._table.forget(record)
             raise
         return record.session_id
 
@@ -783,51 +676,22 @@ class AgentHost:
         Runs on the supervisor's thread, for the first start, reactivation and
         every crash restart alike.
         """
-        snapshot = self._load_latest(record)
-        if self._pool is not None:
-            return self._register(record, snapshot, self._start_in_worker(record, snapshot))
-        ref = _SessionActor.start(
-            record.template,
+        pending, record.resume_from = record.resume_from, None
+        snapshot = pending or self._checkpoints.latest(record.session_id)
+        launch = SessionLaunch(
             session_id=record.session_id,
-            restored_state=None if snapshot is None else snapshot.state,
-            stripped_fields=() if snapshot is None else snapshot.stripped_fields,
+            template=record.template,
             model=self._resolve_model(record.template),
+            snapshot=snapshot,
             max_steps=self.max_steps,
+            checkpoint_every=self.checkpoint_every,
             metadata={"tenant_id": record.tenant_id},
             steering=record.steering,
-            event_buffer=record.events,
-            checkpointer=None if self.checkpoint_every is None else self.store.save,
-            checkpoint_every=self.checkpoint_every or 1,
-        )
-        return self._register(record, snapshot, ref)
-
-    def _start_in_worker(
-        self, record: SessionRecord, snapshot: Snapshot | None
-    ) -> pykka.ActorRef[Any]:
-        assert self._pool is not None
-        ref: pykka.ActorRef[Any] = start_in_worker(
-            self._pool,
-            record.template,
-            self._resolve_model(record.template),
-            session_id=record.session_id,
-            snapshot=snapshot,
-            options={
-                "max_steps": self.max_steps,
-                "checkpoint_every": self.checkpoint_every,
-                "max_steering_queue": record.steering.limit,
-                "metadata": {"tenant_id": record.tenant_id},
-            },
-            steering=record.steering,
             events=record.events,
-            checkpointer=None if self.checkpoint_every is None else self.store.save,
+            save=self._checkpoints.saver(record),
             timeout=self.call_timeout,
         )
-        return ref
-
-    def _register(
-        self, record: SessionRecord, snapshot: Snapshot | None, ref: pykka.ActorRef[Any]
-    ) -> pykka.ActorRef[Any]:
-        """Register a started incarnation and mark the record active (supervisor's thread)."""
+        ref = self._runtime.start(launch)
         try:
             self.registry.create(
                 record.session_id,
@@ -841,30 +705,21 @@ class AgentHost:
             raise
         record.incarnations += 1
         record.last_active = self._clock()
-        self._set(record, "active", ref)
+        self._table.set(record, "active", ref)
         if record.incarnations > 1:
             record.events.publish(
                 "resumed", checkpoint_id=None if snapshot is None else snapshot.checkpoint_id
             )
         return ref
 
-    def _load_latest(self, record: SessionRecord) -> Snapshot | None:
-        """The snapshot ``resume`` already loaded (first incarnation), else the latest."""
-        pending, record.resume_from = record.resume_from, None
-        if pending is not None:
-            return pending
-        try:
-            return self.store.load(record.session_id)
-        except CheckpointNotFound:
-            return None
-
     def _live_ref(self, record: SessionRecord) -> pykka.ActorRef[Any]:
-        """The session's running actor: reactivate it, or wait for its restart."""
+        """The session's serving incarnation: reactivate it, or wait for its restart."""
         deadline = time.monotonic() + self.restart_wait  # real time, whatever the clock
-        with self._changed:
+        with self._table.changed:
             while True:
                 ref = record.ref
-                if record.status == "active" and ref is not None and ref.is_alive():
+                if record.status == "active" and _serving(ref):
+                    assert ref is not None
                     return ref
                 if record.status == "hibernated":
                     break
@@ -878,7 +733,7 @@ class AgentHost:
                         record.session_id,
                         f"it is being restarted and did not come back within {self.restart_wait} s",
                     )
-                self._changed.wait(min(remaining, 0.5))
+                self._table.changed.wait(min(remaining, 0.5))
         try:
             self._root.start_child(self._spec(record))
         except ChildStartError as err:
@@ -887,57 +742,28 @@ class AgentHost:
         assert record.ref is not None
         return record.ref
 
-    def _hibernate(self, record: SessionRecord) -> bool:
-        ref = record.ref
-        if record.status != "active" or ref is None:
-            return False
-        try:
-            snapshot: Snapshot = _ask(ref, TakeSnapshot("hibernate"), self.call_timeout)
-        except pykka.ActorDeadError:
-            return False
-        self.store.save(snapshot)
-        self._set(record, "hibernated", None)
-        self._root.terminate_child(record.session_id)
-        record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
-        return True
-
-    def _set(self, record: SessionRecord, status: Any, ref: pykka.ActorRef[Any] | None) -> None:
-        with self._changed:
-            record.status = status
-            record.ref = ref
-            self._changed.notify_all()
-
     def _on_evict(self, entry: SessionEntry, reason: ExitReason) -> None:
         """Registry eviction (on the dying actor's thread, before the supervisor's Down)."""
-        with self._lock:
-            record = self._records.get(entry.session_id)
+        record = self._table.get(entry.session_id)
         if record is None or record.ref is not entry.actor_ref:
             return
-        with self._changed:
+        with self._table.changed:
             if record.status == "active":
                 record.status = "restarting"
                 record.ref = None
-                self._changed.notify_all()
+                self._table.changed.notify_all()
         if is_abnormal(reason):
             logger.warning("session %r crashed: %r; resuming it", entry.session_id, reason)
             record.events.publish("crashed", reason=repr(reason))
 
     def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
         """The supervisor gave up on a session (past its restart intensity)."""
-        with self._lock:
-            record = self._records.get(session_id)
+        record = self._table.get(session_id)
         if record is None:
             return
-        self._set(record, "failed", None)
+        self._table.set(record, "failed", None)
         record.events.publish("given_up", reason=repr(reason))
         logger.error("session %r given up after repeated crashes; last: %r", session_id, reason)
-
-    def _record(self, session_id: str) -> SessionRecord:
-        with self._lock:
-            record = self._records.get(session_id)
-        if record is None or record.status == "stopped":
-            raise SessionNotFound(session_id)
-        return record
 
     @contextlib.contextmanager
     def _operation(self, record: SessionRecord, timeout: float) -> Iterator[None]:
@@ -950,18 +776,18 @@ class AgentHost:
         finally:
             record.op_lock.release()
 
-    def _forget(self, record: SessionRecord) -> None:
-        with self._lock:
-            if self._records.get(record.session_id) is record:
-                del self._records[record.session_id]
-                self._unindex(record)
 
-    def _unindex(self, record: SessionRecord) -> None:
-        tenant = self._by_tenant.get(record.tenant_id)
-        if tenant is not None:
-            tenant.pop(record.session_id, None)
-            if not tenant:
-                del self._by_tenant[record.tenant_id]
+def _serving(ref: pykka.ActorRef[Any] | None) -> bool:
+    """Whether ``ref``'s incarnation can take a call: alive, and not killed or stopping."""
+    if ref is None or not ref.is_alive():
+        return False
+    lifecycle = lifecycle_of(ref)
+    return lifecycle is None or not lifecycle.ending
+
+
+def _positive_or_none(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
 def _refuse_worker_options(**options: object) -> None:
@@ -972,45 +798,6 @@ def _refuse_worker_options(**options: object) -> None:
             f"{', '.join(given)} only apply to worker processes; pass workers=N to run "
             "sessions in worker processes, or drop them"
         )
-
-
-class _NeverHandled(Exception):
-    """The session's actor died with a message still in its inbox (it never ran)."""
-
-
-def _own_session(ref: pykka.ActorRef[Any]) -> AgentSession | None:
-    """The session actor of ``ref`` when this thread is its own (thread mode), else ``None``."""
-    lifecycle = lifecycle_of(ref)
-    if lifecycle is None or lifecycle.thread != threading.get_ident():
-        return None
-    actor = lifecycle.actor()
-    return actor if isinstance(actor, AgentSession) else None
-
-
-def _ask(ref: pykka.ActorRef[Any], message: object, timeout: float) -> Any:
-    """A blocking ask with a timeout (every call the host makes carries one)."""
-    return ref.ask(message, block=True, timeout=timeout)
-
-
-class _Sweeper(threading.Thread):
-    """Background thread hibernating idle sessions every ``interval`` seconds."""
-
-    def __init__(self, host: AgentHost, interval: float) -> None:
-        super().__init__(name="sessionvisor-hibernate", daemon=True)
-        self._host = host
-        self._interval = interval
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopped.wait(self._interval):
-            try:
-                self._host.hibernate_idle()
-            except Exception:
-                logger.exception("hibernation sweep failed")
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self.join()
 
 
 AgentHost.__module__ = "supervisor"

@@ -30,8 +30,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
-import select
 import signal
 import threading
 import time
@@ -42,6 +40,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from supervisor.errors import WorkerCrashed
+from supervisor.workers._io import DEFAULT, PipeIO
 from supervisor.workers._protocol import decode_error, pack, unpack
 from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
 
@@ -53,9 +52,6 @@ _JOIN_TIMEOUT = 5.0
 
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
-
-_CALLERS_READ_THE_PIPE = hasattr(select, "epoll")
-"""Whether a waiting caller reads the pipe itself (Linux); elsewhere the reader thread does."""
 
 _callbacks_lock = threading.Lock()  # guards Reply._callbacks (rare: late replies only)
 
@@ -69,9 +65,10 @@ class Reply:
     cheapest wake-up CPython has.
     """
 
-    __slots__ = ("_callbacks", "_done", "_error", "_gate", "_value")
+    __slots__ = ("_callbacks", "_done", "_error", "_gate", "_on_reply", "_value")
 
-    def __init__(self) -> None:
+    def __init__(self, on_reply: Callable[[Any], Any] | None = None) -> None:
+        self._on_reply = on_reply
         self._gate = threading.Lock()
         self._gate.acquire()
         self._done = False
@@ -100,6 +97,19 @@ class Reply:
                 self._callbacks.append(fn)
                 return
         fn(self)
+
+    def _deliver(self, value: Any) -> None:
+        """Settle with a successful reply's payload, passed through ``on_reply`` first."""
+        on_reply = self._on_reply
+        if on_reply is None:
+            self._settle(value, None)
+            return
+        try:
+            result = on_reply(value)
+        except Exception as exc:
+            self._settle(None, exc)
+        else:
+            self._settle(result, None)
 
     def _settle(self, value: Any, error: BaseException | None) -> None:
         self._value = value
@@ -143,6 +153,8 @@ class WorkerClient:
         on_death: Called once on the reader thread when the worker has died or
             was shut down, after every in-flight call has failed.
         setup: What the worker applies before it serves (memory limit, initializer).
+        io: The pipe backend (``supervisor.workers._io``): with a shared one, a
+            caller in ``wait`` reads the pipe itself; else only the reader thread does.
     """
 
     def __init__(
@@ -151,12 +163,13 @@ class WorkerClient:
         on_push: Push,
         on_death: Death,
         setup: WorkerSetup | None = None,
+        io: PipeIO = DEFAULT,
     ) -> None:
         parent_conn, child_conn = context.Pipe(duplex=True)
         self._conn: Connection = parent_conn
         process: BaseProcess = context.Process(  # type: ignore[attr-defined]
             target=worker_main,
-            args=(child_conn, setup or WorkerSetup()),
+            args=(child_conn, setup or WorkerSetup(io=io.name)),
             name="sessionvisor-worker",
             daemon=True,
         )
@@ -186,14 +199,13 @@ class WorkerClient:
         self._holder: int | None = None
         self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
         self._ending = False  # the reader is burying the worker: nobody else reads
-        # The reader thread's wait: an ``epoll`` (Linux), whose set another thread may
-        # change while it waits; elsewhere a ``poll``, and callers never read.
-        self._epoll: Any = select.epoll() if _CALLERS_READ_THE_PIPE else select.poll()
-        self._epoll.register(parent_conn.fileno(), select.POLLIN)
-        self._epoll.register(process.sentinel, select.POLLIN)
-        self._lead_poll = select.poll()  # the holding caller's: pipe and sentinel
-        self._lead_poll.register(parent_conn.fileno(), select.POLLIN)
-        self._lead_poll.register(process.sentinel, select.POLLIN)
+        # The reader thread's wait: pipe and sentinel. With a shared backend a caller
+        # pauses the pipe in it while the caller reads, and waits on its own poller.
+        self._io = io
+        self._epoll = io.poller(parent_conn.fileno(), process.sentinel)
+        # The holding thread's own wait: a caller's, or the reader thread's when a callback
+        # it runs while delivering calls the worker again (nested).
+        self._lead_poll = io.poller(parent_conn.fileno(), process.sentinel)
         self._reader = threading.Thread(
             target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
         )
@@ -214,9 +226,18 @@ class WorkerClient:
         """False once the worker is known dead (or shut down)."""
         return not self._dead
 
-    def submit(self, op: str, payload: Any = None) -> Reply:
-        """Send a request; the ``Reply`` gets its payload or exception. Any thread."""
-        future = Reply()
+    def submit(
+        self, op: str, payload: Any = None, on_reply: Callable[[Any], Any] | None = None
+    ) -> Reply:
+        """Send a request; the ``Reply`` gets its payload or exception. Any thread.
+
+        ``on_reply``, if given, turns a successful reply's payload into the
+        ``Reply``'s value on the thread that reads the reply, before any waiter
+        sees it and before later frames (a death included) are handled; what it
+        raises becomes the ``Reply``'s error. It runs even when nobody waits any
+        more (the caller timed out).
+        """
+        future = Reply(on_reply)
         with self._lock:
             if self._dead:
                 future._settle(None, self._crashed())
@@ -304,7 +325,7 @@ class WorkerClient:
         try:
             while True:
                 ready = self._epoll.poll()
-                if any(ready_fd != fd for ready_fd, _ in ready):
+                if any(ready_fd != fd for ready_fd in ready):
                     break  # the sentinel: drain what the worker wrote, then bury it
                 with self._pipe:
                     if self._holder is not None:
@@ -349,11 +370,11 @@ class WorkerClient:
             if self._holder == me:
                 self._depth += 1  # a callback run by this thread's delivery waits in turn
                 return True
-            if not _CALLERS_READ_THE_PIPE or self._holder is not None or self._ending or self._dead:
+            if not self._io.shared or self._holder is not None or self._ending or self._dead:
                 return False
             self._holder = me
             self._depth = 1
-            self._epoll.modify(self._conn.fileno(), 0)  # the reader thread stays asleep
+            self._epoll.pause(self._conn.fileno())  # the reader thread stays asleep
             return True
 
     def _step_down(self) -> None:
@@ -364,22 +385,23 @@ class WorkerClient:
             self._holder = None
             if not self._ending:
                 # Level-triggered: this wakes the reader thread only if a frame waits.
-                self._epoll.modify(self._conn.fileno(), select.EPOLLIN)
+                self._epoll.resume(self._conn.fileno())
             self._pipe.notify_all()
 
     def _read_until(self, reply: Reply, deadline: float | None) -> None:
         """Deliver frames until ``reply`` is settled, the deadline passes, or the pipe ends
         (the reader thread then buries the worker, which settles ``reply``)."""
         fd = self._conn.fileno()
+        poller = self._lead_poll
         while not reply._done:
             if deadline is None:
-                ready = self._lead_poll.poll()
+                ready = poller.poll()
             else:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
-                ready = self._lead_poll.poll(math.ceil(left * 1000))
-            if not any(ready_fd == fd for ready_fd, _ in ready):
+                ready = poller.poll(left)
+            if fd not in ready:
                 return  # timed out, or only the sentinel: the worker is dead
             try:
                 if not self._read_one():
@@ -404,7 +426,7 @@ class WorkerClient:
         if future is None:
             return  # a late reply to a call already failed
         if frame.get("ok"):
-            future._settle(frame.get("payload"), None)
+            future._deliver(frame.get("payload"))
         else:
             future._settle(None, decode_error(frame.get("error") or {}))
 
@@ -429,8 +451,8 @@ class WorkerClient:
             future._settle(None, self._crashed())
         self._settled.set()
         self._conn.close()
-        if _CALLERS_READ_THE_PIPE:
-            self._epoll.close()
+        self._epoll.close()
+        self._lead_poll.close()
         with contextlib.suppress(ValueError):
             self.process.close()
         if not self._closing:

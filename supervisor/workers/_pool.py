@@ -39,23 +39,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 import pykka
 
 from actors import AgentTemplate, EventBuffer, Model
 from supervisor._actor import kill
+from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
 from supervisor.workers._client import WorkerClient
+from supervisor.workers._io import DEFAULT, PipeIO
 from supervisor.workers._worker import WorkerSetup
 
-if TYPE_CHECKING:
-    from supervisor.workers._proxy import SessionLink
-
-__all__ = ["WorkerInfo", "WorkerPool"]
+__all__ = ["WorkerPool"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -76,20 +74,6 @@ _START_HINT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """One live worker process of an ``AgentHost(workers=N)``, as ``AgentHost.workers`` saw it.
-
-    Attributes:
-        pid: The worker's process id.
-        sessions: Ids of the sessions placed on it, sorted: every session whose
-            current incarnation runs there or is being started there.
-    """
-
-    pid: int
-    sessions: tuple[str, ...]
-
-
 class _Placement:
     __slots__ = ("client", "events", "link", "ref")
 
@@ -97,7 +81,7 @@ class _Placement:
         self.client = client
         self.events = events
         self.ref: pykka.ActorRef[Any] | None = None
-        self.link: SessionLink | None = None  # the proxy's, once attached
+        self.link: Any = None  # the incarnation's ``SessionLink``, once attached
 
 
 def _preload_modules() -> list[str]:
@@ -165,6 +149,7 @@ class WorkerPool:
         on_give_up: Called (with a message) when workers die too often and the
             pool stops replacing them.
         clock: Monotonic seconds, for the intensity window.
+        io: The pipe backend of every worker (``supervisor.workers._io``).
     """
 
     def __init__(
@@ -180,6 +165,7 @@ class WorkerPool:
         max_seconds: float = 10.0,
         on_give_up: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        io: PipeIO = DEFAULT,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"workers must be a positive integer, got {size!r}")
@@ -196,7 +182,10 @@ class WorkerPool:
             )
         if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
             raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
-        self._setup = WorkerSetup(memory_limit, _pickled_initializer(initializer, initargs))
+        self._io = io
+        self._setup = WorkerSetup(
+            memory_limit, _pickled_initializer(initializer, initargs), io=io.name
+        )
         context = _default_context() if start_method is None else None
         self._context = context or multiprocessing.get_context(start_method)
         if self._context.get_start_method() == "forkserver":
@@ -237,7 +226,9 @@ class WorkerPool:
         """Start a worker; the caller counted it in ``_spawning`` (under the lock) when it
         decided to, so ``close`` waits for it and no worker is left running unseen."""
         try:
-            client = WorkerClient(self._context, self._on_push, self._on_death, self._setup)
+            client = WorkerClient(
+                self._context, self._on_push, self._on_death, self._setup, self._io
+            )
         except BaseException:
             with self._changed:
                 self._spawning -= 1
@@ -307,7 +298,7 @@ class WorkerPool:
             placement = self._placements.get(session_id)
         return None if placement is None else placement.client
 
-    def link_of(self, session_id: str, ref: pykka.ActorRef[Any]) -> SessionLink | None:
+    def link_of(self, session_id: str, ref: pykka.ActorRef[Any]) -> Any:
         """The ``SessionLink`` of the incarnation whose proxy is ``ref``, or ``None``
         (released, or another incarnation's). Thread-safe."""
         with self._lock:
@@ -413,7 +404,7 @@ class WorkerPool:
         session_id: str,
         client: WorkerClient,
         ref: pykka.ActorRef[Any],
-        link: SessionLink | None = None,
+        link: Any = None,
     ) -> None:
         """Record the proxy (and its ``SessionLink``) of a placed session; crash the
         proxy at once if its worker already died."""
@@ -527,5 +518,4 @@ def _not_picklable(template: AgentTemplate, error: BaseException) -> TemplateNot
     return TemplateNotPicklable("template", error)
 
 
-WorkerInfo.__module__ = "supervisor"
 WorkerPool.__module__ = "supervisor"

@@ -1,26 +1,19 @@
-"""``WorkerSession``: the parent-side actor of a session that runs in a worker process.
+"""The parent's side of one session in a worker: its ``SessionLink`` and its proxy actor.
 
-To the registry, monitors and the supervisor it is an ordinary session actor
-(a ``SupervisedActor``); it answers the messages an ``AgentHost`` sends a
-thread-mode ``AgentSession`` (``Send``, ``TakeSnapshot``, ``GetHistory``) by
-forwarding them to its worker. It saves the checkpoint the worker returns with
-an answer (through the host's checkpointer, in this process) before replying,
-so an answer is durable before ``send`` returns, whatever the store.
+``SessionLink`` carries the host's calls (``send``, ``history``, ``snapshot``)
+to the worker from the calling thread: it writes the request on the worker's
+pipe and waits for the reply, reading the pipe itself while no other thread
+does (see ``WorkerClient.wait``). The checkpoint a ``send`` reply carries is
+saved through the host's checkpoint writer on the thread that reads the reply,
+before the caller gets the answer and before any later frame (the worker's
+death included) is handled: a restart never loads a checkpoint older than an
+answer handed out.
 
-When its worker dies, or the worker reports the session dead, a call in flight
-fails: the proxy exits abnormally with ``SessionLost`` (the ask fails with
-``ActorDeadError`` caused by it, as when a thread-mode session dies mid-turn),
-and the pool kills idle proxies of a dead worker with ``supervisor.kill``.
-
-The host's calls skip the proxy: ``AgentHost.send``, ``history`` and
-``checkpoint`` call the ``SessionLink`` (which the pool keeps with the
-placement) on their own thread; it writes the request to the worker's pipe,
-waits for the reply (reading the pipe itself, see ``WorkerClient.wait``) and
-saves the checkpoint there. A proxy thread hop (a Pykka ask: queue, condition,
-future) cost as much as the whole pipe round trip, and a subscriber calling the
-host from the thread that delivers its events could wait on itself. The proxy
-stays the session's actor for the registry, monitors and the supervisor, and
-serves the host's own snapshots (hibernation, stops, shutdown).
+``WorkerSession`` is the session's actor here: to the registry, monitors and
+the supervisor it is an ordinary ``SupervisedActor``, whose death is the
+session's. It takes no calls; when it ends (stopped, killed, or crashed by the
+pool because its worker died or reported the session dead) it ends the
+session in the worker and gives its unused steering back to the host.
 """
 
 from __future__ import annotations
@@ -31,26 +24,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from actors import (
-    AgentTemplate,
-    Event,
-    EventBuffer,
-    GetHistory,
-    Message,
-    Model,
-    Send,
-    Snapshot,
-    SteeringQueue,
-    SteeringQueueFull,
-    TakeSnapshot,
-)
+import pykka
+
+from actors import Event, EventBuffer, Message, Snapshot, SteeringQueue, SteeringQueueFull
 from supervisor._actor import SupervisedActor
+from supervisor._runtime import NotDelivered, SessionLaunch
 from supervisor.errors import RemoteError, SessionCrashed, WorkerCrashed
 from supervisor.workers._client import Reply, WorkerClient
 from supervisor.workers._pool import WorkerPool
-from supervisor.workers._protocol import SESSION_DOWN, SessionDown
+from supervisor.workers._protocol import SessionDown
 
-__all__ = ["NotDelivered", "SessionLink", "SessionLost", "WorkerSession", "start_in_worker"]
+__all__ = ["SessionLink", "WorkerSession", "start_in_worker"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -58,37 +42,13 @@ Checkpointer = Callable[[Snapshot], object]
 _START_ATTEMPTS = 3
 
 
-class SessionLost(BaseException):
-    """Exit reason of a proxy whose session died remotely during a call.
-
-    A ``BaseException`` so that raising it ends the proxy actor (a crash its
-    supervisor acts on) instead of being returned to the caller. ``error`` is
-    what the caller of ``AgentHost.send`` gets: a ``WorkerCrashed`` when the
-    worker process died, a ``SessionCrashed`` when only the session did.
-    """
-
-    def __init__(self, error: SessionCrashed) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class NotDelivered(Exception):
-    """A direct ``send`` never ran: the session ended in its worker before taking it.
-
-    Its proxy is on its way out (killed, or stopped); the host waits for that
-    and sends again to the next incarnation, as it does in thread mode for a
-    ``Send`` left in a dead actor's inbox.
-    """
-
-
 class SessionLink:
     """The parent's line to one session in a worker: calls, and what comes back.
 
     Thread-safe (its state is fixed at creation; the client is thread-safe).
-    Both the proxy actor (snapshots, history) and ``AgentHost.send`` (directly,
-    on the caller's thread) use it; calls to the session are serialized by the
-    session's actor in the worker, and ``send`` additionally by the host's
-    per-session lock.
+    ``WorkerRuntime.call`` uses it on the caller's thread; calls to the session
+    are serialized by the session's actor in the worker, and ``send``
+    additionally by the host's per-session lock.
     """
 
     __slots__ = ("call_timeout", "checkpointer", "client", "events", "session_id")
@@ -107,18 +67,6 @@ class SessionLink:
         self.checkpointer = checkpointer
         self.call_timeout = call_timeout
 
-    def call(self, op: str, payload: dict[str, Any]) -> Any:
-        """A call for the proxy actor: a lost session raises ``SessionLost`` (ends the proxy)."""
-        try:
-            return self.client.call(op, payload, self.call_timeout)
-        except WorkerCrashed as exc:
-            raise SessionLost(WorkerCrashed(exc.pid, exc.exit_status, self.session_id)) from exc
-        except RemoteError as exc:
-            if exc.type_name != SESSION_DOWN:
-                raise
-            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
-            raise SessionLost(SessionCrashed(self.session_id, detail)) from exc
-
     def send(self, text: str, timeout: float) -> Message:
         """Run one turn in the worker from the calling thread; save its checkpoint here.
 
@@ -134,14 +82,11 @@ class SessionLink:
                 worker and its checkpoint is saved when it ends.
             Exception: what the turn raised, as in thread mode.
         """
-        reply = self.client.submit("send", {"session": self.session_id, "text": text})
-        try:
-            payload = self._await("send", reply, timeout)
-        except TimeoutError:
-            if not reply.done():
-                reply.add_done_callback(self._late)
-            raise
-        return self.finish_send(payload)
+        reply = self.client.submit(
+            "send", {"session": self.session_id, "text": text}, on_reply=self.finish_send
+        )
+        answer: Message = self._await("send", reply, timeout)
+        return answer
 
     def history(self, timeout: float) -> list[Message]:
         """The session's conversation, asked from the calling thread (no proxy hop).
@@ -212,11 +157,6 @@ class SessionLink:
                 self.events.publish("error", error=repr(exc))
                 raise
         return answer
-
-    def _late(self, reply: Reply) -> None:
-        """A reply that came after its caller gave up (reader thread): keep its checkpoint."""
-        with contextlib.suppress(Exception):
-            self.finish_send(reply.result(0))
 
 
 def decode_history(history: list[dict[str, Any]]) -> list[Message]:
@@ -302,13 +242,8 @@ class _Steer:
         return False
 
 
-def start_in_worker(
-    pool: WorkerPool,
-    template: AgentTemplate,
-    model: Model,
-    **kwargs: Any,
-) -> Any:
-    """Start ``session_id`` on the least-loaded worker and its proxy here; return the proxy ref.
+def start_in_worker(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
+    """Start the session on the least-loaded worker and its proxy here; return the proxy ref.
 
     Runs the plugins' ``session_start`` in the worker before returning. A worker
     that dies during the start (it may have been dying already) costs a retry
@@ -321,31 +256,20 @@ def start_in_worker(
     """
     for attempt in range(_START_ATTEMPTS):
         try:
-            return _start_once(pool, template, model, **kwargs)
+            return _start_once(pool, launch)
         except WorkerCrashed:
             if attempt == _START_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _start_once(
-    pool: WorkerPool,
-    template: AgentTemplate,
-    model: Model,
-    *,
-    session_id: str,
-    snapshot: Snapshot | None,
-    options: dict[str, Any],
-    steering: SteeringQueue,
-    events: EventBuffer,
-    checkpointer: Checkpointer | None,
-    timeout: float,
-) -> Any:
-    client = pool.place(session_id, events, timeout)
-    forward = _Steer(client, session_id, steering)
+def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
+    session_id, snapshot = launch.session_id, launch.snapshot
+    client = pool.place(session_id, launch.events, launch.timeout)
+    forward = _Steer(client, session_id, launch.steering)
     try:
-        key = pool.load_template(client, template, model)
-        queued = forward.start(events)
+        key = pool.load_template(client, launch.template, launch.model)
+        queued = forward.start(launch.events)
         payload = {
             "session": session_id,
             "key": key,
@@ -354,16 +278,22 @@ def _start_once(
             "restore": None
             if snapshot is None
             else {"state": snapshot.state, "stripped": list(snapshot.stripped_fields)},
-            "options": {**options, "steering": queued},
+            "options": {
+                "max_steps": launch.max_steps,
+                "checkpoint_every": launch.checkpoint_every,
+                "max_steering_queue": launch.steering.limit,
+                "metadata": launch.metadata,
+                "steering": queued,
+            },
         }
-        client.call("start", payload, timeout)
+        client.call("start", payload, launch.timeout)
     except BaseException:
         forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)
         raise
-    link = SessionLink(client, session_id, events, checkpointer, pool.call_timeout)
+    link = SessionLink(client, session_id, launch.events, launch.save, pool.call_timeout)
     try:
-        ref = WorkerSession.start(pool, link, forward)
+        ref: pykka.ActorRef[Any] = WorkerSession.start(pool, link, forward)
     except BaseException:
         forward.release()
         client.submit("stop", {"session": session_id})
@@ -374,55 +304,42 @@ def _start_once(
 
 
 class WorkerSession(SupervisedActor):
-    """The proxy actor of one session in a worker. Talk to it through its ref, like
-    any actor (thread-safe that way); its handlers run on its own thread and block
-    while the worker works. ``AgentHost.send`` bypasses it (``SessionLink.send``);
-    a ``Send`` asked of it still works the same way."""
+    """The proxy actor of one session in a worker: the session's actor for the registry,
+    monitors and the supervisor. Talk to it through its ref, like any actor (thread-safe
+    that way); it takes no calls (``SessionLink`` carries them), only stops and kills."""
 
     def __init__(self, pool: WorkerPool, link: SessionLink, steer: _Steer) -> None:
         super().__init__()
         self.pool = pool
-        self.link = link
         self.client = link.client
         self.session_id = link.session_id
         self._steer = steer
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Send):
-            return self._send(message.text)
-        if isinstance(message, TakeSnapshot):
-            data = self.link.call("snapshot", {"session": self.session_id, "label": message.label})
-            return Snapshot.deserialize(data)
-        if isinstance(message, GetHistory):
-            return decode_history(self.link.call("history", {"session": self.session_id}))
-        raise TypeError(f"a session in a worker does not understand {message!r}")
-
-    def _send(self, text: str) -> Message:
-        if not isinstance(text, str):
-            raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
-        reply = self.link.call("send", {"session": self.session_id, "text": text})
-        return self.link.finish_send(reply)
+        raise TypeError(
+            f"the proxy of session {self.session_id!r} takes no messages ({message!r}); "
+            "call the AgentHost"
+        )
 
     def on_stop(self) -> None:
         """Stopped on purpose (hibernate, stop_session, shutdown): stop the remote session."""
-        self._release(wait=True, abnormal=False)
+        self._release(abnormal=False)
 
     def on_failure(self, *_exc_info: object) -> None:
         """Crashed (killed, or lost with its worker): end the remote session as a crash
         too, so its plugins' ``session_end`` sees ``error`` as in thread mode."""
-        self._release(wait=True, abnormal=True)
+        self._release(abnormal=True)
 
-    def _release(self, *, wait: bool, abnormal: bool) -> None:
+    def _release(self, *, abnormal: bool) -> None:
+        """End the remote session and wait for it: its last reply (and the checkpoint that
+        reply carries) is handled before this proxy's death is reported."""
         self._steer.queue.stop_forwarding(self._steer)
         if self.client.alive:
             with contextlib.suppress(Exception):
                 payload = {"session": self.session_id, "abnormal": abnormal}
-                future = self.client.submit("stop", payload)
-                if wait:
-                    future.result(self.pool.call_timeout or 30.0)
+                self.client.submit("stop", payload).result(self.pool.call_timeout or 30.0)
         self._steer.release()  # after the stop: the last turn's events are in by then
         self.pool.release(self.session_id, self.client)
 
 
-for _cls in (WorkerSession, SessionLost):
-    _cls.__module__ = "supervisor"
+WorkerSession.__module__ = "supervisor"

@@ -59,6 +59,8 @@ from actors import (
 from supervisor._actor import SupervisedActor, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
+from supervisor.workers._io import PipeIO
+from supervisor.workers._io import named as io_named
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack
 from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
@@ -105,10 +107,13 @@ class WorkerSetup:
         memory_limit: RLIMIT_AS in bytes, or ``None``.
         initializer: cloudpickle bytes of ``(fn, args)``: the host's
             ``worker_initializer`` and ``worker_initargs``, or ``None``.
+        io: The name of the pipe backend (``supervisor.workers._io``), the
+            parent's: both ends of a pipe read it the same way.
     """
 
     memory_limit: int | None = None
     initializer: bytes | None = None
+    io: str = "auto"
 
 
 def worker_main(conn: Connection, setup: WorkerSetup) -> None:
@@ -130,7 +135,7 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     if setup.initializer is not None:
         initializer, args = cloudpickle.loads(setup.initializer)
         initializer(*args)
-    _Worker(conn).run()
+    _Worker(conn, io_named(setup.io)).run()
 
 
 class _Hosted:
@@ -176,7 +181,7 @@ class _Worker:
     """The worker's state. Its pipe is read on the main thread and by idle sessions
     (``WorkerPipe``), and written from any thread."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, io: PipeIO) -> None:
         self.conn = conn
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()  # guards _sessions and _starting
@@ -184,7 +189,7 @@ class _Worker:
         self._starting: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
-        self.pipe = WorkerPipe(conn, self.route)
+        self.pipe = WorkerPipe(conn, self.route, io)
 
     # -- the pipe ------------------------------------------------------------
 
@@ -305,15 +310,12 @@ class _Worker:
 
     # -- sessions --------------------------------------------------------------
 
-    def _hosted(self, session_id: str) -> _Hosted:
+    def _tell(self, session_id: str, call: _Call) -> None:
         with self._lock:
             hosted = self._sessions.get(session_id)
-        if hosted is None:
-            raise LookupError(f"no session {session_id!r} in worker pid {os.getpid()}")
-        return hosted
-
-    def _tell(self, session_id: str, call: _Call) -> None:
-        hosted = self._hosted(session_id)
+        if hosted is None:  # it ended here (killed, stopped): the parent retries elsewhere
+            self._write(_down_reply(call.id, f"no session {session_id!r} here", started=False))
+            return
         with hosted.lock:
             hosted.pending.add(call.id)
         try:

@@ -11,27 +11,23 @@ sessions' frames: the main thread reads them meanwhile.
 The main thread waits in an ``epoll`` set that a session takes the pipe out of
 while it reads, so the main thread is not woken at all for that session's
 calls. A message put in the reading session's inbox wakes it through an
-``eventfd``. Where either is missing (not Linux), only the main thread reads.
+``eventfd``. With the portable backend (``supervisor.workers._io``: where
+either is missing, or when asked for), only the main thread reads.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
 import threading
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from supervisor.workers._io import PipeIO, Poller
 from supervisor.workers._protocol import unpack
 
-__all__ = ["SESSIONS_READ_THE_PIPE", "PipeInbox", "WorkerPipe"]
-
-SESSIONS_READ_THE_PIPE = hasattr(select, "epoll") and hasattr(os, "eventfd")
-"""Whether idle sessions read the pipe themselves (Linux); elsewhere the main thread reads.
-Read when a ``WorkerPipe`` is built."""
+__all__ = ["PipeInbox", "WorkerPipe"]
 
 _MAIN = object()
 """``WorkerPipe.holder`` while the main thread reads a frame."""
@@ -43,13 +39,11 @@ Route = Callable[[dict[str, Any], Any], Any]
 reading session's, else ``None``) for that session to run on its own thread."""
 
 
-def _wait(poller: Any, wake: int) -> set[int]:
-    """The fds ``poller`` finds ready (blocking until one is); ``wake``, an eventfd, is
-    drained if it fired."""
-    ready = {fd for fd, _ in poller.poll()}
+def _wait(io: PipeIO, poller: Poller, wake: int) -> list[int]:
+    """The fds ``poller`` finds ready (blocking until one is); ``wake`` is drained if it fired."""
+    ready = poller.poll()
     if wake in ready:
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(wake)
+        io.drain(wake)
     return ready
 
 
@@ -68,26 +62,24 @@ class WorkerPipe:
     Args:
         conn: The worker's end of the pipe (written elsewhere, under its own lock).
         route: Called with every frame but ``shutdown``, on the thread that read it.
+        io: The pipe backend; with a shared one, idle sessions read the pipe too.
     """
 
-    def __init__(self, conn: Connection, route: Route) -> None:
+    def __init__(self, conn: Connection, route: Route, io: PipeIO) -> None:
         self.conn = conn
+        self._io = io
         self._route = route
         self.lock = threading.Lock()
         self._released = threading.Condition(self.lock)  # the pipe has no holder any more
         self.holder: object = None  # _MAIN, the reading session's inbox, or None
         self._ending = False  # the worker is stopping: nobody reads any more
         self._last_frame: dict[str, Any] | None = None  # the ``shutdown`` frame
-        self._epoll: Any = None  # the main thread's: the pipe (off while a session reads)
-        if SESSIONS_READ_THE_PIPE:
-            self._epoll = select.epoll()
-            self._epoll.register(conn.fileno(), select.EPOLLIN)
-            self._main_wake = os.eventfd(0, os.EFD_NONBLOCK)  # a session ended the reading
-            self._epoll.register(self._main_wake, select.EPOLLIN)
-            self.session_wake = os.eventfd(0, os.EFD_NONBLOCK)  # a message for the reader
-            self._session_poll = select.poll()  # the reading session's: pipe and its wake
-            self._session_poll.register(conn.fileno(), select.POLLIN)
-            self._session_poll.register(self.session_wake, select.POLLIN)
+        self._epoll: Poller | None = None  # the main thread's: the pipe (off while a session
+        if io.shared:  # reads) and its wake-up
+            self._main_wake = io.wakeup()  # a session ended the reading
+            self._epoll = io.poller(conn.fileno(), self._main_wake)
+            self.session_wake = io.wakeup()  # a message for the reader
+            self._session_poll = io.poller(conn.fileno(), self.session_wake)
 
     def serve(self) -> dict[str, Any] | None:
         """Route frames (main thread) until the pipe ends (``None``) or ``shutdown`` (returned)."""
@@ -102,7 +94,7 @@ class WorkerPipe:
                 self._route(frame, None)
         fd = self.conn.fileno()
         while True:
-            ready = _wait(self._epoll, self._main_wake)
+            ready = _wait(self._io, self._epoll, self._main_wake)
             with self.lock:
                 if self._ending:
                     return self._last_frame
@@ -118,12 +110,16 @@ class WorkerPipe:
                     self.holder = None
                     self._released.notify_all()
 
+    def wake_reader(self) -> None:
+        """Wake the session reading the pipe (a message reached its inbox)."""
+        self._io.wake(self.session_wake)
+
     def hold(self, inbox: PipeInbox) -> bool:
         """Let ``inbox``'s session read the pipe if nobody does (caller holds ``lock``)."""
         if self._epoll is None or self.holder is not None or self._ending:
             return False
         self.holder = inbox
-        self._epoll.modify(self.conn.fileno(), 0)  # the main thread stays asleep
+        self._epoll.pause(self.conn.fileno())  # the main thread stays asleep
         return True
 
     def read_for(self, inbox: PipeInbox) -> Any:
@@ -132,7 +128,7 @@ class WorkerPipe:
         fd = self.conn.fileno()
         try:
             while True:
-                ready = _wait(self._session_poll, self.session_wake)
+                ready = _wait(self._io, self._session_poll, self.session_wake)
                 with self.lock:
                     if inbox.waiting() or self._ending:
                         return None
@@ -145,8 +141,8 @@ class WorkerPipe:
         finally:
             with self.lock:
                 self.holder = None
-                if not self._ending:  # level-triggered: wakes the main thread if a frame waits
-                    self._epoll.modify(fd, select.EPOLLIN)
+                if not self._ending and self._epoll is not None:  # wakes the main thread if a
+                    self._epoll.resume(fd)  # frame waits (level-triggered)
                 self._released.notify_all()
 
     def close(self) -> None:
@@ -154,11 +150,12 @@ class WorkerPipe:
         with self.lock:
             self._ending = True
             if isinstance(self.holder, PipeInbox):
-                os.eventfd_write(self.session_wake, 1)
+                self._io.wake(self.session_wake)
             self._released.wait_for(lambda: self.holder is None, _STOP_TIMEOUT)
         self.conn.close()
         if self._epoll is not None:
             self._epoll.close()
+            self._session_poll.close()
             os.close(self._main_wake)
             os.close(self.session_wake)
 
@@ -181,7 +178,7 @@ class WorkerPipe:
                 self._ending = True
                 self._last_frame = last
         if self._epoll is not None:
-            os.eventfd_write(self._main_wake, 1)  # if a session read it
+            self._io.wake(self._main_wake)  # if a session read it
 
 
 class PipeInbox:
@@ -211,7 +208,7 @@ class PipeInbox:
         with self._put:
             self._items.append(envelope)
             if pipe is not None and pipe.holder is self:
-                os.eventfd_write(pipe.session_wake, 1)  # it waits on the pipe
+                pipe.wake_reader()  # it waits on the pipe
             else:
                 self._put.notify()
 

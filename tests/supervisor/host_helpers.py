@@ -69,8 +69,10 @@ __all__ = [
 WAIT = 5.0
 """Upper bound of every wait in these tests (seconds)."""
 
-MODES = ("thread", "process")
-"""Where a host runs its sessions: threads of this process, or ``WORKERS`` worker processes."""
+MODES = ("thread", "process", "process-portable")
+"""Where a host runs its sessions: threads of this process, or ``WORKERS`` worker processes
+whose pipes are read the platform's way (``process``: on Linux, by waiting callers and idle
+sessions themselves) or the portable way (``process-portable``: reader threads only)."""
 
 WORKERS = 2
 """Worker processes of a process-mode test host."""
@@ -79,7 +81,11 @@ WORKERS = 2
 def host_options(mode: str) -> dict[str, Any]:
     """The ``AgentHost`` keyword arguments of ``mode`` (one of ``MODES``)."""
     assert mode in MODES, mode
-    return {"workers": WORKERS} if mode == "process" else {}
+    if mode == "thread":
+        return {}
+    if mode == "process-portable":
+        return {"workers": WORKERS, "worker_io": "portable"}
+    return {"workers": WORKERS}
 
 
 def thread_only(reason: str) -> pytest.MarkDecorator:
@@ -88,15 +94,18 @@ def thread_only(reason: str) -> pytest.MarkDecorator:
     Overrides the fixture with a direct parametrisation whose process case is
     skipped with ``reason`` (so ``-ra`` lists every thread-only test and why).
     """
+    skip = pytest.mark.skip(reason=reason)
     return pytest.mark.parametrize(
-        "mode", ["thread", pytest.param("process", marks=pytest.mark.skip(reason=reason))]
+        "mode", ["thread", *(pytest.param(mode, marks=skip) for mode in MODES[1:])]
     )
 
 
 def xfail_in_process(reason: str) -> pytest.MarkDecorator:
     """Like ``thread_only``, but the process case runs as a strict xfail: a known bug there."""
     xfail = pytest.mark.xfail(strict=True, reason=reason)
-    return pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=xfail)])
+    return pytest.mark.parametrize(
+        "mode", ["thread", *(pytest.param(mode, marks=xfail) for mode in MODES[1:])]
+    )
 
 
 def same_error(exc: BaseException | None, error: type[BaseException]) -> bool:

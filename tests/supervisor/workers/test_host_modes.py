@@ -28,7 +28,9 @@ from supervisor import (
     TemplateNotPicklable,
 )
 from tests.supervisor.host_helpers import (
+    MODES,
     WAIT,
+    host_options,
     pairs,
     registry_lookup_fails,
     template,
@@ -45,7 +47,7 @@ from tests.supervisor.workers.worker_tools import (
 HostFactory = Callable[..., AgentHost]
 
 
-@pytest.fixture(params=["thread", "process"])
+@pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -57,9 +59,7 @@ def make_host(mode: str) -> Iterator[HostFactory]:
 
     def _make(**kwargs: Any) -> AgentHost:
         kwargs.setdefault("store", MemoryCheckpointStore())
-        if mode == "process":
-            kwargs.setdefault("workers", 2)
-        host = AgentHost(**kwargs)
+        host = AgentHost(**{**host_options(mode), **kwargs})
         hosts.append(host)
         return host
 

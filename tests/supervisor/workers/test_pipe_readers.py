@@ -20,30 +20,24 @@ import pytest
 
 from actors import AgentTemplate, Event
 from supervisor import AgentHost, MemoryCheckpointStore
-from supervisor.workers import _client
-from tests.supervisor.host_helpers import WAIT, template, watch_events
-from tests.supervisor.workers.worker_tools import FifoModel, portable_pipe_reading
+from tests.supervisor.host_helpers import MODES, WAIT, host_options, template, watch_events
+from tests.supervisor.workers.worker_tools import FifoModel
 
 CALLERS = 8
 SENDS = 60
 
 
-@pytest.fixture(params=["thread", "process", "process-portable"])
-def host(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentHost]:
+@pytest.fixture(params=MODES)
+def host(request: pytest.FixtureRequest) -> Iterator[AgentHost]:
     """A host whose sessions all share one worker in process mode (one pipe).
 
-    ``process-portable``: without ``epoll``/``eventfd`` (not Linux), only the
+    ``process-portable``: as without ``epoll``/``eventfd`` (not Linux), only the
     reader threads read the pipes, on both sides.
     """
-    if request.param == "thread":
-        with AgentHost(MemoryCheckpointStore()) as built:
-            yield built
-        return
-    options: dict[str, Any] = {}
-    if request.param == "process-portable":
-        monkeypatch.setattr(_client, "_CALLERS_READ_THE_PIPE", False)
-        options["worker_initializer"] = portable_pipe_reading
-    with AgentHost(MemoryCheckpointStore(), workers=1, **options) as built:
+    options: dict[str, Any] = host_options(request.param)
+    if options:
+        options["workers"] = 1
+    with AgentHost(MemoryCheckpointStore(), **options) as built:
         yield built
 
 

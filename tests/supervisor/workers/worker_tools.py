@@ -40,7 +40,6 @@ __all__ = [
     "fds",
     "hang",
     "hog",
-    "portable_pipe_reading",
     "quit_process",
     "segfault",
     "sessions_on",
@@ -159,11 +158,3 @@ class FifoModel(EchoModel):
             fifo.read(1)
         threading.Event().wait(SLOW_STEP * 2)  # the provider's own latency
         return super().generate(messages, tools)
-
-
-def portable_pipe_reading() -> None:
-    """A ``worker_initializer``: the worker routes every frame from its main thread, as it
-    does where ``epoll`` or ``eventfd`` is missing (idle sessions never read the pipe)."""
-    from supervisor.workers import _worker_pipe  # noqa: PLC0415 (the worker's own module)
-
-    _worker_pipe.SESSIONS_READ_THE_PIPE = False

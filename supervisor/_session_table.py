@@ -1,0 +1,123 @@
+"""``SessionTable``: an ``AgentHost``'s records of its sessions, by id and by tenant.
+
+A record outlives its session's actors (see ``SessionRecord``), so the table
+holds hibernated and failed sessions too. It also knows whether the host is
+closed: once ``close`` has run, nothing new is added.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pykka
+
+from supervisor._host_record import SessionRecord, SessionStatus
+from supervisor.errors import SessionAlreadyExists, SessionNotFound
+
+__all__ = ["SessionTable"]
+
+_SHARED_ATTR_SETS = 1024  # distinct attribute dicts shared between records, at most
+
+
+class SessionTable:
+    """The records of one host. Thread-safe.
+
+    One lock guards the id and tenant indexes and the closed flag; the
+    ``changed`` condition guards every record's ``status`` and ``ref`` and is
+    notified whenever one changes (``set``), so callers can wait for a session
+    to come back.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, SessionRecord] = {}
+        self._by_tenant: dict[str, dict[str, None]] = {}
+        self._attr_dicts: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.changed = threading.Condition()
+        self.closed = False
+
+    def check_open(self) -> None:
+        """Raise ``RuntimeError`` once the host is shut down."""
+        if self.closed:
+            raise RuntimeError("this AgentHost is shut down; create a new one")
+
+    def add(self, record: SessionRecord) -> None:
+        """Add a new record, replacing a failed one of the same id.
+
+        Raises:
+            SessionAlreadyExists: a record of that id is live or hibernated.
+            RuntimeError: the host is shut down.
+        """
+        with self._lock:
+            self.check_open()
+            existing = self._records.get(record.session_id)
+            if existing is not None and existing.status != "failed":
+                raise SessionAlreadyExists(record.session_id)
+            if existing is not None:
+                self._unindex(existing)
+            self._records[record.session_id] = record
+            self._by_tenant.setdefault(record.tenant_id, {})[record.session_id] = None
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        """The record of ``session_id``, stopped or not, or ``None``."""
+        with self._lock:
+            return self._records.get(session_id)
+
+    def live(self, session_id: str) -> SessionRecord:
+        """The record of a session the host still has (not stopped).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        record = self.get(session_id)
+        if record is None or record.status == "stopped":
+            raise SessionNotFound(session_id)
+        return record
+
+    def records(self, tenant_id: str | None = None) -> list[SessionRecord]:
+        """Every record (of one tenant), in the order they were added."""
+        with self._lock:
+            if tenant_id is None:
+                return list(self._records.values())
+            return [self._records[s] for s in self._by_tenant.get(tenant_id, ())]
+
+    def forget(self, record: SessionRecord) -> None:
+        """Drop ``record`` (if it is still the one of its id)."""
+        with self._lock:
+            if self._records.get(record.session_id) is record:
+                del self._records[record.session_id]
+                self._unindex(record)
+
+    def close(self) -> list[SessionRecord] | None:
+        """Mark the host closed; its records, or ``None`` if it already was."""
+        with self._lock:
+            if self.closed:
+                return None
+            self.closed = True
+            return list(self._records.values())
+
+    def set(
+        self, record: SessionRecord, status: SessionStatus, ref: pykka.ActorRef[Any] | None
+    ) -> None:
+        """Change a record's status and actor, waking whoever waits on ``changed``."""
+        with self.changed:
+            record.status = status
+            record.ref = ref
+            self.changed.notify_all()
+
+    def shared_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """One dict per distinct set of attributes: sessions started alike share it
+        (records are kept for every hibernated session, so bytes count)."""
+        key = repr(sorted(attrs.items()))
+        with self._lock:
+            if key in self._attr_dicts or len(self._attr_dicts) < _SHARED_ATTR_SETS:
+                return self._attr_dicts.setdefault(key, attrs)
+        return attrs
+
+    def _unindex(self, record: SessionRecord) -> None:
+        tenant = self._by_tenant.get(record.tenant_id)
+        if tenant is not None:
+            tenant.pop(record.session_id, None)
+            if not tenant:
+                del self._by_tenant[record.tenant_id]

@@ -8,7 +8,9 @@ queue per session whatever happens to the actor underneath.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,6 +106,22 @@ class SessionRecord:
         self.op_lock = threading.Lock()
         self.events = EventBuffer(attrs.get("event_buffer_size") or 1000)
         self.steering = SteeringQueue(attrs.get("max_steering_queue") or 16)
+
+    @contextlib.contextmanager
+    def exclusive(self, timeout: float) -> Iterator[None]:
+        """Hold ``op_lock`` for an operation that changes what runs the session.
+
+        Raises:
+            TimeoutError: another operation held it for ``timeout`` seconds.
+        """
+        if not self.op_lock.acquire(timeout=timeout):
+            raise TimeoutError(
+                f"session {self.session_id!r} stayed busy with another call for {timeout} s"
+            )
+        try:
+            yield
+        finally:
+            self.op_lock.release()
 
     def info(self) -> SessionInfo:
         """An immutable view for listings."""

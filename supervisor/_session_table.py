@@ -8,11 +8,15 @@ closed: once ``close`` has run, nothing new is added.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pykka
 
+from actors import AgentTemplate, Snapshot
 from supervisor._host_record import SessionRecord, SessionStatus
+from supervisor._session_attrs import validate
 from supervisor.errors import SessionAlreadyExists, SessionNotFound
 
 __all__ = ["SessionTable"]
@@ -58,6 +62,50 @@ class SessionTable:
                 self._unindex(existing)
             self._records[record.session_id] = record
             self._by_tenant.setdefault(record.tenant_id, {})[record.session_id] = None
+
+    def create(
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        tenant_id: str,
+        api_key: str | None,
+        attrs: dict[str, Any],
+        *,
+        fingerprint: Callable[[str], str],
+        hibernate_after_ms: int | None,
+        resume_from: Snapshot | None = None,
+    ) -> SessionRecord:
+        """Validate a new session's attributes, build its record and ``add`` it.
+
+        ``model`` and ``plugins`` default to the template's; the API key is kept
+        only as its ``fingerprint``; ``hibernate_after_ms`` is the host's
+        default, which the session's own attribute overrides.
+
+        Raises:
+            TypeError, ValueError: an invalid id, template or attribute (named).
+            SessionAlreadyExists, RuntimeError: as ``add``.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
+        if not isinstance(template, AgentTemplate):
+            raise TypeError(f"template must be an actors.AgentTemplate, got {template!r}")
+        attrs.setdefault("model", template.model_string)
+        attrs.setdefault("plugins", [p.name for p in template.plugins])
+        validate({**attrs, "tenant_id": tenant_id, "api_key": api_key})
+        attrs = self.shared_attrs(attrs)
+        own_limit = attrs.get("hibernate_after_ms") or hibernate_after_ms
+        record = SessionRecord(
+            session_id,
+            template,
+            tenant_id=tenant_id,
+            fingerprint=None if api_key is None else fingerprint(api_key),
+            attrs=attrs,
+            created_at=int(time.time() * 1000),
+            hibernate_after=None if own_limit is None else own_limit / 1000,
+            resume_from=resume_from,
+        )
+        self.add(record)
+        return record
 
     def get(self, session_id: str) -> SessionRecord | None:
         """The record of ``session_id``, stopped or not, or ``None``."""

@@ -1,82 +1,55 @@
 """``AgentHost``: the one facade a host application uses.
 
-It ties the parts together: every session is an actor, a dynamic
-``permanent`` child of one root ``Supervisor`` with its own restart
-intensity; a ``SessionStore`` registers it and evicts it the moment it dies;
-``Checkpoints`` writes its snapshots to a ``CheckpointStore``. A supervisor
-restart of a crashed session *is* a resume from its last checkpoint on the same
-template, so a crash costs at most the turn that was running (which its caller
-saw fail).
-
-What runs the sessions is a ``SessionRuntime`` chosen once, in the
-constructor: ``ThreadRuntime`` (threads of this process) or ``WorkerRuntime``
-(``workers=N`` processes). Nothing here asks which (see docs/ARCHITECTURE.md).
-
-Durability: by default every completed turn is checkpointed before ``send``
-returns, and before a crash of the session can restart it from an older
-checkpoint, so every answer a caller has received survives any crash of the
-session or of the whole process.
+A facade over the parts (docs/ARCHITECTURE.md draws them): ``SessionTable``
+(records), ``Incarnations`` (supervision, registry, calls), ``Checkpoints``
+(the one checkpoint writer), a ``SessionRuntime`` chosen once here (threads,
+or worker processes), ``Sweeper`` (hibernation) and ``HostShutdown``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, Unpack
-
-import pykka
 
 from actors import (
     AgentTemplate,
     EventBatch,
     GetHistory,
     Message,
-    Model,
     ProviderRegistry,
     Send,
     Snapshot,
     Subscriber,
     TakeSnapshot,
 )
-from supervisor import _at_exit
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
 from supervisor._hibernation import Sweeper
-from supervisor._host_record import SessionInfo, SessionRecord
-from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
-from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime, WorkerInfo
-from supervisor._session_attrs import SessionMetadata, validate
+from supervisor._host_record import SessionInfo
+from supervisor._host_shutdown import HostShutdown
+from supervisor._incarnations import Incarnations
+from supervisor._runtime import WorkerInfo
+from supervisor._runtimes import runtime_for
+from supervisor._session_attrs import SessionMetadata
 from supervisor._session_table import SessionTable
-from supervisor._thread_runtime import ThreadRuntime
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.child_spec import ChildSpec
 from supervisor.errors import (
-    ChildStartError,
     SessionAlreadyExists,
-    SessionCrashed,
-    SessionFailed,
-    SessionNotFound,
 )
-from supervisor.handle import SupervisorHandle
 from supervisor.intensity import RestartIntensity
-from supervisor.session_store import SessionEntry, SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore
-from supervisor.workers import WorkerRuntime
 
 __all__ = ["AgentHost"]
 
 logger = logging.getLogger("supervisor.host")
 
 DEFAULT_DATA_DIR = "sessionvisor-data"
-_Ended = (NotDelivered, SessionCrashed)  # a call that found its incarnation gone or going
 
 
 class AgentHost:
@@ -173,30 +146,18 @@ class AgentHost:
         _positive_or_none("checkpoint_every", checkpoint_every)
         _positive_or_none("hibernate_after_ms", hibernate_after_ms)
         RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
-        self._runtime: SessionRuntime
-        if workers is None:
-            _refuse_worker_options(
-                worker_memory_limit=worker_memory_limit,
-                worker_initializer=worker_initializer,
-                worker_initargs=worker_initargs or None,
-                worker_call_timeout=worker_call_timeout,
-                worker_start_method=worker_start_method,
-                worker_io=None if worker_io == "auto" else worker_io,
-            )
-            self._runtime = ThreadRuntime()
-        else:
-            self._runtime = WorkerRuntime(
-                workers,
-                memory_limit=worker_memory_limit,
-                initializer=worker_initializer,
-                initargs=worker_initargs,
-                call_timeout=worker_call_timeout,
-                start_method=worker_start_method,
-                max_restarts=worker_max_restarts,
-                max_seconds=worker_max_seconds,
-                clock=clock,
-                io=worker_io,
-            )
+        self._runtime = runtime_for(
+            workers,
+            clock,
+            memory_limit=worker_memory_limit,
+            initializer=worker_initializer,
+            initargs=worker_initargs,
+            call_timeout=worker_call_timeout,
+            start_method=worker_start_method,
+            max_restarts=worker_max_restarts,
+            max_seconds=worker_max_seconds,
+            io=worker_io,
+        )
         self._owns_store = store is None
         if store is None:
             directory = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
@@ -215,20 +176,34 @@ class AgentHost:
         self.max_steps = max_steps
         self._clock = clock
         self._table = SessionTable()
-        self._shut_down = threading.Event()  # set when the one shutdown that runs has finished
-        self.registry = SessionStore(on_evict=self._on_evict)
-        self._root = SupervisorHandle.start(
-            max_restarts=None,
+        self._sessions = Incarnations(
+            self._table,
+            self._runtime,
+            self._checkpoints,
+            self.providers,
             clock=clock,
-            name="sessionvisor-host",
-            on_give_up=self._on_give_up,
-            timeout=call_timeout,
+            call_timeout=call_timeout,
+            restart_wait=restart_wait,
+            max_restarts=max_restarts,
+            max_seconds=max_seconds,
+            max_steps=max_steps,
+            checkpoint_every=checkpoint_every,
         )
+        self.registry = self._sessions.registry
+        self._root = self._sessions.root
         self._sweeper: Sweeper | None = None
         if auto_hibernate and hibernate_after_ms is not None:
             interval = max(0.05, hibernate_after_ms / 4000)
             self._sweeper = Sweeper(self.hibernate_idle, interval)
-        self._exit_token = _at_exit.register(self)
+        self._shutdown = HostShutdown(
+            self._table,
+            self._sessions,
+            self._runtime,
+            sweeper=self._sweeper,
+            close_store=store.close if self._owns_store else None,
+            timeout=call_timeout,
+            owner=self,
+        )
 
     # -- starting and resuming -------------------------------------------------
 
@@ -257,8 +232,7 @@ class AgentHost:
         self._table.check_open()
         if self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
-        record = self._new_record(session_id, template, tenant_id, api_key, dict(attrs))
-        return self._launch(record)
+        return self._launch(session_id, template, tenant_id, api_key, dict(attrs), None)
 
     def resume(
         self,
@@ -289,17 +263,14 @@ class AgentHost:
         """
         self._table.check_open()
         snapshot = self.store.load(session_id, checkpoint_id)
-        self._resolve_model(template)
+        self._sessions.resolve_model(template)
         if checkpoint_id is not None:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.
             snapshot = self._checkpoints.relabel(None, snapshot, f"resumed from {checkpoint_id}")
         saved_tenant = snapshot.state.get("metadata", {}).get("tenant_id")
         tenant = tenant_id or (saved_tenant if isinstance(saved_tenant, str) else "default")
-        record = self._new_record(
-            session_id, template, tenant, api_key, dict(attrs), resume_from=snapshot
-        )
-        return self._launch(record)
+        return self._launch(session_id, template, tenant, api_key, dict(attrs), snapshot)
 
     def resume_all(self, template: AgentTemplate | Callable[[str], AgentTemplate]) -> list[str]:
         """Resume every session of the store that is not live here (after a host restart).
@@ -340,35 +311,12 @@ class AgentHost:
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
         record = self._table.live(session_id)
         wait = self.call_timeout if timeout is None else timeout
-        with self._operation(record, wait):
+        with record.exclusive(wait):
             try:
-                answer: Message = self._call(record, Send(text), wait)
+                answer: Message = self._sessions.call(record, Send(text), wait)
             finally:
                 record.last_active = self._clock()
         return answer
-
-    def _call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
-        """Carry ``request`` to the session's serving incarnation; if it never got there
-        (the incarnation was ending), once more to the next one."""
-        for attempt in (1, 2):
-            ref = self._live_ref(record)
-            try:
-                return self._runtime.call(record.session_id, ref, request, timeout)
-            except NotDelivered as exc:
-                self._await_end(ref)
-                if attempt == 2:
-                    detail = f"it ended twice before taking the call ({exc})"
-                    raise SessionCrashed(record.session_id, detail) from exc
-            except SessionCrashed:
-                self._await_end(ref)  # as a crash is seen: evicted once this raises
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _await_end(self, ref: pykka.ActorRef[Any]) -> None:
-        """Wait (up to ``restart_wait``) until an ending incarnation's Down notices are out."""
-        lifecycle = lifecycle_of(ref)
-        if lifecycle is not None:
-            lifecycle.finished.wait(self.restart_wait)
 
     def steer(self, session_id: str, text: str) -> None:
         """Queue ``text`` to be injected before the session's next model call, even mid-turn.
@@ -388,7 +336,7 @@ class AgentHost:
             TimeoutError: the session did not answer within ``call_timeout``.
         """
         record = self._table.live(session_id)
-        history: list[Message] | None = self._ask_running(record, GetHistory())
+        history: list[Message] | None = self._sessions.ask_running(record, GetHistory())
         return self.store.load(session_id).messages() if history is None else history
 
     def events(self, session_id: str, since: int | None = None) -> EventBatch:
@@ -417,24 +365,10 @@ class AgentHost:
             TimeoutError: the session did not answer within ``call_timeout``.
         """
         record = self._table.live(session_id)
-        snapshot: Snapshot | None = self._ask_running(record, TakeSnapshot(label))
+        snapshot: Snapshot | None = self._sessions.ask_running(record, TakeSnapshot(label))
         if snapshot is None:
             return self._checkpoints.relabel(record, self.store.load(session_id), label)
         return self._checkpoints.save(record, snapshot)
-
-    def _ask_running(self, record: SessionRecord, request: Request) -> Any:
-        """The running incarnation's answer to ``request``, or ``None`` when no incarnation
-        serves (hibernated, restarting, ending): its last checkpoint has the answer then.
-        Never reactivates or waits for a restart."""
-        ref = record.ref
-        if record.status != "active" or not _serving(ref):
-            return None
-        assert ref is not None
-        try:
-            return self._runtime.call(record.session_id, ref, request, self.call_timeout)
-        except _Ended:
-            self._await_end(ref)
-            return None
 
     def kill(self, session_id: str, reason: str = "killed") -> None:
         """Terminate the session abnormally, as OTP's ``exit(Pid, kill)``: a crash.
@@ -455,49 +389,40 @@ class AgentHost:
         return [r.info() for r in self._table.records(tenant_id)]
 
     def workers(self) -> list[WorkerInfo]:
-        """The live worker processes, oldest first, each with the sessions placed on it.
+        """The live worker processes, oldest first, each with the sessions placed on it
+        (``[]`` in thread mode and after ``shutdown``).
 
-        ``[]`` in thread mode (``workers=None``) and after ``shutdown``. Thread-safe:
-        a snapshot taken under the worker pool's lock, consistent in itself (a
-        session is listed on one worker at most), though workers may die and be
-        replaced the moment it returns. A worker that was killed stays listed
-        until the host has noticed its death (its reader thread does at once, via
-        the process sentinel); its replacement is listed once it is started.
+        Thread-safe and consistent in itself (a session is listed on one worker at
+        most), though workers may die and be replaced the moment it returns. A
+        killed worker is listed until its death is noticed (at once, through its
+        process sentinel); its replacement once it is started.
         """
         return self._runtime.workers()
 
     def wait_for_workers(self, timeout: float | None = None) -> bool:
-        """Wait until all ``workers`` worker processes serve; for readiness checks and for
-        operators after a worker died (its replacement takes a moment to start).
-
-        Returns True once they do (at once in thread mode), False after
-        ``timeout`` seconds, or at once when no replacement will come: the host
-        gave up replacing workers (``workers_given_up``) or was shut down.
-        Thread-safe.
+        """Wait until all ``workers`` worker processes serve (a readiness check, or after a
+        worker died): True once they do (at once in thread mode), False after
+        ``timeout`` seconds, or at once when no replacement will come
+        (``workers_given_up``, or shut down). Thread-safe.
         """
         return self._runtime.wait_ready(timeout)
 
     @property
     def worker_deaths(self) -> int:
-        """How many worker processes died since the host started, shutdown excepted.
-
-        Every death counts: a kill, a crash, a call timeout, a worker that could
-        not start. For monitoring: a count that keeps rising means tools or
-        models are taking their workers down. Always 0 in thread mode.
-        Thread-safe.
+        """How many worker processes died since the host started, shutdown excepted (a kill,
+        a crash, a call timeout, a failed start). A count that keeps rising means tools
+        or models take their workers down. Always 0 in thread mode. Thread-safe.
         """
         return self._runtime.deaths
 
     @property
     def workers_given_up(self) -> bool:
-        """Whether worker processes died more than ``worker_max_restarts`` times within
-        ``worker_max_seconds`` and the host stopped replacing them.
+        """Whether workers died more than ``worker_max_restarts`` times within
+        ``worker_max_seconds`` and the host stopped replacing them (logged as an error).
 
-        Once true it stays true for the host's life (the pool logs it as an error
-        when it happens): workers still alive keep serving, and a session that
-        needs a worker when none is left fails to restart (``SessionFailed``
-        once its own restart intensity is spent). Always false in thread mode.
-        Thread-safe.
+        Once true it stays true: live workers keep serving, and a session that needs
+        a worker when none is left fails to restart (``SessionFailed`` once its own
+        restart intensity is spent). Always false in thread mode. Thread-safe.
         """
         return self._runtime.gave_up
 
@@ -507,14 +432,7 @@ class AgentHost:
         if not record.op_lock.acquire(blocking=False):
             return False
         try:
-            snapshot: Snapshot | None = self._ask_running(record, TakeSnapshot("hibernate"))
-            if snapshot is None:
-                return False
-            self._checkpoints.save(record, snapshot)
-            self._table.set(record, "hibernated", None)
-            self._root.terminate_child(session_id)
-            record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
-            return True
+            return self._sessions.hibernate(record)
         finally:
             record.op_lock.release()
 
@@ -536,21 +454,8 @@ class AgentHost:
     def stop_session(self, session_id: str) -> None:
         """Stop a session normally: final checkpoint, evicted, not restarted, forgotten."""
         record = self._table.live(session_id)
-        with self._operation(record, self.call_timeout):
-            self._final_checkpoint(record)
-            self._table.set(record, "stopped", None)
-            with contextlib.suppress(Exception):
-                self._root.terminate_child(session_id)
-            self._table.forget(record)
-
-    def _final_checkpoint(self, record: SessionRecord) -> None:
-        """Checkpoint a session that is being stopped, if it runs. One being restarted (or
-        killed just now) is left as it is: its last checkpoint stands."""
-        snapshot: Snapshot | None = self._ask_running(record, TakeSnapshot())
-        if snapshot is None:
-            logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
-        else:
-            self._checkpoints.save(record, snapshot)
+        with record.exclusive(self.call_timeout):
+            self._sessions.stop(record)
 
     def shutdown(self) -> None:
         """Checkpoint every live session, stop them in reverse start order, close the store.
@@ -559,44 +464,12 @@ class AgentHost:
         store can ``resume_all``. A host never shut down is shut down this way
         at interpreter exit (see the class docstring).
         """
-        records = self._table.close()
-        if records is not None:
-            _at_exit.unregister(self._exit_token)
-            self._stop_all(records)
-
-    def _stop_all(self, records: list[SessionRecord]) -> None:
-        try:
-            if self._sweeper is not None:
-                self._sweeper.stop()
-            for record in records:
-                try:
-                    self._final_checkpoint(record)
-                except Exception:
-                    logger.exception("final checkpoint of %r failed", record.session_id)
-                self._table.set(record, "stopped", None)
-            abandoned = self._root.stop()
-            if abandoned:
-                logger.warning("sessions that did not stop in time: %s", abandoned)
-            self._runtime.close()
-            if self._owns_store:
-                self.store.close()
-        finally:
-            self._shut_down.set()
+        self._shutdown.run()
 
     def _shutdown_at_exit(self) -> None:
-        """``shutdown`` at interpreter exit, if the program never called it.
-
-        Runs on the main thread once it has finished, before Python joins the
-        non-daemon threads (the actors'). If another thread is already shutting
-        the host down, waits for it, up to ``call_timeout``.
-        """
-        records = self._table.close()
-        if records is None:
-            logger.debug("waiting for another thread's shutdown of %r at exit", self)
-            self._shut_down.wait(self.call_timeout)
-            return
-        logger.info("shutting down an AgentHost left running at interpreter exit")
-        self._stop_all(records)
+        """``shutdown`` at interpreter exit, if the program never called it (see the class
+        docstring); waits, up to ``call_timeout``, for a shutdown another thread runs."""
+        self._shutdown.at_exit()
 
     def __enter__(self) -> Self:
         return self
@@ -611,193 +484,31 @@ class AgentHost:
 
     # -- internals -------------------------------------------------------------
 
-    def _new_record(  # noqa: PLR0917 (internal; mirrors start_session's parameters)
+    def _launch(  # noqa: PLR0917 (internal; mirrors start_session's parameters)
         self,
         session_id: str,
         template: AgentTemplate,
         tenant_id: str,
         api_key: str | None,
         attrs: dict[str, Any],
-        resume_from: Snapshot | None = None,
-    ) -> SessionRecord:
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session_id must be a non-empty str, got {session_id!r}")
-        if not isinstance(template, AgentTemplate):
-            raise TypeError(f"template must be an actors.AgentTemplate, got {template!r}")
-        attrs.setdefault("model", template.model_string)
-        attrs.setdefault("plugins", [p.name for p in template.plugins])
-        validate({**attrs, "tenant_id": tenant_id, "api_key": api_key})
-        attrs = self._table.shared_attrs(attrs)
-        own_limit = attrs.get("hibernate_after_ms") or self.hibernate_after_ms
-        record = SessionRecord(
+        resume_from: Snapshot | None,
+    ) -> str:
+        record = self._table.create(
             session_id,
             template,
-            tenant_id=tenant_id,
-            fingerprint=None if api_key is None else self.registry.fingerprint(api_key),
-            attrs=attrs,
-            created_at=int(time.time() * 1000),
-            hibernate_after=None if own_limit is None else own_limit / 1000,
+            tenant_id,
+            api_key,
+            attrs,
+            fingerprint=self.registry.fingerprint,
+            hibernate_after_ms=self.hibernate_after_ms,
             resume_from=resume_from,
         )
-        self._table.add(record)
-        return record
-
-    def _launch(self, record: SessionRecord) -> str:
-        """Start the record's first incarnation as a child of the root supervisor."""
-        try:
-            self._resolve_model(record.template)
-            self._root.start_child(self._spec(record))
-        except ChildStartError as err:
-            self._table.forget(record)
-            raise err.cause from err.cause.__cause__  # keep the original chain
-        except BaseException:
-            self._table.forget(record)
-            raise
-        return record.session_id
-
-    def _spec(self, record: SessionRecord) -> ChildSpec:
-        return ChildSpec(
-            record.session_id,
-            functools.partial(self._incarnate, record),
-            restart="permanent",
-            shutdown=self.call_timeout,
-            max_restarts=self.max_restarts,
-            max_seconds=self.max_seconds,
-        )
-
-    def _resolve_model(self, template: AgentTemplate) -> Model:
-        if isinstance(template.model, str):
-            return self.providers.lookup(template.model)
-        return template.model
-
-    def _incarnate(self, record: SessionRecord) -> pykka.ActorRef[Any]:
-        """A child start function: run the session from its checkpoint, or fresh.
-
-        Runs on the supervisor's thread, for the first start, reactivation and
-        every crash restart alike.
-        """
-        pending, record.resume_from = record.resume_from, None
-        snapshot = pending or self._checkpoints.latest(record.session_id)
-        launch = SessionLaunch(
-            session_id=record.session_id,
-            template=record.template,
-            model=self._resolve_model(record.template),
-            snapshot=snapshot,
-            max_steps=self.max_steps,
-            checkpoint_every=self.checkpoint_every,
-            metadata={"tenant_id": record.tenant_id},
-            steering=record.steering,
-            events=record.events,
-            save=self._checkpoints.saver(record),
-            timeout=self.call_timeout,
-        )
-        ref = self._runtime.start(launch)
-        try:
-            self.registry.create(
-                record.session_id,
-                ref,
-                tenant_id=record.tenant_id,
-                api_key_fingerprint=record.fingerprint,
-                **record.attrs,
-            )
-        except BaseException:
-            ref.stop(block=False)
-            raise
-        record.incarnations += 1
-        record.last_active = self._clock()
-        self._table.set(record, "active", ref)
-        if record.incarnations > 1:
-            record.events.publish(
-                "resumed", checkpoint_id=None if snapshot is None else snapshot.checkpoint_id
-            )
-        return ref
-
-    def _live_ref(self, record: SessionRecord) -> pykka.ActorRef[Any]:
-        """The session's serving incarnation: reactivate it, or wait for its restart."""
-        deadline = time.monotonic() + self.restart_wait  # real time, whatever the clock
-        with self._table.changed:
-            while True:
-                ref = record.ref
-                if record.status == "active" and _serving(ref):
-                    assert ref is not None
-                    return ref
-                if record.status == "hibernated":
-                    break
-                if record.status == "failed":
-                    raise SessionFailed(record.session_id, "restart intensity exceeded")
-                if record.status == "stopped":
-                    raise SessionNotFound(record.session_id)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise SessionCrashed(
-                        record.session_id,
-                        f"it is being restarted and did not come back within {self.restart_wait} s",
-                    )
-                self._table.changed.wait(min(remaining, 0.5))
-        try:
-            self._root.start_child(self._spec(record))
-        except ChildStartError as err:
-            raise err.cause from err.cause.__cause__  # keep the original chain
-        record.events.publish("reactivated")
-        assert record.ref is not None
-        return record.ref
-
-    def _on_evict(self, entry: SessionEntry, reason: ExitReason) -> None:
-        """Registry eviction (on the dying actor's thread, before the supervisor's Down)."""
-        record = self._table.get(entry.session_id)
-        if record is None or record.ref is not entry.actor_ref:
-            return
-        with self._table.changed:
-            if record.status == "active":
-                record.status = "restarting"
-                record.ref = None
-                self._table.changed.notify_all()
-        if is_abnormal(reason):
-            logger.warning("session %r crashed: %r; resuming it", entry.session_id, reason)
-            record.events.publish("crashed", reason=repr(reason))
-
-    def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
-        """The supervisor gave up on a session (past its restart intensity)."""
-        record = self._table.get(session_id)
-        if record is None:
-            return
-        self._table.set(record, "failed", None)
-        record.events.publish("given_up", reason=repr(reason))
-        logger.error("session %r given up after repeated crashes; last: %r", session_id, reason)
-
-    @contextlib.contextmanager
-    def _operation(self, record: SessionRecord, timeout: float) -> Iterator[None]:
-        if not record.op_lock.acquire(timeout=timeout):
-            raise TimeoutError(
-                f"session {record.session_id!r} stayed busy with another call for {timeout} s"
-            )
-        try:
-            yield
-        finally:
-            record.op_lock.release()
-
-
-def _serving(ref: pykka.ActorRef[Any] | None) -> bool:
-    """Whether ``ref``'s incarnation can take a call: alive, and not killed or stopping."""
-    if ref is None or not ref.is_alive():
-        return False
-    lifecycle = lifecycle_of(ref)
-    return lifecycle is None or not lifecycle.ending
+        return self._sessions.launch(record)
 
 
 def _positive_or_none(name: str, value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
-
-
-def _refuse_worker_options(**options: object) -> None:
-    """Thread mode: an option that only applies to worker processes is a mistake; say so."""
-    given = [name for name, value in options.items() if value is not None]
-    if given:
-        raise ValueError(
-            f"{', '.join(given)} only apply to worker processes; pass workers=N to run "
-            "sessions in worker processes, or drop them"
-        )
 
 
 AgentHost.__module__ = "supervisor"

@@ -1,0 +1,101 @@
+"""``HostShutdown``: an ``AgentHost``'s shutdown, run once, by ``shutdown`` or at exit.
+
+The steps, in order: stop the hibernation sweeper; take every running
+session's final checkpoint (a session being restarted keeps its last one);
+stop the sessions in reverse start order (the root supervisor's shutdown,
+bounded per child); close the runtime (workers are stopped and joined); close
+the store if the host owns it.
+
+A host never shut down is shut down at interpreter exit, once the main thread
+has finished and before Python joins the actors' non-daemon threads (see
+``supervisor._at_exit``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from supervisor import _at_exit
+from supervisor._hibernation import Sweeper
+from supervisor._incarnations import Incarnations
+from supervisor._runtime import SessionRuntime
+from supervisor._session_table import SessionTable
+
+__all__ = ["HostShutdown"]
+
+logger = logging.getLogger("supervisor.host")
+
+
+class HostShutdown:
+    """Shuts one host down exactly once. Thread-safe: concurrent calls wait for the one
+    that runs (at exit, up to ``timeout``; ``run`` returns at once).
+
+    Args:
+        table: The host's records (closing it decides which call runs).
+        sessions: The host's incarnations (final checkpoints, root supervisor).
+        runtime: What runs the sessions; closed after they stopped.
+        sweeper: The hibernation sweeper, if any.
+        close_store: Closes the store the host owns, if it owns one.
+        timeout: Seconds an at-exit call waits for a shutdown another thread runs.
+        owner: The host, registered to shut down at exit (weakly: it may be
+            collected); its ``_shutdown_at_exit`` calls this object's.
+    """
+
+    def __init__(
+        self,
+        table: SessionTable,
+        sessions: Incarnations,
+        runtime: SessionRuntime,
+        *,
+        sweeper: Sweeper | None,
+        close_store: Callable[[], None] | None,
+        timeout: float,
+        owner: _at_exit.ShutsDownAtExit,
+    ) -> None:
+        self._table = table
+        self._sessions = sessions
+        self._runtime = runtime
+        self._sweeper = sweeper
+        self._close_store = close_store
+        self._timeout = timeout
+        self._done = threading.Event()
+        self._exit_token = _at_exit.register(owner)
+
+    def run(self) -> None:
+        """Shut down now, unless another call did or does."""
+        records = self._table.close()
+        if records is None:
+            return
+        _at_exit.unregister(self._exit_token)
+        self._stop_all()
+
+    def at_exit(self) -> None:
+        """``run`` at interpreter exit, on the main thread; if another thread is already
+        shutting the host down, wait for it, up to ``timeout``."""
+        if self._table.close() is None:
+            logger.debug("waiting for another thread's shutdown of a host at exit")
+            self._done.wait(self._timeout)
+            return
+        logger.info("shutting down an AgentHost left running at interpreter exit")
+        self._stop_all()
+
+    def _stop_all(self) -> None:
+        try:
+            if self._sweeper is not None:
+                self._sweeper.stop()
+            for record in self._table.records():
+                try:
+                    self._sessions.final_checkpoint(record)
+                except Exception:
+                    logger.exception("final checkpoint of %r failed", record.session_id)
+                self._table.set(record, "stopped", None)
+            abandoned = self._sessions.root.stop()
+            if abandoned:
+                logger.warning("sessions that did not stop in time: %s", abandoned)
+            self._runtime.close()
+            if self._close_store is not None:
+                self._close_store()
+        finally:
+            self._done.set()

@@ -1,0 +1,291 @@
+"""``Incarnations``: how an ``AgentHost``'s sessions come to run, are reached, and come back.
+
+Every session is a dynamic ``permanent`` child of one root ``Supervisor``,
+with its own restart intensity. Its child start function (``_incarnate``)
+loads the session's latest checkpoint, has the runtime start an incarnation
+and registers it, for the first start, a reactivation and every crash
+restart alike: a restart *is* a resume. The registry evicts an incarnation
+the moment it dies (``_on_evict``), before the supervisor restarts it.
+
+Calls reach the serving incarnation through the runtime (``call``): one
+that never got there (``NotDelivered``: the incarnation was ending) is sent
+once more, to the next incarnation; one during which the session died raises
+``SessionCrashed`` once the death has been reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from actors import AgentTemplate, Model, ProviderRegistry, Snapshot, TakeSnapshot
+from supervisor._checkpoints import Checkpoints
+from supervisor._host_record import SessionRecord
+from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
+from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
+from supervisor._session_table import SessionTable
+from supervisor.child_spec import ChildSpec
+from supervisor.errors import ChildStartError, SessionCrashed, SessionFailed, SessionNotFound
+from supervisor.handle import SupervisorHandle
+from supervisor.session_store import SessionEntry, SessionStore
+
+__all__ = ["Incarnations"]
+
+logger = logging.getLogger("supervisor.host")
+
+_Ended = (NotDelivered, SessionCrashed)  # a call that found its incarnation gone or going
+
+
+class Incarnations:
+    """Starts, reaches and restarts the incarnations of one host's sessions. Thread-safe.
+
+    Args:
+        table: The host's records.
+        runtime: What runs the sessions.
+        checkpoints: The host's checkpoint writer.
+        providers: Resolves templates' model strings.
+        clock: Monotonic seconds, for restart intensity and idleness.
+        call_timeout: Seconds a start or a host-initiated call may take.
+        restart_wait: Seconds a call waits for a crashed session to come back.
+        max_restarts, max_seconds: Each session's restart intensity.
+        max_steps, checkpoint_every: Options of every incarnation.
+    """
+
+    def __init__(
+        self,
+        table: SessionTable,
+        runtime: SessionRuntime,
+        checkpoints: Checkpoints,
+        providers: ProviderRegistry,
+        *,
+        clock: Callable[[], float],
+        call_timeout: float,
+        restart_wait: float,
+        max_restarts: int,
+        max_seconds: float,
+        max_steps: int,
+        checkpoint_every: int | None,
+    ) -> None:
+        self._table = table
+        self._runtime = runtime
+        self._checkpoints = checkpoints
+        self.providers = providers
+        self._clock = clock
+        self.call_timeout = call_timeout
+        self.restart_wait = restart_wait
+        self.max_restarts = max_restarts
+        self.max_seconds = max_seconds
+        self.max_steps = max_steps
+        self.checkpoint_every = checkpoint_every
+        self.registry = SessionStore(on_evict=self._on_evict)
+        self.root = SupervisorHandle.start(
+            max_restarts=None,
+            clock=clock,
+            name="sessionvisor-host",
+            on_give_up=self._on_give_up,
+            timeout=call_timeout,
+        )
+
+    def call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
+        """Carry ``request`` to the session's serving incarnation; if it never got there
+        (the incarnation was ending), once more to the next one."""
+        for attempt in (1, 2):
+            ref = self.serving(record)
+            try:
+                return self._runtime.call(record.session_id, ref, request, timeout)
+            except NotDelivered as exc:
+                self.await_end(ref)
+                if attempt == 2:
+                    detail = f"it ended twice before taking the call ({exc})"
+                    raise SessionCrashed(record.session_id, detail) from exc
+            except SessionCrashed:
+                self.await_end(ref)  # as a crash is seen: evicted once this raises
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def await_end(self, ref: pykka.ActorRef[Any]) -> None:
+        """Wait (up to ``restart_wait``) until an ending incarnation's Down notices are out."""
+        lifecycle = lifecycle_of(ref)
+        if lifecycle is not None:
+            lifecycle.finished.wait(self.restart_wait)
+
+    def ask_running(self, record: SessionRecord, request: Request) -> Any:
+        """The running incarnation's answer to ``request``, or ``None`` when no incarnation
+        serves (hibernated, restarting, ending): its last checkpoint has the answer then.
+        Never reactivates or waits for a restart."""
+        ref = record.ref
+        if record.status != "active" or not _serving(ref):
+            return None
+        assert ref is not None
+        try:
+            return self._runtime.call(record.session_id, ref, request, self.call_timeout)
+        except _Ended:
+            self.await_end(ref)
+            return None
+
+    def launch(self, record: SessionRecord) -> str:
+        """Start the record's first incarnation as a child of the root supervisor."""
+        try:
+            self.resolve_model(record.template)
+            self.root.start_child(self._spec(record))
+        except ChildStartError as err:
+            self._table.forget(record)
+            raise err.cause from err.cause.__cause__  # keep the original chain
+        except BaseException:
+            self._table.forget(record)
+            raise
+        return record.session_id
+
+    def _spec(self, record: SessionRecord) -> ChildSpec:
+        return ChildSpec(
+            record.session_id,
+            functools.partial(self._incarnate, record),
+            restart="permanent",
+            shutdown=self.call_timeout,
+            max_restarts=self.max_restarts,
+            max_seconds=self.max_seconds,
+        )
+
+    def resolve_model(self, template: AgentTemplate) -> Model:
+        if isinstance(template.model, str):
+            return self.providers.lookup(template.model)
+        return template.model
+
+    def _incarnate(self, record: SessionRecord) -> pykka.ActorRef[Any]:
+        """A child start function: run the session from its checkpoint, or fresh.
+
+        Runs on the supervisor's thread, for the first start, reactivation and
+        every crash restart alike.
+        """
+        pending, record.resume_from = record.resume_from, None
+        snapshot = pending or self._checkpoints.latest(record.session_id)
+        launch = SessionLaunch(
+            session_id=record.session_id,
+            template=record.template,
+            model=self.resolve_model(record.template),
+            snapshot=snapshot,
+            max_steps=self.max_steps,
+            checkpoint_every=self.checkpoint_every,
+            metadata={"tenant_id": record.tenant_id},
+            steering=record.steering,
+            events=record.events,
+            save=self._checkpoints.saver(record),
+            timeout=self.call_timeout,
+        )
+        ref = self._runtime.start(launch)
+        try:
+            self.registry.create(
+                record.session_id,
+                ref,
+                tenant_id=record.tenant_id,
+                api_key_fingerprint=record.fingerprint,
+                **record.attrs,
+            )
+        except BaseException:
+            ref.stop(block=False)
+            raise
+        record.incarnations += 1
+        record.last_active = self._clock()
+        self._table.set(record, "active", ref)
+        if record.incarnations > 1:
+            record.events.publish(
+                "resumed", checkpoint_id=None if snapshot is None else snapshot.checkpoint_id
+            )
+        return ref
+
+    def serving(self, record: SessionRecord) -> pykka.ActorRef[Any]:
+        """The session's serving incarnation: reactivate it, or wait for its restart."""
+        deadline = time.monotonic() + self.restart_wait  # real time, whatever the clock
+        with self._table.changed:
+            while True:
+                ref = record.ref
+                if record.status == "active" and _serving(ref):
+                    assert ref is not None
+                    return ref
+                if record.status == "hibernated":
+                    break
+                if record.status == "failed":
+                    raise SessionFailed(record.session_id, "restart intensity exceeded")
+                if record.status == "stopped":
+                    raise SessionNotFound(record.session_id)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SessionCrashed(
+                        record.session_id,
+                        f"it is being restarted and did not come back within {self.restart_wait} s",
+                    )
+                self._table.changed.wait(min(remaining, 0.5))
+        try:
+            self.root.start_child(self._spec(record))
+        except ChildStartError as err:
+            raise err.cause from err.cause.__cause__  # keep the original chain
+        record.events.publish("reactivated")
+        assert record.ref is not None
+        return record.ref
+
+    def _on_evict(self, entry: SessionEntry, reason: ExitReason) -> None:
+        """Registry eviction (on the dying actor's thread, before the supervisor's Down)."""
+        record = self._table.get(entry.session_id)
+        if record is None or record.ref is not entry.actor_ref:
+            return
+        with self._table.changed:
+            if record.status == "active":
+                record.status = "restarting"
+                record.ref = None
+                self._table.changed.notify_all()
+        if is_abnormal(reason):
+            logger.warning("session %r crashed: %r; resuming it", entry.session_id, reason)
+            record.events.publish("crashed", reason=repr(reason))
+
+    def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
+        """The supervisor gave up on a session (past its restart intensity)."""
+        record = self._table.get(session_id)
+        if record is None:
+            return
+        self._table.set(record, "failed", None)
+        record.events.publish("given_up", reason=repr(reason))
+        logger.error("session %r given up after repeated crashes; last: %r", session_id, reason)
+
+    def hibernate(self, record: SessionRecord) -> bool:
+        """Checkpoint the session and stop its incarnation; False if none was serving.
+        The caller holds the record's ``op_lock``."""
+        snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot("hibernate"))
+        if snapshot is None:
+            return False
+        self._checkpoints.save(record, snapshot)
+        self._table.set(record, "hibernated", None)
+        self.root.terminate_child(record.session_id)
+        record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
+        return True
+
+    def stop(self, record: SessionRecord) -> None:
+        """Stop the session for good: final checkpoint, not restarted, forgotten. The caller
+        holds the record's ``op_lock``."""
+        self.final_checkpoint(record)
+        self._table.set(record, "stopped", None)
+        with contextlib.suppress(Exception):
+            self.root.terminate_child(record.session_id)
+        self._table.forget(record)
+
+    def final_checkpoint(self, record: SessionRecord) -> None:
+        """Checkpoint a session that is being stopped, if an incarnation serves. One being
+        restarted (or killed just now) is left as it is: its last checkpoint stands."""
+        snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot())
+        if snapshot is None:
+            logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
+        else:
+            self._checkpoints.save(record, snapshot)
+
+
+def _serving(ref: pykka.ActorRef[Any] | None) -> bool:
+    """Whether ``ref``'s incarnation can take a call: alive, and not killed or stopping."""
+    if ref is None or not ref.is_alive():
+        return False
+    lifecycle = lifecycle_of(ref)
+    return lifecycle is None or not lifecycle.ending

@@ -176,6 +176,11 @@ class SupervisedActor(pykka.ThreadingActor):
     ) -> None:
         if self._sv_reason is None and exception_value is not None:
             self._sv_reason = exception_value
+        if isinstance(exception_value, Killed):  # asked for: no "unhandled exception" traceback
+            logger.debug("%s was killed: %s", self, exception_value)
+            pykka.ActorRegistry.unregister(self.actor_ref)
+            self.actor_stopped.set()
+            return
         super()._handle_failure(exception_type, exception_value, traceback)
 
     def _sv_call_on_failure(

@@ -43,6 +43,7 @@ __all__ = [
     "quit_process",
     "segfault",
     "sessions_on",
+    "sleepy_segfault",
     "watch_events",
     "worker_pid",
 ]
@@ -51,6 +52,13 @@ __all__ = [
 @tool
 def segfault() -> str:
     """Read address 0: the worker dies with SIGSEGV."""
+    return str(ctypes.string_at(0))
+
+
+@tool
+def sleepy_segfault(seconds: float) -> str:
+    """Work for ``seconds`` (a tool's own latency), then read address 0: SIGSEGV."""
+    threading.Event().wait(seconds)
     return str(ctypes.string_at(0))
 
 

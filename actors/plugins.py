@@ -96,7 +96,15 @@ class Plugin:
         """After a turn answered; ``messages`` are the messages that turn added."""
 
     def session_end(self, ctx: PluginContext, reason: str) -> None:
-        """When the session stops: ``reason`` is ``normal`` or ``error``; release live resources."""
+        """When the session stops; release live resources here.
+
+        ``reason`` says why: ``normal`` (stopped, hibernated or shut down),
+        ``error`` (it crashed) or ``host_lost`` (it ran in a worker process whose
+        host process vanished, e.g. was SIGKILLed: no final checkpoint was taken;
+        a new host can resume it from its last one). Runs on the session's
+        thread, last started plugin first; an exception is published as a
+        ``plugin_error`` event and the other plugins' hooks still run.
+        """
 
 
 for _cls in (Plugin, PluginContext):

@@ -217,10 +217,13 @@ class RemoteError(SupervisorError):
 class TemplateNotPicklable(SupervisorError, TypeError):
     """A template cannot be sent to a worker process: cloudpickle refused one of its parts.
 
-    ``attribute`` names the part (``model``, ``tools[1]``, ``plugins[0]``,
-    ``instructions``, or ``providers`` for the host's ProviderRegistry). Nothing
-    was started; keep live resources out of the template (open them in a
-    plugin's ``session_start`` instead).
+    ``attribute`` names the part: ``model (<class>)``, ``model (resolved from
+    '<model string>')`` for a model the host's ProviderRegistry built,
+    ``tools[<i>] (<name>)``, ``plugins[<i>] (<name>)`` or ``instructions``
+    (``template`` when no single part is to blame). Nothing was started. The
+    message ends with the fix that fits the part: a model builds its client
+    lazily, a tool creates its resource when it runs, a plugin in
+    ``session_start``; the template itself keeps only configuration.
     """
 
     def __init__(self, attribute: str, error: BaseException) -> None:
@@ -228,7 +231,36 @@ class TemplateNotPicklable(SupervisorError, TypeError):
         self.error = error
         super().__init__(
             f"the template cannot be sent to a worker process: {attribute} cannot be pickled "
-            f"({type(error).__name__}: {error}); create live resources in session_start instead"
+            f"({type(error).__name__}: {error}); {self._advice(attribute)}"
+        )
+
+    @staticmethod
+    def _advice(attribute: str) -> str:
+        """How to make the template part ``attribute`` (as ``TemplateNotPicklable`` names it)
+        picklable: live resources are created where that part runs, in the worker."""
+        if attribute.startswith("model (resolved from "):
+            return (
+                "the model its ProviderRegistry factory returned is sent to the workers: have it "
+                "build its client lazily on first use (e.g. in generate)"
+            )
+        if attribute.startswith("model"):
+            return (
+                "build the model's client lazily on first use (e.g. in generate) and keep only "
+                "plain configuration on the model"
+            )
+        if attribute.startswith("tools["):
+            return (
+                "create the resource inside the tool function, or keep only plain configuration "
+                "in its closure"
+            )
+        if attribute.startswith("plugins["):
+            return (
+                "create live resources in session_start (they are rebuilt on resume) and keep "
+                "only configuration on the plugin"
+            )
+        return (
+            "keep only configuration in the template; create live resources where they are used "
+            "(in a tool, on the model's first call, in a plugin's session_start)"
         )
 
 

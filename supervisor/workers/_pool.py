@@ -506,7 +506,7 @@ def _pickled_initializer(
 
 
 def _not_picklable(template: AgentTemplate, error: BaseException) -> TemplateNotPicklable:
-    parts: list[tuple[str, object]] = [("model", template.model)]
+    parts: list[tuple[str, object]] = [(f"model ({type(template.model).__name__})", template.model)]
     parts += [(f"tools[{i}] ({t.name})", t) for i, t in enumerate(template.tools)]
     parts += [(f"plugins[{i}] ({p.name})", p) for i, p in enumerate(template.plugins)]
     parts.append(("instructions", template.instructions))

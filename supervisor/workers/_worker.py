@@ -64,7 +64,7 @@ from supervisor.workers._io import named as io_named
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack
 from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
-__all__ = ["MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
+__all__ = ["HOST_LOST", "MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -75,6 +75,11 @@ SLOW_STEP = 0.001
 """Seconds after which a model call or tool counts as slow: its events go out before it."""
 
 _STOP_TIMEOUT = 10.0
+
+HOST_LOST = "host_lost"
+"""The ``session_end`` reason of sessions a worker stops because its host is gone (its pipe
+ended without a ``shutdown`` frame: the host process was killed or crashed). Plugins learn
+that no final checkpoint was taken, unlike ``normal``."""
 
 
 _SESSION_CALLS = frozenset({"send", "snapshot", "history"})
@@ -122,7 +127,8 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     A worker ignores SIGINT. Ctrl-C in a terminal signals the whole foreground
     process group, workers included; the host handles it (``KeyboardInterrupt``
     ends its ``with`` block) and its shutdown needs the workers alive to take
-    the sessions' final checkpoints. A worker whose parent is gone exits on EOF.
+    the sessions' final checkpoints. A worker whose parent is gone exits on EOF,
+    after stopping its sessions with reason ``HOST_LOST``.
 
     An initializer that raises ends the worker before it serves (the parent
     raises ``WorkerStartError``); its traceback goes to stderr.
@@ -145,10 +151,20 @@ class _Hosted:
     answered), ``running`` (the call it is handling) and ``batch`` (the events
     that call held back so far; ``None`` between calls). Frames about the
     session are written under ``lock`` too, so its events and replies reach the
-    parent in the order they happened.
+    parent in the order they happened. ``end_reason`` is what its plugins'
+    ``session_end`` gets when it stops: set before the stop is told to it.
     """
 
-    __slots__ = ("batch", "lock", "pending", "ref", "running", "session_id", "steering")
+    __slots__ = (
+        "batch",
+        "end_reason",
+        "lock",
+        "pending",
+        "ref",
+        "running",
+        "session_id",
+        "steering",
+    )
 
     def __init__(self, session_id: str, steering: SteeringQueue) -> None:
         self.session_id = session_id
@@ -158,6 +174,7 @@ class _Hosted:
         self.running: int | None = None
         self.lock = threading.Lock()
         self.batch: list[list[Any]] | None = None
+        self.end_reason = "normal"
 
 
 class _Relay(EventBuffer):
@@ -244,7 +261,9 @@ class _Worker:
         try:
             self._write({"op": "ready"})  # its absence tells the parent a worker could not start
             last = self.pipe.serve()
-            if last is not None:  # ``shutdown``
+            if last is None:  # EOF without ``shutdown``: the host process is gone
+                self._stop_all(HOST_LOST)
+            else:
                 self._stop_all()
                 self.reply(last["id"], None)
         finally:
@@ -408,11 +427,13 @@ class _Worker:
         if lifecycle is not None:
             lifecycle.finished.wait(_STOP_TIMEOUT)
 
-    def _stop_all(self) -> None:
+    def _stop_all(self, reason: str = "normal") -> None:
+        """Stop every session; their plugins' ``session_end`` gets ``reason``."""
         with self._lock:
-            refs = [h.ref for h in self._sessions.values()]
-        for ref in refs:
-            terminate(ref, _STOP_TIMEOUT)
+            hosted = list(self._sessions.values())
+        for each in hosted:
+            each.end_reason = reason  # before the stop message: the actor reads it after
+            terminate(each.ref, _STOP_TIMEOUT)
 
 
 def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:
@@ -452,6 +473,11 @@ class _RemoteSession(SupervisedActor, AgentSession):
 
     def _capture(self, snapshot: Snapshot) -> None:
         self._captured = snapshot.serialize()
+
+    def on_stop(self) -> None:
+        # As ``AgentSession.on_stop``, with the reason the worker chose (``HOST_LOST``
+        # when its host vanished).
+        self.plugins.end(self._hosted.end_reason)
 
     def on_receive(self, message: Any) -> Any:
         if message.__class__ is not _Call:

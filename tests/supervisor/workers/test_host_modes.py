@@ -10,8 +10,10 @@ identically in both modes where both apply.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +21,16 @@ from typing import Any
 
 import pytest
 
-from actors import EchoModel, Message, ModelResponse, Snapshot, Tool
+from actors import (
+    AgentTemplate,
+    EchoModel,
+    Message,
+    ModelResponse,
+    ProviderRegistry,
+    Snapshot,
+    Tool,
+    tool,
+)
 from supervisor import (
     AgentHost,
     MemoryCheckpointStore,
@@ -179,6 +190,74 @@ def test_unpicklable_template_names_the_attribute() -> None:
             assert host.send(host.start_session(template()), "ok").content == "echo: ok"
         finally:
             host.shutdown()
+
+
+class _Client:
+    """Stands for an SDK client: an ``OpenAI`` client, for one, holds a ``threading.RLock``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+
+class _ClientModel(EchoModel):
+    """A model that opens its client when it is built, as a naive adapter would."""
+
+    def __init__(self) -> None:
+        self.client = _Client()
+
+
+def _client_tool() -> Tool:
+    client = _Client()
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look ``query`` up with the client the closure holds."""
+        return f"{query}: {client!r}"
+
+    return lookup
+
+
+_RLOCK = "(TypeError: cannot pickle '_thread.RLock' object)"
+
+UNPICKLABLE_PARTS: dict[str, tuple[AgentTemplate, str]] = {
+    "model": (
+        AgentTemplate(model=_ClientModel()),
+        f"model (_ClientModel) cannot be pickled {_RLOCK}; build the model's client lazily "
+        "on first use (e.g. in generate) and keep only plain configuration on the model",
+    ),
+    "resolved-model": (
+        AgentTemplate(model="registry:clients:sdk:large"),
+        "model (resolved from 'registry:clients:sdk:large') cannot be pickled "
+        f"{_RLOCK}; the model its ProviderRegistry factory returned is sent to the "
+        "workers: have it build its client lazily on first use (e.g. in generate)",
+    ),
+    "tool": (
+        AgentTemplate(tools=(boom, _client_tool())),
+        f"tools[1] (lookup) cannot be pickled {_RLOCK}; create the resource inside the "
+        "tool function, or keep only plain configuration in its closure",
+    ),
+    "plugin": (
+        AgentTemplate(plugins=(Holder(_Client()),)),
+        f"plugins[0] (holder) cannot be pickled {_RLOCK}; create live resources in "
+        "session_start (they are rebuilt on resume) and keep only configuration on the plugin",
+    ),
+}
+
+
+@pytest.mark.parametrize("part", sorted(UNPICKLABLE_PARTS))
+def test_an_unpicklable_part_gets_the_fix_that_fits_it(part: str) -> None:
+    """Process mode only: the message names the part and says how to fix that kind of part."""
+    unpicklable, expected = UNPICKLABLE_PARTS[part]
+    providers = ProviderRegistry()
+    providers.register("clients", "sdk", lambda _model_id: _ClientModel())
+    host = AgentHost(MemoryCheckpointStore(), workers=1, providers=providers)
+    try:
+        message = f"the template cannot be sent to a worker process: {expected}"
+        with pytest.raises(TemplateNotPicklable, match=f"^{re.escape(message)}$"):
+            host.start_session(unpicklable, "np")
+        assert host.list_sessions() == []
+    finally:
+        host.shutdown()
 
 
 def test_a_slow_steps_events_are_seen_while_it_runs(make_host: HostFactory, tmp_path: Path) -> None:

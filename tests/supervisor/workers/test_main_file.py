@@ -10,7 +10,9 @@
 - Ctrl-C (SIGINT to the whole process group) ends the host's ``with`` block
   cleanly: the workers ignore it, so the final checkpoints are taken. So does
   SIGTERM to the host alone, with the README's handler.
-- A host killed outright leaves no worker behind.
+- A host killed outright leaves no worker behind, and its workers end their
+  sessions with the reason ``host_lost``, so plugins can tell that from a
+  normal stop.
 - A program read from standard input, which workers cannot import again, is
   refused before any worker starts; ``python -c`` works.
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor.host_helpers import WAIT, process_ended_within
+from tests.supervisor.host_helpers import WAIT, Journal, process_ended_within
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -249,3 +251,34 @@ def test_workers_exit_when_their_host_is_killed(tmp_path: Path) -> None:
     assert len(pids) == 2
     for pid in pids:
         assert process_ended_within(pid, WAIT), f"worker pid {pid} outlived its killed host"
+
+
+def test_a_killed_hosts_worker_ends_its_sessions_with_reason_host_lost(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal
+            from pathlib import Path
+            from supervisor import AgentHost, MemoryCheckpointStore
+            from tests.supervisor.host_helpers import Journal, template
+
+            if __name__ == "__main__":
+                host = AgentHost(MemoryCheckpointStore(), workers=1)
+                sid = host.start_session(template(Journal(Path({str(tmp_path)!r}))), "s1")
+                print(host.send(sid, "hi").content)
+                print(*(w.pid for w in host.workers()), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)  # no shutdown: the worker sees EOF
+            """
+        )
+    )
+
+    done = _run(script)
+
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    answer, pid = done.stdout.splitlines()
+    assert answer == "echo: hi"
+    assert process_ended_within(int(pid), WAIT), f"worker pid {pid} outlived its killed host"
+    journal = Journal(tmp_path)  # reads what the worker's copy of the plugin recorded
+    assert [start.pid for start in journal.of("s1")] == [int(pid)]
+    assert journal.wait_ends("s1", 1) == ["host_lost"]

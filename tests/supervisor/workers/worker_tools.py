@@ -11,7 +11,10 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from actors import (
     AgentTemplate,
@@ -25,7 +28,7 @@ from actors import (
 )
 from supervisor import AgentHost, SessionNotFound
 from supervisor.workers._worker import SLOW_STEP
-from tests.supervisor.host_helpers import WAIT, EventWaiter, watch_events
+from tests.supervisor.host_helpers import WAIT, EventWaiter, poll_until, watch_events
 
 __all__ = [
     "WAIT",
@@ -35,6 +38,7 @@ __all__ = [
     "Holder",
     "boom",
     "burn",
+    "burn_together",
     "crash_template",
     "evicted_or_resumed",
     "fds",
@@ -89,6 +93,37 @@ def burn(n: int) -> int:
     for i in range(n):
         total += i * i
     return total
+
+
+def burn_together(directory: Path) -> Tool:
+    """A CPU-bound tool ``burn_together(me, peer, n)`` that first meets its peer call.
+
+    It creates the file ``directory/<me>`` and waits (up to ``WAIT``) for
+    ``directory/<peer>``, which the peer call creates: a barrier across
+    processes. Once both met, each call is known to have started before the
+    other ended. It then runs ``burn(n)`` and returns what it saw: its ``pid``,
+    whether it ``met`` the peer in time, the CPU seconds its thread used
+    (``cpu``, ``time.thread_time``), and its ``start`` and ``end`` on
+    ``time.monotonic`` (a system-wide clock on Linux: comparable across processes).
+    """
+
+    @tool
+    def burn_together(me: str, peer: str, n: int) -> dict[str, Any]:
+        """Meet the peer call, then burn CPU; report pid, CPU time and interval."""
+        start = time.monotonic()
+        (directory / me).touch()
+        met = poll_until((directory / peer).exists, WAIT)
+        cpu = time.thread_time()
+        burn(n=n)
+        return {
+            "pid": os.getpid(),
+            "met": met,
+            "cpu": time.thread_time() - cpu,
+            "start": start,
+            "end": time.monotonic(),
+        }
+
+    return burn_together
 
 
 @tool

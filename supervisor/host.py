@@ -50,6 +50,7 @@ from actors import (
 )
 from supervisor import _at_exit
 from supervisor._actor import kill, supervised_class
+from supervisor._data_dir import DataDirLock
 from supervisor._host_record import SessionInfo, SessionRecord
 from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
 from supervisor._session_attrs import SessionMetadata, validate
@@ -106,6 +107,8 @@ class AgentHost:
             knowing ``echo``.
         data_dir: Directory of the default store; defaults to
             ``./sessionvisor-data``, printed to stderr when the host starts.
+            The host owns the directory while it runs: another host on it
+            raises ``DataDirLocked``.
         checkpoint_every: Checkpoint after every N-th completed turn, durably
             before ``send`` returns; ``None`` checkpoints only on demand (and at
             hibernation, ``stop_session`` and ``shutdown``).
@@ -205,11 +208,19 @@ class AgentHost:
                 clock=clock,
             )
         self._owns_store = store is None
+        self._dir_lock: DataDirLock | None = None
         if store is None:
             directory = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
-            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self._dir_lock = DataDirLock(directory)  # DataDirLocked: another host owns it
+                store = SQLiteCheckpointStore(directory / "checkpoints.db")
+            except BaseException:
+                if self._dir_lock is not None:
+                    self._dir_lock.release()
+                if self._pool is not None:
+                    self._pool.close()
+                raise
             print(f"sessionvisor: checkpoints in {directory / 'checkpoints.db'}", file=sys.stderr)
-            store = SQLiteCheckpointStore(directory / "checkpoints.db")
         self.store: CheckpointStore = store
         self.providers = providers if providers is not None else ProviderRegistry()
         self.checkpoint_every = checkpoint_every
@@ -666,6 +677,8 @@ class AgentHost:
                 self._pool.close()
             if self._owns_store:
                 self.store.close()
+            if self._dir_lock is not None:
+                self._dir_lock.release()
         finally:
             self._shut_down.set()
 

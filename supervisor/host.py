@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sys
 import threading
 import time
 import uuid
@@ -52,7 +51,7 @@ from supervisor import _at_exit
 from supervisor._actor import kill, supervised_class
 from supervisor._data_dir import DataDirLock
 from supervisor._host_record import SessionInfo, SessionRecord
-from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
+from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
 from supervisor._session_attrs import SessionMetadata, validate
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.child_spec import ChildSpec
@@ -106,9 +105,9 @@ class AgentHost:
         providers: Resolves model strings of templates; defaults to a registry
             knowing ``echo``.
         data_dir: Directory of the default store; defaults to
-            ``./sessionvisor-data``, printed to stderr when the host starts.
-            The host owns the directory while it runs: another host on it
-            raises ``DataDirLocked``.
+            ``./sessionvisor-data``, logged (``supervisor.host``, INFO) when the
+            host starts. The host owns the directory while it runs: another
+            host on it raises ``DataDirLocked``.
         checkpoint_every: Checkpoint after every N-th completed turn, durably
             before ``send`` returns; ``None`` checkpoints only on demand (and at
             hibernation, ``stop_session`` and ``shutdown``).
@@ -220,7 +219,7 @@ class AgentHost:
                 if self._pool is not None:
                     self._pool.close()
                 raise
-            print(f"sessionvisor: checkpoints in {directory / 'checkpoints.db'}", file=sys.stderr)
+            logger.info("checkpoints in %s", directory / "checkpoints.db")
         self.store: CheckpointStore = store
         self.providers = providers if providers is not None else ProviderRegistry()
         self.checkpoint_every = checkpoint_every
@@ -932,8 +931,13 @@ class AgentHost:
                 record.ref = None
                 self._changed.notify_all()
         if is_abnormal(reason):
-            logger.warning("session %r crashed: %r; resuming it", entry.session_id, reason)
-            record.events.publish("crashed", reason=repr(reason))
+            why = describe_reason(reason)
+            logger.warning(
+                "session %r crashed (%s); resuming it from its last checkpoint",
+                entry.session_id,
+                why,
+            )
+            record.events.publish("crashed", reason=why)
 
     def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
         """The supervisor gave up on a session (past its restart intensity)."""
@@ -942,8 +946,13 @@ class AgentHost:
         if record is None:
             return
         self._set(record, "failed", None)
-        record.events.publish("given_up", reason=repr(reason))
-        logger.error("session %r given up after repeated crashes; last: %r", session_id, reason)
+        why = describe_reason(reason)
+        record.events.publish("given_up", reason=why)
+        logger.error(
+            "session %r given up after repeated crashes (last: %s); fix the cause and resume() it",
+            session_id,
+            why,
+        )
 
     def _record(self, session_id: str) -> SessionRecord:
         with self._lock:

@@ -32,6 +32,7 @@ from supervisor.errors import CheckpointNotFound as CheckpointNotFound
 from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
 from supervisor.errors import ChildStartError as ChildStartError
+from supervisor.errors import DataDirLocked as DataDirLocked
 from supervisor.errors import Killed as Killed
 from supervisor.errors import RemoteError as RemoteError
 from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
@@ -74,6 +75,7 @@ __all__ = [
     "ChildNotFound",
     "ChildSpec",
     "ChildStartError",
+    "DataDirLocked",
     "Down",
     "EvictCallback",
     "ExitReason",

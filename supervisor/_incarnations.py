@@ -27,7 +27,7 @@ import pykka
 from actors import AgentTemplate, Model, ProviderRegistry, Snapshot, TakeSnapshot
 from supervisor._checkpoints import Checkpoints
 from supervisor._host_record import SessionRecord
-from supervisor._lifecycle import ExitReason, is_abnormal, lifecycle_of
+from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
 from supervisor._session_table import SessionTable
 from supervisor.child_spec import ChildSpec
@@ -240,8 +240,13 @@ class Incarnations:
                 record.ref = None
                 self._table.changed.notify_all()
         if is_abnormal(reason):
-            logger.warning("session %r crashed: %r; resuming it", entry.session_id, reason)
-            record.events.publish("crashed", reason=repr(reason))
+            why = describe_reason(reason)
+            logger.warning(
+                "session %r crashed (%s); resuming it from its last checkpoint",
+                entry.session_id,
+                why,
+            )
+            record.events.publish("crashed", reason=why)
 
     def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
         """The supervisor gave up on a session (past its restart intensity)."""
@@ -249,8 +254,13 @@ class Incarnations:
         if record is None:
             return
         self._table.set(record, "failed", None)
-        record.events.publish("given_up", reason=repr(reason))
-        logger.error("session %r given up after repeated crashes; last: %r", session_id, reason)
+        why = describe_reason(reason)
+        record.events.publish("given_up", reason=why)
+        logger.error(
+            "session %r given up after repeated crashes (last: %s); fix the cause and resume() it",
+            session_id,
+            why,
+        )
 
     def hibernate(self, record: SessionRecord) -> bool:
         """Checkpoint the session and stop its incarnation; False if none was serving.

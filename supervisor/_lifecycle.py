@@ -25,6 +25,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 import pykka
 
+from supervisor.errors import Killed
+
 __all__ = [
     "NOPROC",
     "NORMAL",
@@ -36,6 +38,7 @@ __all__ = [
     "Notify",
     "attach_lifecycle",
     "deliver",
+    "describe_reason",
     "is_abnormal",
     "lifecycle_of",
 ]
@@ -68,6 +71,29 @@ def is_abnormal(reason: ExitReason) -> bool:
     Thread-safe (pure function).
     """
     return not isinstance(reason, str) or reason == NOPROC
+
+
+def describe_reason(reason: ExitReason) -> str:
+    """``reason`` in words, for log lines and event fields (a repr reads poorly there).
+
+    ``killed`` or ``killed: <why>`` for a ``Killed`` (``supervisor.kill``),
+    ``<TypeName>: <message>`` for any other exception (the type name alone
+    without a message), and a phrase for ``normal``, ``shutdown`` and ``noproc``.
+    Thread-safe (pure function).
+    """
+    if isinstance(reason, Killed):
+        return "killed" if reason.reason == "killed" else f"killed: {reason.reason}"
+    if isinstance(reason, BaseException):
+        message = str(reason)
+        return f"{type(reason).__name__}: {message}" if message else type(reason).__name__
+    return _REASON_WORDS.get(reason, reason)
+
+
+_REASON_WORDS: Final[dict[str, str]] = {
+    NORMAL: "stopped normally",
+    SHUTDOWN: "stopped by its supervisor",
+    NOPROC: "noproc: it was gone before anyone watched it, so why is unknown",
+}
 
 
 class MonitorRef:

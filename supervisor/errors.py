@@ -7,11 +7,15 @@ does not exist from one that exists but cannot be read.
 
 from __future__ import annotations
 
+import os
+import socket
+
 __all__ = [
     "CheckpointNotFound",
     "ChildAlreadyExists",
     "ChildNotFound",
     "ChildStartError",
+    "DataDirLocked",
     "Killed",
     "RemoteError",
     "RestartIntensityExceeded",
@@ -289,8 +293,48 @@ class WorkerStartError(SupervisorError):
         )
 
 
+class DataDirLocked(SupervisorError, RuntimeError):
+    """Another ``AgentHost`` owns the data directory: this one was not built.
+
+    Two hosts on one directory would each resume and run the same sessions,
+    and the last checkpoint written would silently win (acknowledged turns
+    lost). The owner holds the directory's ``host.lock`` for its whole life;
+    the kernel releases it when that process ends, however it ends, so this
+    error always means a live process. Read-only tools may still open the
+    store (``SQLiteCheckpointStore`` on its ``checkpoints.db``). ``pid``,
+    ``hostname`` and ``started`` describe the owner (``None`` if it had not
+    written them yet).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        pid: int | None,
+        hostname: str | None = None,
+        started: str | None = None,
+    ) -> None:
+        self.directory = os.fspath(directory)
+        self.pid = pid
+        self.hostname = hostname
+        self.started = started
+        since = "" if started is None else f", started {started}"
+        if pid is None:
+            owner = "another AgentHost (it has not written its pid yet)"
+        elif pid == os.getpid() and hostname == socket.gethostname():
+            owner = f"another AgentHost of this same process (pid {pid}{since})"
+        else:
+            where = "" if hostname is None else f" on host {hostname!r}"
+            owner = f"another AgentHost (pid {pid}{where}{since})"
+        super().__init__(
+            f"data directory {self.directory!r} is in use by {owner}: stop that host "
+            "(shutdown()), or use another data_dir; read-only tools may open its "
+            "checkpoints.db directly with SQLiteCheckpointStore"
+        )
+
+
 for _cls in (
     SupervisorError,
+    DataDirLocked,
     SessionAlreadyExists,
     SessionNotFound,
     CheckpointNotFound,

@@ -8,8 +8,8 @@ or worker processes), ``Sweeper`` (hibernation) and ``HostShutdown``.
 
 from __future__ import annotations
 
+import functools
 import logging
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -30,11 +30,12 @@ from actors import (
 )
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
+from supervisor._data_dir import DataDirLock
 from supervisor._hibernation import Sweeper
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
-from supervisor._runtime import WorkerInfo
+from supervisor._runtime import SessionRuntime, WorkerInfo
 from supervisor._runtimes import runtime_for
 from supervisor._session_attrs import SessionMetadata
 from supervisor._session_table import SessionTable
@@ -77,7 +78,9 @@ class AgentHost:
         providers: Resolves model strings of templates; defaults to a registry
             knowing ``echo``.
         data_dir: Directory of the default store; defaults to
-            ``./sessionvisor-data``, printed to stderr when the host starts.
+            ``./sessionvisor-data``, logged (``supervisor.host``, INFO) when the
+            host starts. The host owns the directory while it runs: another
+            host on it raises ``DataDirLocked``.
         checkpoint_every: Checkpoint after every N-th completed turn, durably
             before ``send`` returns; ``None`` checkpoints only on demand (and at
             hibernation, ``stop_session`` and ``shutdown``).
@@ -146,24 +149,27 @@ class AgentHost:
         _positive_or_none("checkpoint_every", checkpoint_every)
         _positive_or_none("hibernate_after_ms", hibernate_after_ms)
         RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
-        self._runtime = runtime_for(
-            workers,
-            clock,
-            memory_limit=worker_memory_limit,
-            initializer=worker_initializer,
-            initargs=worker_initargs,
-            call_timeout=worker_call_timeout,
-            start_method=worker_start_method,
-            max_restarts=worker_max_restarts,
-            max_seconds=worker_max_seconds,
-            io=worker_io,
-        )
-        self._owns_store = store is None
-        if store is None:
-            directory = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
-            directory.mkdir(parents=True, exist_ok=True)
-            print(f"sessionvisor: checkpoints in {directory / 'checkpoints.db'}", file=sys.stderr)
-            store = SQLiteCheckpointStore(directory / "checkpoints.db")
+        directory = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
+        dir_lock = None if store is not None else DataDirLock(directory)  # or DataDirLocked
+        try:
+            self._runtime = runtime_for(
+                workers,
+                clock,
+                memory_limit=worker_memory_limit,
+                initializer=worker_initializer,
+                initargs=worker_initargs,
+                call_timeout=worker_call_timeout,
+                start_method=worker_start_method,
+                max_restarts=worker_max_restarts,
+                max_seconds=worker_max_seconds,
+                io=worker_io,
+            )
+            if store is None:
+                store = _open_own_store(directory, self._runtime)
+        except BaseException:
+            if dir_lock is not None:
+                dir_lock.release()
+            raise
         self.store: CheckpointStore = store
         self._checkpoints = Checkpoints(store)
         self.providers = providers if providers is not None else ProviderRegistry()
@@ -200,7 +206,7 @@ class AgentHost:
             self._sessions,
             self._runtime,
             sweeper=self._sweeper,
-            close_store=store.close if self._owns_store else None,
+            close_store=None if dir_lock is None else functools.partial(_close, store, dir_lock),
             timeout=call_timeout,
             owner=self,
         )
@@ -504,6 +510,23 @@ class AgentHost:
             resume_from=resume_from,
         )
         return self._sessions.launch(record)
+
+
+def _open_own_store(directory: Path, runtime: SessionRuntime) -> CheckpointStore:
+    """The SQLite store in ``directory`` (closing ``runtime`` if it cannot be opened)."""
+    try:
+        store = SQLiteCheckpointStore(directory / "checkpoints.db")
+    except BaseException:
+        runtime.close()
+        raise
+    logger.info("checkpoints in %s", directory / "checkpoints.db")
+    return store
+
+
+def _close(store: CheckpointStore, dir_lock: DataDirLock) -> None:
+    """Close the host's own store, then give up its data directory."""
+    store.close()
+    dir_lock.release()
 
 
 def _positive_or_none(name: str, value: object) -> None:

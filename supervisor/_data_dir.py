@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import sys
@@ -38,11 +39,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor.errors import DataDirLocked
+from supervisor.sqlite_store import SQLiteCheckpointStore
 
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ["LOCK_FILE", "DataDirLock"]
+__all__ = ["LOCK_FILE", "DataDirLock", "OwnedStore"]
 
 LOCK_FILE = "host.lock"
 """Name of the lock file inside a data directory."""
@@ -110,6 +112,29 @@ class DataDirLock:
     def __repr__(self) -> str:
         state = "held" if self.held else "released"
         return f"<DataDirLock {str(self.directory)!r} {state}>"
+
+
+class OwnedStore:
+    """A host's own SQLite store in its data directory, with the directory's lock.
+
+    Opening takes the lock first (``DataDirLocked`` if another host holds it),
+    then opens ``checkpoints.db``; ``close`` closes the store, then gives the
+    directory up. Thread-safe as its parts are.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.lock = DataDirLock(directory)
+        try:
+            self.store = SQLiteCheckpointStore(directory / "checkpoints.db")
+        except BaseException:
+            self.lock.release()
+            raise
+        logging.getLogger("supervisor.host").info("checkpoints in %s", self.store.path)
+
+    def close(self) -> None:
+        """Close the store, then release the directory for the next host."""
+        self.store.close()
+        self.lock.release()
 
 
 def _lock_and_claim(fd: int, directory: Path) -> None:

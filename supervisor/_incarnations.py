@@ -55,6 +55,7 @@ class Incarnations:
         restart_wait: Seconds a call waits for a crashed session to come back.
         max_restarts, max_seconds: Each session's restart intensity.
         max_steps, checkpoint_every: Options of every incarnation.
+        hibernate_after_ms: The default idle time before a session hibernates.
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class Incarnations:
         max_seconds: float,
         max_steps: int,
         checkpoint_every: int | None,
+        hibernate_after_ms: int | None,
     ) -> None:
         self._table = table
         self._runtime = runtime
@@ -83,6 +85,7 @@ class Incarnations:
         self.max_seconds = max_seconds
         self.max_steps = max_steps
         self.checkpoint_every = checkpoint_every
+        self.hibernate_after_ms = hibernate_after_ms
         self.registry = SessionStore(on_evict=self._on_evict)
         self.root = SupervisorHandle.start(
             max_restarts=None,
@@ -262,17 +265,56 @@ class Incarnations:
             why,
         )
 
+    def start_new(  # noqa: PLR0917 (mirrors AgentHost.start_session's parameters)
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        tenant_id: str,
+        api_key: str | None,
+        attrs: dict[str, Any],
+        resume_from: Snapshot | None = None,
+    ) -> str:
+        """Record a new (or resumed) session and start its first incarnation; its id."""
+        record = self._table.create(
+            session_id,
+            template,
+            tenant_id,
+            api_key,
+            attrs,
+            fingerprint=self.registry.fingerprint,
+            hibernate_after_ms=self.hibernate_after_ms,
+            resume_from=resume_from,
+        )
+        return self.launch(record)
+
     def hibernate(self, record: SessionRecord) -> bool:
-        """Checkpoint the session and stop its incarnation; False if none was serving.
-        The caller holds the record's ``op_lock``."""
-        snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot("hibernate"))
-        if snapshot is None:
+        """Checkpoint the session and stop its incarnation; False if another operation
+        holds the session or no incarnation was serving."""
+        if not record.op_lock.acquire(blocking=False):
             return False
-        self._checkpoints.save(record, snapshot)
-        self._table.set(record, "hibernated", None)
-        self.root.terminate_child(record.session_id)
-        record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
-        return True
+        try:
+            snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot("hibernate"))
+            if snapshot is None:
+                return False
+            self._checkpoints.save(record, snapshot)
+            self._table.set(record, "hibernated", None)
+            self.root.terminate_child(record.session_id)
+            record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
+            return True
+        finally:
+            record.op_lock.release()
+
+    def hibernate_idle(self) -> list[str]:
+        """Hibernate every active session idle for longer than its limit; their ids."""
+        now = self._clock()
+        return [
+            record.session_id
+            for record in self._table.records()
+            if record.hibernate_after is not None
+            and record.status == "active"
+            and now - record.last_active >= record.hibernate_after
+            and self.hibernate(record)
+        ]
 
     def stop(self, record: SessionRecord) -> None:
         """Stop the session for good: final checkpoint, not restarted, forgotten. The caller

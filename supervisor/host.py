@@ -8,7 +8,6 @@ or worker processes), ``Sweeper`` (hibernation) and ``HostShutdown``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -30,12 +29,12 @@ from actors import (
 )
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
-from supervisor._data_dir import DataDirLock
+from supervisor._data_dir import OwnedStore
 from supervisor._hibernation import Sweeper
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
-from supervisor._runtime import SessionRuntime, WorkerInfo
+from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import runtime_for
 from supervisor._session_attrs import SessionMetadata
 from supervisor._session_table import SessionTable
@@ -44,7 +43,6 @@ from supervisor.errors import (
     SessionAlreadyExists,
 )
 from supervisor.intensity import RestartIntensity
-from supervisor.sqlite_store import SQLiteCheckpointStore
 
 __all__ = ["AgentHost"]
 
@@ -149,8 +147,10 @@ class AgentHost:
         _positive_or_none("checkpoint_every", checkpoint_every)
         _positive_or_none("hibernate_after_ms", hibernate_after_ms)
         RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
-        directory = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
-        dir_lock = None if store is not None else DataDirLock(directory)  # or DataDirLocked
+        owned = None
+        if store is None:  # the default store, in a data directory this host then owns
+            owned = OwnedStore(Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve())
+            store = owned.store
         try:
             self._runtime = runtime_for(
                 workers,
@@ -164,11 +164,9 @@ class AgentHost:
                 max_seconds=worker_max_seconds,
                 io=worker_io,
             )
-            if store is None:
-                store = _open_own_store(directory, self._runtime)
         except BaseException:
-            if dir_lock is not None:
-                dir_lock.release()
+            if owned is not None:
+                owned.close()
             raise
         self.store: CheckpointStore = store
         self._checkpoints = Checkpoints(store)
@@ -194,6 +192,7 @@ class AgentHost:
             max_seconds=max_seconds,
             max_steps=max_steps,
             checkpoint_every=checkpoint_every,
+            hibernate_after_ms=hibernate_after_ms,
         )
         self.registry = self._sessions.registry
         self._root = self._sessions.root
@@ -206,7 +205,7 @@ class AgentHost:
             self._sessions,
             self._runtime,
             sweeper=self._sweeper,
-            close_store=None if dir_lock is None else functools.partial(_close, store, dir_lock),
+            close_store=None if owned is None else owned.close,
             timeout=call_timeout,
             owner=self,
         )
@@ -238,7 +237,7 @@ class AgentHost:
         self._table.check_open()
         if self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
-        return self._launch(session_id, template, tenant_id, api_key, dict(attrs), None)
+        return self._sessions.start_new(session_id, template, tenant_id, api_key, dict(attrs))
 
     def resume(
         self,
@@ -276,7 +275,9 @@ class AgentHost:
             snapshot = self._checkpoints.relabel(None, snapshot, f"resumed from {checkpoint_id}")
         saved_tenant = snapshot.state.get("metadata", {}).get("tenant_id")
         tenant = tenant_id or (saved_tenant if isinstance(saved_tenant, str) else "default")
-        return self._launch(session_id, template, tenant, api_key, dict(attrs), snapshot)
+        return self._sessions.start_new(
+            session_id, template, tenant, api_key, dict(attrs), resume_from=snapshot
+        )
 
     def resume_all(self, template: AgentTemplate | Callable[[str], AgentTemplate]) -> list[str]:
         """Resume every session of the store that is not live here (after a host restart).
@@ -434,28 +435,11 @@ class AgentHost:
 
     def hibernate(self, session_id: str) -> bool:
         """Checkpoint the session and stop its actor now; False if it was busy or not active."""
-        record = self._table.live(session_id)
-        if not record.op_lock.acquire(blocking=False):
-            return False
-        try:
-            return self._sessions.hibernate(record)
-        finally:
-            record.op_lock.release()
+        return self._sessions.hibernate(self._table.live(session_id))
 
     def hibernate_idle(self) -> list[str]:
         """Hibernate every active session idle for longer than its limit; returns their ids."""
-        now = self._clock()
-        done = []
-        for record in self._table.records():
-            limit = record.hibernate_after
-            if (
-                limit is not None
-                and record.status == "active"
-                and now - record.last_active >= limit
-                and self.hibernate(record.session_id)
-            ):
-                done.append(record.session_id)
-        return done
+        return self._sessions.hibernate_idle()
 
     def stop_session(self, session_id: str) -> None:
         """Stop a session normally: final checkpoint, evicted, not restarted, forgotten."""
@@ -487,46 +471,6 @@ class AgentHost:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
-
-    # -- internals -------------------------------------------------------------
-
-    def _launch(  # noqa: PLR0917 (internal; mirrors start_session's parameters)
-        self,
-        session_id: str,
-        template: AgentTemplate,
-        tenant_id: str,
-        api_key: str | None,
-        attrs: dict[str, Any],
-        resume_from: Snapshot | None,
-    ) -> str:
-        record = self._table.create(
-            session_id,
-            template,
-            tenant_id,
-            api_key,
-            attrs,
-            fingerprint=self.registry.fingerprint,
-            hibernate_after_ms=self.hibernate_after_ms,
-            resume_from=resume_from,
-        )
-        return self._sessions.launch(record)
-
-
-def _open_own_store(directory: Path, runtime: SessionRuntime) -> CheckpointStore:
-    """The SQLite store in ``directory`` (closing ``runtime`` if it cannot be opened)."""
-    try:
-        store = SQLiteCheckpointStore(directory / "checkpoints.db")
-    except BaseException:
-        runtime.close()
-        raise
-    logger.info("checkpoints in %s", directory / "checkpoints.db")
-    return store
-
-
-def _close(store: CheckpointStore, dir_lock: DataDirLock) -> None:
-    """Close the host's own store, then give up its data directory."""
-    store.close()
-    dir_lock.release()
 
 
 def _positive_or_none(name: str, value: object) -> None:

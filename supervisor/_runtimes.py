@@ -7,7 +7,7 @@ from typing import Any
 
 from supervisor._runtime import SessionRuntime
 from supervisor._thread_runtime import ThreadRuntime
-from supervisor.workers import WorkerRuntime
+from supervisor.workers import WorkerPool, WorkerRuntime
 
 __all__ = ["runtime_for"]
 
@@ -34,7 +34,7 @@ def runtime_for(
         WorkerStartError: the workers could not start.
     """
     if workers is not None:
-        return WorkerRuntime(
+        pool = WorkerPool(
             workers,
             memory_limit=memory_limit,
             initializer=initializer,
@@ -46,6 +46,7 @@ def runtime_for(
             clock=clock,
             io=io,
         )
+        return WorkerRuntime(pool)
     given = {
         "worker_memory_limit": memory_limit,
         "worker_initializer": initializer,

@@ -50,7 +50,7 @@ from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
 from supervisor.workers._client import WorkerClient
-from supervisor.workers._io import DEFAULT, PipeIO
+from supervisor.workers._io import named as io_named
 from supervisor.workers._worker import WorkerSetup
 
 __all__ = ["WorkerPool"]
@@ -149,7 +149,9 @@ class WorkerPool:
         on_give_up: Called (with a message) when workers die too often and the
             pool stops replacing them.
         clock: Monotonic seconds, for the intensity window.
-        io: The pipe backend of every worker (``supervisor.workers._io``).
+        io: How both ends read each worker's pipe: ``"auto"`` (the platform's
+            best, chosen once at import) or ``"portable"`` (reader threads only,
+            as where ``epoll`` is missing); see ``supervisor.workers._io``.
     """
 
     def __init__(
@@ -165,7 +167,7 @@ class WorkerPool:
         max_seconds: float = 10.0,
         on_give_up: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        io: PipeIO = DEFAULT,
+        io: str = "auto",
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"workers must be a positive integer, got {size!r}")
@@ -182,9 +184,9 @@ class WorkerPool:
             )
         if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
             raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
-        self._io = io
+        self._io = io_named(io)
         self._setup = WorkerSetup(
-            memory_limit, _pickled_initializer(initializer, initargs), io=io.name
+            memory_limit, _pickled_initializer(initializer, initargs), io=self._io.name
         )
         context = _default_context() if start_method is None else None
         self._context = context or multiprocessing.get_context(start_method)

@@ -8,15 +8,12 @@ worker from the caller's thread through the incarnation's ``SessionLink``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pykka
 
 from actors import Send, TakeSnapshot
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, WorkerInfo
-from supervisor.workers._io import named as io_named
 from supervisor.workers._pool import WorkerPool
 from supervisor.workers._proxy import SessionLink, start_in_worker
 
@@ -24,44 +21,11 @@ __all__ = ["WorkerRuntime"]
 
 
 class WorkerRuntime:
-    """Runs sessions in ``size`` worker processes. Thread-safe.
+    """Runs sessions in the worker processes of ``pool``, which it then owns (``close``
+    shuts it down). Thread-safe."""
 
-    Args:
-        size: Number of worker processes (>= 1).
-        memory_limit, initializer, initargs, call_timeout, start_method,
-        max_restarts, max_seconds, clock: as ``WorkerPool`` takes them (the
-            ``worker_*`` options of ``AgentHost``).
-        io: How the two ends read a worker's pipe: ``"auto"`` (the platform's
-            best, chosen once at import) or ``"portable"`` (reader threads only,
-            as where ``epoll`` is missing; for tests of that path).
-    """
-
-    def __init__(
-        self,
-        size: int,
-        *,
-        memory_limit: int | None = None,
-        initializer: Callable[..., object] | None = None,
-        initargs: tuple[Any, ...] = (),
-        call_timeout: float | None = None,
-        start_method: str | None = None,
-        max_restarts: int = 50,
-        max_seconds: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-        io: str = "auto",
-    ) -> None:
-        self._pool = WorkerPool(
-            size,
-            memory_limit=memory_limit,
-            initializer=initializer,
-            initargs=initargs,
-            call_timeout=call_timeout,
-            start_method=start_method,
-            max_restarts=max_restarts,
-            max_seconds=max_seconds,
-            clock=clock,
-            io=io_named(io),
-        )
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
 
     def start(self, launch: SessionLaunch) -> pykka.ActorRef[Any]:
         """Place the session on a worker, start it there and its proxy here."""

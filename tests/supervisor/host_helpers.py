@@ -43,6 +43,7 @@ __all__ = [
     "EventWaiter",
     "FlakyModel",
     "Gate",
+    "HostFactory",
     "Journal",
     "ModelDown",
     "PacedSenders",
@@ -65,6 +66,9 @@ __all__ = [
     "watch_events",
     "xfail_in_process",
 ]
+
+HostFactory = Callable[..., AgentHost]
+"""The ``make_host`` fixture: builds an ``AgentHost`` in the test's mode (see conftest)."""
 
 WAIT = 5.0
 """Upper bound of every wait in these tests (seconds)."""

@@ -7,7 +7,6 @@ resume); every wait is on an event, a condition or a future, with a bound.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,9 +41,9 @@ from supervisor import (
 )
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import (
-    MODES,
     WAIT,
     FlakyModel,
+    HostFactory,
     Journal,
     ModelDown,
     assert_threads_back,
@@ -56,31 +55,6 @@ from tests.supervisor.host_helpers import (
     template,
     watch_events,
 )
-
-HostFactory = Callable[..., AgentHost]
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    """Every test runs with sessions in threads and in worker processes (unless thread_only)."""
-    return str(request.param)
-
-
-@pytest.fixture
-def make_host(mode: str) -> Iterator[HostFactory]:
-    """Build hosts in ``mode`` (a ``MemoryCheckpointStore`` unless ``store=`` is given);
-    shut all down."""
-    hosts: list[AgentHost] = []
-
-    def _make(**kwargs: Any) -> AgentHost:
-        kwargs.setdefault("store", MemoryCheckpointStore())
-        host = AgentHost(**host_options(mode), **kwargs)
-        hosts.append(host)
-        return host
-
-    yield _make
-    for host in hosts:
-        host.shutdown()
 
 
 @pytest.fixture

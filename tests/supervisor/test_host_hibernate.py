@@ -17,7 +17,6 @@ from actors import Message
 from supervisor import AgentHost, MemoryCheckpointStore, SessionNotFound
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import (
-    MODES,
     WAIT,
     Gate,
     Journal,
@@ -37,11 +36,6 @@ LIMIT_MS = 1000
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(100.0)
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture

@@ -17,38 +17,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
 from actors import AgentTemplate, Event, Snapshot
 from supervisor import AgentHost, CheckpointInfo, MemoryCheckpointStore
-from tests.supervisor.host_helpers import MODES, WAIT, host_options, pairs, template
+from tests.supervisor.host_helpers import MODES, WAIT, HostFactory, host_options, pairs, template
 from tests.supervisor.workers.worker_tools import segfault, sleepy_segfault
-
-HostFactory = Callable[..., AgentHost]
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def make_host(mode: str) -> Iterator[HostFactory]:
-    hosts: list[AgentHost] = []
-
-    def _make(**kwargs: Any) -> AgentHost:
-        kwargs.setdefault("store", MemoryCheckpointStore())
-        host = AgentHost(**{**host_options(mode), **kwargs})
-        hosts.append(host)
-        return host
-
-    yield _make
-    for host in hosts:
-        host.shutdown()
 
 
 class SlowSaveStore(MemoryCheckpointStore):

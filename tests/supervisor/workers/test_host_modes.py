@@ -14,10 +14,9 @@ import re
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,9 +38,8 @@ from supervisor import (
     TemplateNotPicklable,
 )
 from tests.supervisor.host_helpers import (
-    MODES,
     WAIT,
-    host_options,
+    HostFactory,
     pairs,
     registry_lookup_fails,
     template,
@@ -54,29 +52,6 @@ from tests.supervisor.workers.worker_tools import (
     crash_template,
     worker_pid,
 )
-
-HostFactory = Callable[..., AgentHost]
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def make_host(mode: str) -> Iterator[HostFactory]:
-    """Hosts in the parametrised mode (two workers in process mode); all shut down after."""
-    hosts: list[AgentHost] = []
-
-    def _make(**kwargs: Any) -> AgentHost:
-        kwargs.setdefault("store", MemoryCheckpointStore())
-        host = AgentHost(**{**host_options(mode), **kwargs})
-        hosts.append(host)
-        return host
-
-    yield _make
-    for host in hosts:
-        host.shutdown()
 
 
 def _contents(history: list[Message]) -> list[str | None]:

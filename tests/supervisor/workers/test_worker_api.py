@@ -146,3 +146,12 @@ def test_no_workers_in_thread_mode_and_after_shutdown() -> None:
     assert _child_worker_pids() == set()
     assert not host.workers_given_up
     assert host.worker_deaths == 0
+
+
+def test_worker_io_names_a_known_pipe_backend() -> None:
+    with pytest.raises(
+        ValueError, match="worker_io must be one of auto, epoll, portable; got 'fast'"
+    ):
+        AgentHost(MemoryCheckpointStore(), workers=1, worker_io="fast")
+    with pytest.raises(ValueError, match="worker_io only apply to worker processes"):
+        AgentHost(MemoryCheckpointStore(), worker_io="portable")

@@ -1,0 +1,35 @@
+"""Fixtures of the host tests: every host test runs in each of ``MODES``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from supervisor import AgentHost, MemoryCheckpointStore
+from tests.supervisor.host_helpers import MODES, HostFactory, host_options
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Where the test's hosts run their sessions (see ``host_helpers.MODES``); a test may
+    narrow it with ``thread_only`` or ``xfail_in_process``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_host(mode: str) -> Iterator[HostFactory]:
+    """Build hosts in ``mode`` (a ``MemoryCheckpointStore`` unless ``store=`` is given; other
+    keyword arguments override the mode's); shut all down after the test."""
+    hosts: list[AgentHost] = []
+
+    def _make(**kwargs: Any) -> AgentHost:
+        kwargs.setdefault("store", MemoryCheckpointStore())
+        host = AgentHost(**{**host_options(mode), **kwargs})
+        hosts.append(host)
+        return host
+
+    yield _make
+    for host in hosts:
+        host.shutdown()

@@ -6,6 +6,7 @@ ones marked ``thread_only`` (they say why).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,17 +19,15 @@ from supervisor import AgentHost, MemoryCheckpointStore, SessionNotFound
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import (
     WAIT,
-    Gate,
     Journal,
     assert_threads_back,
-    blocking_tool,
     host_options,
     registry_lookup_fails,
     session_thread_gone,
     template,
-    thread_only,
     watch_events,
 )
+from tests.supervisor.workers.worker_tools import FifoModel
 
 LIMIT_MS = 1000
 
@@ -120,20 +119,27 @@ def test_history_of_a_hibernated_session_does_not_wake_it(
     assert registry_lookup_fails(host, sid)
 
 
-@thread_only("the Gate tool rendezvouses with the test on threading.Events of this process")
-def test_a_busy_session_is_not_hibernated(host: AgentHost, clock: FakeClock) -> None:
-    gate = Gate()
-    sid = host.start_session(template(tools=[blocking_tool(gate)]))
-    with ThreadPoolExecutor(1) as pool:
-        busy = pool.submit(host.send, sid, "/hold {}")
-        assert gate.entered.wait(WAIT)
-        clock.now += 60
+def test_a_busy_session_is_not_hibernated(
+    host: AgentHost, clock: FakeClock, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    gate = os.open(fifo, os.O_RDWR)  # the model blocks on this pipe until the test writes
+    try:
+        sid = host.start_session(template(model=FifoModel(str(fifo))))
+        events = watch_events(host, sid)
+        with ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(host.send, sid, "hold")
+            events.wait_for("turn_started")
+            clock.now += 60
 
-        assert host.hibernate_idle() == []
-        assert host.hibernate(sid) is False
+            assert host.hibernate_idle() == []
+            assert host.hibernate(sid) is False
 
-        gate.release.set()
-        assert busy.result(timeout=WAIT).content == "hold returned: released"
+            os.write(gate, b"x")
+            assert busy.result(timeout=WAIT).content == "echo: hold"
+    finally:
+        os.close(gate)
     assert [s.status for s in host.list_sessions()] == ["active"]
     # The turn that just ended counts as activity.
     assert host.hibernate_idle() == []

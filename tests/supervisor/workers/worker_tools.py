@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from actors import (
     AgentTemplate,
@@ -28,11 +29,16 @@ from supervisor.workers._worker import SLOW_STEP
 from tests.supervisor.host_helpers import WAIT, EventWaiter, watch_events
 
 __all__ = [
+    "RATE_LIMIT_BODY",
     "WAIT",
+    "APIStatusError",
     "EventWaiter",
     "FailingStart",
+    "FakeResponse",
     "FifoModel",
     "Holder",
+    "RateLimitError",
+    "RateLimitedModel",
     "boom",
     "burn",
     "crash_template",
@@ -167,3 +173,48 @@ def portable_pipe_reading() -> None:
     from supervisor.workers import _worker_pipe  # noqa: PLC0415 (the worker's own module)
 
     _worker_pipe.SESSIONS_READ_THE_PIPE = False
+
+
+class FakeResponse:
+    """A live HTTP response as an SDK error holds one (not plain data: it stays in a worker)."""
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.headers = {"x-request-id": "req-1"}
+
+
+class APIStatusError(Exception):
+    """Shaped like ``openai.APIStatusError``: keyword-only ``__init__`` arguments, so
+    ``cls(*exc.args)`` cannot build it again, and a live ``response`` attribute."""
+
+    def __init__(self, message: str, *, response: FakeResponse, body: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.response: FakeResponse | None = response
+        self.body = body
+        self.status_code = response.status_code
+
+
+class RateLimitError(APIStatusError):
+    """Shaped like ``openai.RateLimitError``: what a provider raises for HTTP 429."""
+
+
+RATE_LIMIT_BODY: dict[str, Any] = {
+    "error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
+}
+"""The ``body`` of the ``RateLimitError`` that ``RateLimitedModel`` raises."""
+
+
+class RateLimitedModel(EchoModel):
+    """``EchoModel`` that raises ``RateLimitError`` (HTTP 429) for user text ``!429``."""
+
+    model_string = "rate-limited-echo"
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        if messages and messages[-1].role == "user" and messages[-1].content == "!429":
+            raise RateLimitError(
+                "Error code: 429 - Rate limit reached",
+                response=FakeResponse(429),
+                body=RATE_LIMIT_BODY,
+            )
+        return super().generate(messages, tools)

@@ -205,17 +205,37 @@ class WorkerCrashed(SessionCrashed):
 
 
 class RemoteError(SupervisorError):
-    """An exception raised inside a worker process that has no local equivalent to re-raise.
+    """An exception raised inside a worker process whose class could not be rebuilt here.
 
-    ``type_name`` and ``remote_message`` are the original exception's class name and
-    message (the model raising on a turn, say). Not a crash: the session lives on,
-    exactly as when the model raises in thread mode.
+    A worker's exception normally reaches the caller as its own class (as in
+    thread mode); this stands in for it when that class is not available in
+    this process: its module was never imported here (import it in the host),
+    it is defined inside a function, or it cannot be created without its
+    ``__init__``. ``type_name`` and ``type_module`` are the original class's
+    ``__qualname__`` and ``__module__``, ``remote_message`` its ``str()``,
+    ``remote_traceback`` the traceback formatted in the worker (also the
+    ``__cause__``) and ``reason`` why the class could not be rebuilt. Not a
+    crash: the session lives on, as when the model raises in thread mode.
+    Immutable once built: safe to share between threads.
     """
 
-    def __init__(self, type_name: str, remote_message: str) -> None:
+    def __init__(
+        self,
+        type_name: str,
+        remote_message: str,
+        *,
+        type_module: str = "",
+        remote_traceback: str = "",
+        reason: str = "",
+    ) -> None:
         self.type_name = type_name
+        self.type_module = type_module
         self.remote_message = remote_message
-        super().__init__(f"{type_name}: {remote_message} (raised in a worker process)")
+        self.remote_traceback = remote_traceback
+        self.reason = reason
+        where = f"{type_module}.{type_name}" if type_module else type_name
+        why = f"; {reason}" if reason else ""
+        super().__init__(f"{where}: {remote_message} (raised in a worker process{why})")
 
 
 class TemplateNotPicklable(SupervisorError, TypeError):

@@ -26,7 +26,7 @@ Worker -> parent::
 
     {"op": "ready"}                                       first frame: the worker serves
     {"id": int, "ok": true, "payload": ...}                 a reply
-    {"id": int, "ok": false, "error": {"type", "message", "args"}}
+    {"id": int, "ok": false, "error": <an error map, below>}
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
     {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
     {"op": "down", "session": sid, "reason": str}         a session died in the worker
@@ -43,6 +43,21 @@ A call whose session ended while the call waited fails with error type
 session was running when it died (a crash during the call), false for calls
 still queued behind it (never run: safe to send again to the next incarnation).
 
+An error map is plain data, never a pickle::
+
+    {"type": qualname, "module": str, "message": str(exc), "args": [...],
+     "attrs": {name: value}, "cause_attrs": [name], "cause": <error map>?,
+     "traceback": str}
+
+``encode_error`` writes it in the worker and ``decode_error`` rebuilds the
+exception in the parent with its own class, looked up by ``module`` and
+``type`` among the modules the parent has already imported, created without
+running an ``__init__`` written in Python (``decode_error`` says what is kept
+and what is not).
+A worker cannot make the parent run code of its choosing: nothing is
+unpickled and nothing is imported; the worst a frame can do is name a
+different exception class, or carry wrong values.
+
 ``load_template`` carries cloudpickle bytes (the template's closures, and the
 live model the parent resolved from a model string, or empty bytes when the
 template holds a live model itself); everything else is plain data. Events are pushed
@@ -52,26 +67,63 @@ them when the call returns.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import traceback
+from types import ModuleType, WrapperDescriptorType
 from typing import Any
 
-import cloudpickle
 import msgpack
 
-from actors import PluginError, SteeringQueueFull, TurnLimitExceeded
 from supervisor.errors import RemoteError
 
-__all__ = ["SESSION_DOWN", "SessionDown", "decode_error", "encode_error", "pack", "unpack"]
+__all__ = [
+    "SESSION_DOWN",
+    "RemoteTraceback",
+    "SessionDown",
+    "decode_error",
+    "encode_error",
+    "pack",
+    "unpack",
+]
 
 SESSION_DOWN = "SessionDown"
 """Error type of a reply to a call whose session died in the worker while it waited."""
 
+_MAX_CAUSES = 8
+"""How many links of an exception's ``__cause__`` chain an error map carries."""
+
+_MAX_NESTING = 32
+"""How deep lists and dicts may nest in a value that is carried as plain data."""
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+"""The integers msgpack can carry."""
+
 
 class SessionDown(RemoteError):
-    """The parent's form of a ``SessionDown`` reply; ``started``: the call had begun running."""
+    """The parent's form of a ``SessionDown`` reply; ``started``: the call had begun running.
+
+    Immutable once built: safe to share between threads.
+    """
 
     def __init__(self, remote_message: str, *, started: bool) -> None:
         super().__init__(SESSION_DOWN, remote_message)
         self.started = started
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker process, formatted there.
+
+    ``decode_error`` makes it the ``__cause__`` of the exception it rebuilds (of
+    the innermost one, when the remote exception had causes of its own), so a
+    traceback printed in the parent shows where the error happened in the
+    worker. ``str()`` of it, and ``text``, are that traceback. Immutable once
+    built: safe to share between threads.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
 
 
 def pack(frame: dict[str, Any]) -> bytes:
@@ -88,60 +140,237 @@ def unpack(data: bytes) -> dict[str, Any]:
     return frame
 
 
-def encode_error(exc: BaseException) -> dict[str, Any]:
-    """The error part of a failed reply: type name, message and what rebuilds it."""
-    args: list[Any] = []
-    if isinstance(exc, SteeringQueueFull):
-        args = [exc.limit]
-    elif isinstance(exc, TurnLimitExceeded):
-        args = [getattr(exc, "max_steps", 0)]
-    elif isinstance(exc, PluginError):
-        args = [exc.plugin, exc.hook, type(exc.error).__name__, str(exc.error)]
-    try:  # the exception itself, so the caller sees the same class as in thread mode
-        pickled: bytes | None = cloudpickle.dumps(exc)
-    except Exception:
-        pickled = None
-    return {"type": type(exc).__name__, "message": str(exc), "args": args, "pickled": pickled}
+class _NotPlain(Exception):
+    """Raised by ``_plain`` for a value that is not plain data."""
 
 
-def _unpickled(data: object) -> Exception | None:
-    """The worker's own exception object, when it pickled and unpickles cleanly.
+def _plain(value: object, depth: int = 0) -> Any:
+    """``value`` as plain msgpack data, or ``_NotPlain``.
 
-    Only our own worker process writes these bytes. Exceptions whose
-    ``__init__`` does not accept their ``args`` back fail to unpickle; they
-    take the explicit paths below instead.
+    Plain: ``None``, ``bool``, ``int`` (in msgpack's range), ``float``, ``str``,
+    ``bytes``, and lists, tuples and dicts of those (dict keys scalar). Tuples
+    arrive as lists (msgpack has one array type). Subclasses of ``int``,
+    ``float``, ``str`` and ``bytes`` (an ``IntEnum`` such as ``HTTPStatus``)
+    arrive as the base type, so they still compare equal.
     """
-    if not isinstance(data, bytes):
-        return None
+    if value is None or isinstance(value, bool):  # bool cannot be subclassed
+        return value
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise _NotPlain
+        return int.__int__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    if depth >= _MAX_NESTING:
+        raise _NotPlain
+    if isinstance(value, list | tuple):
+        return [_plain(item, depth + 1) for item in value]
+    if isinstance(value, dict):
+        plain: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, list | tuple | dict):
+                raise _NotPlain
+            plain[_plain(key, depth + 1)] = _plain(item, depth + 1)
+        return plain
+    raise _NotPlain
+
+
+def _arg(value: object) -> Any:
+    """An element of ``args`` as plain data, or else its ``repr`` (keeps its position)."""
     try:
-        exc = cloudpickle.loads(data)
-    except Exception:
-        return None
-    return exc if isinstance(exc, Exception) else None
+        return _plain(value)
+    except _NotPlain:
+        return _safely(repr, value)
+
+
+def _safely(text: Any, value: object) -> str:
+    """``text(value)`` (``str`` or ``repr``), or a placeholder when that raises."""
+    try:
+        return str(text(value))
+    except Exception as exc:
+        return f"<{text.__name__}() of {type(value).__qualname__} failed: {exc!r}>"
+
+
+def _encode(exc: BaseException, causes: int) -> dict[str, Any]:
+    cls = type(exc)
+    cause = exc.__cause__
+    attrs: dict[str, Any] = {}
+    cause_attrs: list[str] = []
+    for name, value in vars(exc).items():
+        if not isinstance(name, str):
+            continue
+        if cause is not None and value is cause:  # PluginError.error: the cause itself
+            cause_attrs.append(name)
+            continue
+        try:
+            attrs[name] = _plain(value)
+        except _NotPlain:
+            attrs[name] = None  # a live object (an HTTP response): it stays in the worker
+    error: dict[str, Any] = {
+        "type": cls.__qualname__,
+        "module": cls.__module__,
+        "message": _safely(str, exc),
+        "args": [_arg(arg) for arg in exc.args],
+        "attrs": attrs,
+        "cause_attrs": cause_attrs,
+    }
+    if cause is not None and causes > 0:
+        error["cause"] = _encode(cause, causes - 1)
+    return error
+
+
+def encode_error(exc: BaseException) -> dict[str, Any]:
+    """The error map of a failed reply: what ``decode_error`` needs to rebuild ``exc``.
+
+    Plain data only, never a pickle. Carries the class's ``__module__`` and
+    ``__qualname__``; ``str(exc)``; ``exc.args``, where an element that is not
+    plain data (see ``_plain``) is replaced by its ``repr``, so positions are
+    kept; the instance attributes (``vars(exc)``), where a value that is not
+    plain data (an HTTP response, a client) is replaced by ``None``, so the
+    attribute still exists on the rebuilt exception; the explicit ``__cause__``
+    chain (``raise ... from``), up to ``_MAX_CAUSES`` links, where an attribute
+    holding the cause itself (``PluginError.error``) is named in
+    ``cause_attrs``; and the formatted traceback of the whole chain. Never
+    raises: a ``str()`` or ``repr()`` that fails is replaced by a placeholder.
+    """
+    error = _encode(exc, _MAX_CAUSES)
+    error["traceback"] = "".join(traceback.format_exception(exc))
+    return error
+
+
+class _Refused(Exception):
+    """Why an error map cannot be rebuilt as its own class (the message says so)."""
+
+
+def _exception_class(module_name: object, qualname: object) -> type[Exception]:
+    """The class named by a worker, from a module this process has already imported.
+
+    Nothing is imported: a name from the worker must not make this process run
+    a module's top-level code. The module is looked up in ``sys.modules`` and
+    the qualified name in the ``__dict__`` of the module and of each enclosing
+    class, so no module ``__getattr__`` or descriptor runs either. Only
+    ``Exception`` subclasses qualify: a worker catches nothing else, and a
+    ``SystemExit`` or ``KeyboardInterrupt`` raised from a call would stop the
+    caller's thread or program.
+    """
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        raise _Refused("the error map names no class")
+    full = f"{module_name}.{qualname}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        raise _Refused(
+            f"module {module_name!r} is not imported in this process; import it in the "
+            f"host to catch {full} itself"
+        )
+    found: object = module
+    path = module_name
+    for part in qualname.split("."):
+        if not isinstance(found, ModuleType | type):
+            raise _Refused(
+                f"{full} cannot be looked up: {path} is a {type(found).__name__}, not a "
+                "class; define the exception class at module level"
+            )
+        found = vars(found).get(part)
+        path = f"{path}.{part}"
+        if found is None:
+            raise _Refused(f"{full} is not defined in this process")
+    if not isinstance(found, type) or not issubclass(found, Exception):
+        raise _Refused(f"{full} is not an Exception class")
+    return found
+
+
+def _instance(error: dict[str, Any]) -> Exception:
+    """The remote exception as its own class, built without running Python ``__init__`` code.
+
+    ``args`` go to ``__new__``: built-in exceptions such as ``OSError`` set
+    their fields (``errno``, ``strerror``) there from the arguments. An
+    ``__init__`` that is the interpreter's own (not written in Python) runs
+    too, as it cannot run code and C exceptions such as ``UnicodeDecodeError``
+    set their fields there; if it refuses the arguments the fields stay unset.
+    A ``__new__`` written in Python (rare in exception classes) does run: it is
+    code this process loaded itself, the worker only picks the class.
+    """
+    cls = _exception_class(error.get("module"), error.get("type"))
+    args, attrs = error.get("args", []), error.get("attrs", {})
+    if not isinstance(args, list) or not isinstance(attrs, dict):
+        raise _Refused("the error map's args or attrs are malformed")
+    full = f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        exc = cls.__new__(cls, *args)
+    except Exception as refused:
+        raise _Refused(f"{full} cannot be created without its __init__: {refused!r}") from None
+    if not isinstance(exc, Exception):
+        raise _Refused(f"{full}.__new__ returned a {type(exc).__qualname__}, not an exception")
+    init = cls.__init__
+    if isinstance(init, WrapperDescriptorType):
+        with contextlib.suppress(Exception):
+            init(exc, *args)
+    try:
+        exc.args = tuple(args)
+        vars(exc).update((name, value) for name, value in attrs.items() if isinstance(name, str))
+    except Exception as refused:
+        raise _Refused(f"{full} refused its args or attributes: {refused!r}") from None
+    return exc
+
+
+def _decode(error: dict[str, Any], remote: RemoteTraceback, causes: int) -> Exception:
+    cause_map = error.get("cause")
+    cause = None
+    if isinstance(cause_map, dict) and causes > 0:
+        cause = _decode(cause_map, remote, causes - 1)
+    try:
+        exc = _instance(error)
+    except _Refused as refused:
+        exc = RemoteError(
+            str(error.get("type", "?")),
+            str(error.get("message", "")),
+            type_module=str(error.get("module", "")),
+            remote_traceback=remote.text,
+            reason=str(refused),
+        )
+    else:
+        names = error.get("cause_attrs", [])
+        if cause is not None and isinstance(names, list):
+            vars(exc).update((name, cause) for name in names if isinstance(name, str))
+    exc.__cause__ = remote if cause is None else cause
+    return exc
 
 
 def decode_error(error: dict[str, Any]) -> Exception:
-    """The exception to raise in the parent for a failed reply.
+    """The exception to raise in the parent for the error map of a failed reply.
 
-    The worker's exception itself when it survives a pickle round trip (a
-    model's ``RuntimeError`` reaches the caller as in thread mode); otherwise
-    ``PluginError``, ``SteeringQueueFull`` and ``TurnLimitExceeded`` are rebuilt
-    (a plugin's own exception as a ``RemoteError`` cause), and anything else
-    becomes a ``RemoteError`` naming the original type and message.
+    The worker's exception is rebuilt with its own class, so ``except
+    openai.RateLimitError`` works as in thread mode. The class is looked up in
+    the modules this process has already imported (see ``_exception_class``;
+    the template was built here, so its modules usually are) and created
+    without running an ``__init__`` written in Python (see ``_instance``: SDK
+    errors take keyword-only arguments the worker does not send, and it would
+    run code on values the worker chose), then given ``args`` and the plain
+    attributes (live ones are ``None``). ``str()`` of the result is the
+    original's whenever ``__str__`` depends only on ``args`` and plain
+    attributes. Its ``__cause__`` is the rebuilt remote cause, if any, and at
+    the end of that chain a ``RemoteTraceback`` with the worker's traceback
+    text. ``PluginError.error`` is the rebuilt plugin error.
+
+    When the class cannot be had (module not imported here, name not found, not
+    an ``Exception`` subclass, ``__new__`` refusing) the result is a
+    ``RemoteError`` carrying the type's name, the message, the traceback text
+    and why. A ``SessionDown`` reply becomes ``SessionDown``. Nothing the worker
+    sent is unpickled or imported, and this never raises: a malformed map
+    yields a ``RemoteError`` too.
     """
-    kind, message, args = error.get("type", "?"), error.get("message", ""), error.get("args", [])
-    if kind == SESSION_DOWN:
-        return SessionDown(str(message), started=bool(args[0]) if args else True)
-    if kind == "SteeringQueueFull" and args:
-        return SteeringQueueFull(int(args[0]))
-    if kind == "TurnLimitExceeded" and args:
-        return TurnLimitExceeded(int(args[0]))
-    own = _unpickled(error.get("pickled"))
-    if own is not None:
-        return own
-    if kind == "PluginError" and len(args) == 4:
-        cause = RemoteError(str(args[2]), str(args[3]))
-        exc = PluginError(str(args[0]), str(args[1]), cause)
-        exc.__cause__ = cause
-        return exc
-    return RemoteError(str(kind), str(message))
+    if not isinstance(error, dict):
+        return RemoteError("?", repr(error), reason="the reply's error is not a map")
+    kind, message = str(error.get("type", "?")), str(error.get("message", ""))
+    if kind == SESSION_DOWN and "module" not in error:
+        args = error.get("args") or [True]
+        return SessionDown(message, started=bool(args[0]) if isinstance(args, list) else True)
+    remote = RemoteTraceback(str(error.get("traceback", "")))
+    try:
+        return _decode(error, remote, _MAX_CAUSES)
+    except Exception as malformed:  # a map no worker of ours writes
+        return RemoteError(kind, message, remote_traceback=remote.text, reason=repr(malformed))

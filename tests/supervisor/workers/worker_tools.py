@@ -31,11 +31,16 @@ from supervisor.workers._worker import SLOW_STEP
 from tests.supervisor.host_helpers import WAIT, EventWaiter, poll_until, watch_events
 
 __all__ = [
+    "RATE_LIMIT_BODY",
     "WAIT",
+    "APIStatusError",
     "EventWaiter",
     "FailingStart",
+    "FakeResponse",
     "FifoModel",
     "Holder",
+    "RateLimitError",
+    "RateLimitedModel",
     "boom",
     "burn",
     "burn_together",
@@ -200,4 +205,49 @@ class FifoModel(EchoModel):
         with open(self.path, "rb", buffering=0) as fifo:  # unbuffered: one byte per call
             fifo.read(1)
         threading.Event().wait(SLOW_STEP * 2)  # the provider's own latency
+        return super().generate(messages, tools)
+
+
+class FakeResponse:
+    """A live HTTP response as an SDK error holds one (not plain data: it stays in a worker)."""
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.headers = {"x-request-id": "req-1"}
+
+
+class APIStatusError(Exception):
+    """Shaped like ``openai.APIStatusError``: keyword-only ``__init__`` arguments, so
+    ``cls(*exc.args)`` cannot build it again, and a live ``response`` attribute."""
+
+    def __init__(self, message: str, *, response: FakeResponse, body: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.response: FakeResponse | None = response
+        self.body = body
+        self.status_code = response.status_code
+
+
+class RateLimitError(APIStatusError):
+    """Shaped like ``openai.RateLimitError``: what a provider raises for HTTP 429."""
+
+
+RATE_LIMIT_BODY: dict[str, Any] = {
+    "error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
+}
+"""The ``body`` of the ``RateLimitError`` that ``RateLimitedModel`` raises."""
+
+
+class RateLimitedModel(EchoModel):
+    """``EchoModel`` that raises ``RateLimitError`` (HTTP 429) for user text ``!429``."""
+
+    model_string = "rate-limited-echo"
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        if messages and messages[-1].role == "user" and messages[-1].content == "!429":
+            raise RateLimitError(
+                "Error code: 429 - Rate limit reached",
+                response=FakeResponse(429),
+                body=RATE_LIMIT_BODY,
+            )
         return super().generate(messages, tools)

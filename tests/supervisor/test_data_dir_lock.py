@@ -74,10 +74,14 @@ if __name__ == "__main__":
     host = AgentHost(data_dir=sys.argv[1], **json.loads(sys.argv[2]))
     sid = host.start_session(AgentTemplate(), "kept")
     answer = host.send(sid, "before the kill").content
+    started, running = os.pipe()
     child = os.fork() if sys.argv[3] == "fork" else None
     if child == 0:  # a child of the host's process that lives on after it: until SIGKILL
+        os.write(running, b"x")  # its at-fork handlers have run by now
         while True:
             signal.pause()
+    if child is not None:
+        os.read(started, 1)
     workers = [worker.pid for worker in host.workers()]
     print(json.dumps({"answer": answer, "workers": workers, "child": child}), flush=True)
     sys.stdin.read()  # until the test kills this process

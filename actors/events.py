@@ -3,6 +3,13 @@
 Events are what a host shows and logs about a session (turns, model calls, tool
 calls, plugin errors). The buffer is bounded: when full, the oldest event is
 dropped and counted, so a session that nobody reads never grows without limit.
+
+A stream can outlive its buffer: when a session is resumed in a new process (or
+after ``stop_session`` + ``resume``), its new buffer continues the numbering
+after the last seq persisted with the checkpoint (``EventBuffer(size,
+after=mark)``), so a reader's cursor from before the restart still means
+something: the events up to the mark read as dropped, like events that fell
+out of a full buffer.
 """
 
 from __future__ import annotations
@@ -49,8 +56,14 @@ class EventBatch:
     Attributes:
         events: New events, oldest first.
         cursor: Pass it back as ``since`` to get only what comes after.
-        missed: Events published after the caller's cursor but dropped before
-            it read them (the buffer was full).
+        missed: Events published after the caller's cursor that it can no
+            longer get: dropped because the buffer was full, or published
+            before the stream was restarted (seqs up to ``after``, see
+            ``EventBuffer``). For a cursor beyond the stream's last seq (a
+            cursor from an earlier life of a restarted stream), only the
+            events of the current life that were dropped: how many events
+            the earlier life published after the persisted mark is unknowable.
+            Always 0 when ``since`` had no cursor.
     """
 
     events: tuple[Event, ...]
@@ -67,15 +80,37 @@ class EventBuffer:
 
     Thread-safe: one lock guards the buffer; subscribers run outside it.
 
+    A buffer created with ``after=n`` continues a stream whose earlier life (an
+    earlier process, or the session before it was stopped) published up to seq
+    ``n``: its first event is ``n + 1`` and seqs ``1..n`` read as dropped
+    (``since(c)`` counts ``n - c`` of them in ``missed``). ``continue_after``
+    does the same to a buffer that has published nothing yet.
+
     Args:
         size: Most events kept; the oldest are dropped beyond it.
+        after: The last seq of the stream's earlier life (the mark persisted
+            with the session's checkpoint); 0 for a new stream.
+
+    Raises:
+        ValueError: ``size`` is not a positive integer, or ``after`` is not a
+            non-negative integer.
     """
 
-    __slots__ = ("_dropped", "_events", "_head", "_last", "_lock", "_subscribers", "size")
+    __slots__ = (
+        "_dropped",
+        "_events",
+        "_head",
+        "_last",
+        "_lock",
+        "_start",
+        "_subscribers",
+        "size",
+    )
 
-    def __init__(self, size: int = 1000) -> None:
+    def __init__(self, size: int = 1000, *, after: int = 0) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"event_buffer_size must be a positive integer, got {size!r}")
+        _check_after(after)
         self.size = size
         # A list, not a deque: an idle session's buffer then costs bytes, not a
         # 64-slot block (hosts keep thousands of hibernated sessions). Once it
@@ -83,7 +118,9 @@ class EventBuffer:
         # at ``_head``, instead of shifting the whole list left by one.
         self._events: list[Event] = []
         self._head = 0
-        self._last = 0  # seq of the newest event; events are numbered without gaps
+        # This life of the stream numbers its events ``_start + 1 ..`` without gaps.
+        self._start = after
+        self._last = after  # seq of the newest event (``_start`` until the first)
         self._dropped = 0
         self._subscribers: tuple[Subscriber, ...] = ()  # replaced, never mutated
         self._lock = threading.Lock()
@@ -93,6 +130,37 @@ class EventBuffer:
         """How many events were dropped because the buffer was full."""
         with self._lock:
             return self._dropped
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest event published (``after`` until the first, 0 for a new stream).
+
+        This is the mark to persist with a checkpoint, so that the stream's next
+        life continues after it. It counts dropped events too. Read without the
+        lock: reading one attribute is atomic.
+        """
+        return self._last
+
+    def continue_after(self, after: int) -> None:
+        """Number this buffer's events after ``after``, as ``EventBuffer(size, after=after)`` does.
+
+        For a buffer created before the persisted mark was known. Allowed only
+        until the first event is published: renumbering published events would
+        make cursors already handed out point at other events.
+
+        Raises:
+            ValueError: ``after`` is not a non-negative integer.
+            RuntimeError: The buffer already published an event.
+        """
+        _check_after(after)
+        with self._lock:
+            if self._last != self._start:
+                raise RuntimeError(
+                    f"EventBuffer.continue_after({after}) called after seq {self._last} was "
+                    f"published; continue a stream only before its first event, or create "
+                    f"EventBuffer(size, after={after}) for the new life"
+                )
+            self._start = self._last = after
 
     def publish(self, type_: str, **data: Any) -> Event:
         """Append an event and hand it to every subscriber.
@@ -119,16 +187,42 @@ class EventBuffer:
         return event
 
     def since(self, cursor: int | None = None) -> EventBatch:
-        """Events after ``cursor`` (all retained events when ``None``)."""
-        after = 0 if cursor is None else cursor
+        """Events after ``cursor``, the cursor to pass next, and how many were missed.
+
+        A reader that loops ``batch = since(cursor); cursor = batch.cursor``
+        sees every event once, and ``missed`` counts those it cannot get:
+
+        * ``cursor`` is ``None``: every retained event; ``missed`` is 0.
+        * ``cursor`` up to the last seq (a negative one reads as 0): the
+          retained events newer than it; ``missed`` counts the events after it
+          that are gone (dropped from the full buffer, or from before the
+          stream was continued ``after`` a mark).
+        * ``cursor`` beyond the last seq: it comes from an earlier life of the
+          stream whose events after the persisted mark were lost with it (or
+          was never handed out). Returning nothing until the new life caught
+          up with it would skip the new life's first events silently, so this
+          returns every retained event of the current life, with the last seq
+          as cursor; ``missed`` counts only the current life's dropped events,
+          since what the earlier life published after the mark is unknowable.
+
+        A stale cursor that the new life has already overtaken cannot be told
+        from a current one: its reader gets the events after it and skips, with
+        ``missed`` 0, the new life's events numbered up to it.
+
+        The returned cursor is always the last seq published.
+        """
         with self._lock:
-            head, last = self._head, self._last
+            head, last, start = self._head, self._last, self._start
             retained = self._events[head:] + self._events[:head]  # oldest first
         # Seqs have no gaps, so the retained events are ``oldest..last`` in order.
         oldest = last - len(retained) + 1
-        events = tuple(retained[max(0, after - oldest + 1) :])
-        missed = max(0, oldest - after - 1) if cursor is not None else 0
-        return EventBatch(events, max(last, after), missed)
+        if cursor is None:
+            return EventBatch(tuple(retained), last, 0)
+        if cursor > last:
+            return EventBatch(tuple(retained), last, oldest - start - 1)
+        cursor = max(cursor, 0)  # seqs start at 1: no events to miss below it
+        events = tuple(retained[max(0, cursor - oldest + 1) :])
+        return EventBatch(events, last, max(0, oldest - cursor - 1))
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber`` for every future event; returns a function that unsubscribes."""
@@ -143,6 +237,14 @@ class EventBuffer:
                 self._subscribers = tuple(remaining)
 
         return unsubscribe
+
+
+def _check_after(after: int) -> None:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValueError(
+            f"after must be a non-negative integer (the last seq of the stream's earlier "
+            f"life, 0 for a new stream), got {after!r}"
+        )
 
 
 for _cls in (Event, EventBatch, EventBuffer):

@@ -5,19 +5,33 @@ session's own thread after a turn (thread runtime), the thread that reads a
 worker's reply (worker runtime), or the host's own calls (``checkpoint``,
 hibernation, ``stop_session``, ``resume`` from an older checkpoint, shutdown).
 Runtimes receive it bound to one session (``saver``) in each ``SessionLaunch``.
+
+Each checkpoint carries, in its metadata under ``EVENT_SEQ``, the sequence
+number of the session's last event when it was saved, so that a session
+resumed in a new event stream (another process, or after ``stop_session``)
+numbers its events after those a client may already have seen.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
-from actors import Snapshot
-from supervisor._host_record import SessionRecord
+from actors import EventBuffer, Snapshot
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import CheckpointNotFound
 
-__all__ = ["Checkpoints"]
+__all__ = ["EVENT_SEQ", "Checkpoints", "event_seq"]
+
+EVENT_SEQ = "event_seq"
+"""Metadata key of a checkpoint: the session's last event sequence number at the save."""
+
+
+def event_seq(snapshot: Snapshot | None) -> int:
+    """The event sequence number ``snapshot`` was saved at (0 if it has none)."""
+    seq = None if snapshot is None else snapshot.metadata.get(EVENT_SEQ)
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else 0
 
 
 class Checkpoints:
@@ -26,18 +40,25 @@ class Checkpoints:
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
 
-    def save(self, record: SessionRecord | None, snapshot: Snapshot) -> Snapshot:
-        """Save ``snapshot`` (of ``record``'s session) durably; return what was saved.
+    def save(self, snapshot: Snapshot, events: EventBuffer | None = None) -> Snapshot:
+        """Save ``snapshot`` durably, marked with the last event of the session's stream
+        ``events`` (if given); return what was saved.
 
         Raises:
             Exception: what the store raised (the caller's operation fails).
         """
+        if events is not None:
+            metadata = {**snapshot.metadata, EVENT_SEQ: events.last_seq}
+            snapshot = dataclasses.replace(snapshot, metadata=metadata)
         self.store.save(snapshot)
         return snapshot
 
-    def saver(self, record: SessionRecord) -> Callable[[Snapshot], Snapshot]:
-        """``save`` bound to one session, for its runtime."""
-        return functools.partial(self.save, record)
+    def saver(self, events: EventBuffer) -> Callable[[Snapshot], Snapshot]:
+        """``save`` bound to one session's event stream, for its runtime."""
+        return functools.partial(self._save_marked, events)
+
+    def _save_marked(self, events: EventBuffer, snapshot: Snapshot) -> Snapshot:
+        return self.save(snapshot, events)
 
     def latest(self, session_id: str) -> Snapshot | None:
         """The session's newest checkpoint, or ``None`` if it has none."""
@@ -47,9 +68,16 @@ class Checkpoints:
             return None
 
     def relabel(
-        self, record: SessionRecord | None, source: Snapshot, label: str | None
+        self, source: Snapshot, label: str | None, events: EventBuffer | None = None
     ) -> Snapshot:
         """Save ``source``'s state again as the session's newest checkpoint, labelled ``label``
-        (``checkpoint`` of a session not running; ``resume`` from an older checkpoint)."""
-        snapshot = Snapshot.new(session_id=source.session_id, state=source.state, label=label)
-        return self.save(record, snapshot)
+        (``checkpoint`` of a session not running; ``resume`` from an older checkpoint). Its
+        event mark is the newest the session had, so numbering never goes back."""
+        newest = max(event_seq(source), event_seq(self.latest(source.session_id)))
+        snapshot = Snapshot.new(
+            session_id=source.session_id,
+            state=source.state,
+            label=label,
+            metadata={EVENT_SEQ: newest},
+        )
+        return self.save(snapshot, events)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import pykka
 
 from actors import AgentTemplate, EventBuffer, Snapshot, SteeringQueue
+from supervisor._checkpoints import event_seq
 
 __all__ = ["SessionInfo", "SessionRecord", "SessionStatus"]
 
@@ -104,7 +105,9 @@ class SessionRecord:
         self.incarnations = 0
         self.last_active = 0.0
         self.op_lock = threading.Lock()
-        self.events = EventBuffer(attrs.get("event_buffer_size") or 1000)
+        # A resumed session's stream goes on after the events its checkpoint had seen.
+        after = 0 if resume_from is None else event_seq(resume_from)
+        self.events = EventBuffer(attrs.get("event_buffer_size") or 1000, after=after)
         self.steering = SteeringQueue(attrs.get("max_steering_queue") or 16)
 
     @contextlib.contextmanager

@@ -178,7 +178,7 @@ class Incarnations:
             metadata={"tenant_id": record.tenant_id},
             steering=record.steering,
             events=record.events,
-            save=self._checkpoints.saver(record),
+            save=self._checkpoints.saver(record.events),
             timeout=self.call_timeout,
         )
         ref = self._runtime.start(launch)
@@ -296,7 +296,7 @@ class Incarnations:
             snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot("hibernate"))
             if snapshot is None:
                 return False
-            self._checkpoints.save(record, snapshot)
+            self._checkpoints.save(snapshot, record.events)
             self._table.set(record, "hibernated", None)
             self.root.terminate_child(record.session_id)
             record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
@@ -332,7 +332,7 @@ class Incarnations:
         if snapshot is None:
             logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
         else:
-            self._checkpoints.save(record, snapshot)
+            self._checkpoints.save(snapshot, record.events)
 
 
 def _serving(ref: pykka.ActorRef[Any] | None) -> bool:

@@ -272,7 +272,7 @@ class AgentHost:
         if checkpoint_id is not None:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.
-            snapshot = self._checkpoints.relabel(None, snapshot, f"resumed from {checkpoint_id}")
+            snapshot = self._checkpoints.relabel(snapshot, f"resumed from {checkpoint_id}")
         saved_tenant = snapshot.state.get("metadata", {}).get("tenant_id")
         tenant = tenant_id or (saved_tenant if isinstance(saved_tenant, str) else "default")
         return self._sessions.start_new(
@@ -374,8 +374,8 @@ class AgentHost:
         record = self._table.live(session_id)
         snapshot: Snapshot | None = self._sessions.ask_running(record, TakeSnapshot(label))
         if snapshot is None:
-            return self._checkpoints.relabel(record, self.store.load(session_id), label)
-        return self._checkpoints.save(record, snapshot)
+            return self._checkpoints.relabel(self.store.load(session_id), label, record.events)
+        return self._checkpoints.save(snapshot, record.events)
 
     def kill(self, session_id: str, reason: str = "killed") -> None:
         """Terminate the session abnormally, as OTP's ``exit(Pid, kill)``: a crash.

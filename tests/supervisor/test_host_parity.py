@@ -10,7 +10,9 @@ Each test runs in thread mode, process mode and portable process mode:
   error, and its last checkpoint stands;
 - an acknowledged turn survives a crash that races its checkpoint save (a slow
   store, with a ``kill`` or a neighbour's segfault): the restart never loads an
-  older checkpoint.
+  older checkpoint;
+- event numbering goes on after ``stop_session`` + ``resume`` and in a new host,
+  so a polling client's cursor stays valid.
 """
 
 from __future__ import annotations
@@ -141,3 +143,63 @@ def test_an_acknowledged_turn_survives_a_neighbours_segfault_during_its_save(
     assert host.wait_for_workers(WAIT)
     assert host.send("a", "next").content == "echo: next"
     assert [user for user, _ in pairs(host.history("a"))] == ["A's important turn", "next"]
+
+
+def test_event_cursors_go_on_after_stop_and_resume(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(template(), session_id="s")
+    host.send(sid, "one")
+    cursor = host.events(sid).cursor
+    host.stop_session(sid)
+    host.resume(sid, template())
+    host.send(sid, "two")
+
+    batch = host.events(sid, since=cursor)
+
+    assert batch.missed == 0
+    assert [e.seq for e in batch.events] == list(range(cursor + 1, batch.cursor + 1))
+    assert [e.data.get("text") for e in batch.events if e.type == "turn_started"] == ["two"]
+
+
+def test_event_cursors_go_on_in_a_new_host(mode: str) -> None:
+    store = MemoryCheckpointStore()
+    with AgentHost(store, **host_options(mode)) as old:
+        sid = old.start_session(template(), session_id="s")
+        old.send(sid, "one")
+        early = old.events(sid).events[0].seq
+        seen = old.events(sid).cursor
+    with AgentHost(store, **host_options(mode)) as new:
+        new.resume(sid, template())
+        new.send(sid, "two")
+
+        batch = new.events(sid, since=seen)  # a client polling across the restart
+        assert [e.data.get("text") for e in batch.events if e.type == "turn_started"] == ["two"]
+        assert batch.events[0].seq == seen + 1
+        assert batch.missed == 0
+        behind = new.events(sid, since=early)  # those events went with the old process
+        assert behind.missed == seen - early
+        assert behind.events == batch.events
+
+
+def test_a_polling_client_past_the_last_checkpoint_catches_up(mode: str) -> None:
+    """Events published after the last checkpoint die with their host; a client whose cursor
+    is past them is taken back to the checkpoint's mark, and sees every new event once."""
+    store = MemoryCheckpointStore()
+    with AgentHost(store, checkpoint_every=None, **host_options(mode)) as old:
+        sid = old.start_session(template(), session_id="s")
+        old.checkpoint(sid)
+        mark = old.events(sid).cursor
+        old.send(sid, "not saved")  # its events are past the checkpoint's mark
+        stale = old.events(sid).cursor
+        assert stale > mark
+        with AgentHost(store, **host_options(mode)) as new:  # as if the old host had died
+            new.resume(sid, template())
+            first = new.events(sid, since=stale)
+            assert (first.events, first.cursor) == ((), mark)
+            new.send(sid, "after")
+            batch = new.events(sid, since=first.cursor)
+            assert [e.data.get("text") for e in batch.events if e.type == "turn_started"] == [
+                "after"
+            ]
+            assert batch.events[0].seq == mark + 1
+            assert batch.missed == 0

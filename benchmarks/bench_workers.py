@@ -2,12 +2,12 @@
 
 1. ``send`` round trips/s to a session in a worker (EchoModel, checkpoints off)
    against a bare ``multiprocessing.Pipe`` echo of a msgpack frame between two
-   processes (goal: ratio >= 0.5), interleaved rounds, same run. Two context
-   rows against the same echo: thread-mode ``AgentHost.send`` (no IPC at all),
-   and a ceiling: a bare pipe server that runs a plain ``AgentSession`` turn on
-   the thread that reads the frame (no host, supervision, events relay or
-   thread hop). No transport can do better than that ceiling; a last row gives
-   ``send`` against it directly.
+   processes, interleaved rounds, same run, with thread-mode ``AgentHost.send``
+   (no IPC at all) against the same echo for context; and a ceiling: a bare
+   pipe server that runs a plain ``AgentSession`` turn on the thread that reads
+   the frame (no host, supervision, events relay or thread hop). No transport
+   can do better than that ceiling. The goal (issue 12's restatement of issue
+   6's benchmark 1): ``send`` against that ceiling, measured directly, >= 0.5.
 2. SIGKILL of the session's worker -> registry eviction, and -> resumed and
    answering: p50 / p99 over ``KILLS`` (100) kills, back to back (the host's
    worker restart intensity is raised to allow them all; the default, 50 deaths
@@ -111,8 +111,8 @@ def bench_round_trips() -> dict[str, float]:
                 lambda: threads.send(tid, "hi"), bare, ops=500, rounds=5
             )
         _, _, figures["ceiling"] = interleaved_rates(ceiling, bare, ops=500, rounds=5)
-        _, _, figures["of_ceiling"] = interleaved_rates(
-            lambda: host.send(sid, "hi"), ceiling, ops=500, rounds=5
+        _, _, figures["of_ceiling"] = interleaved_rates(  # the goal: more rounds, less noise
+            lambda: host.send(sid, "hi"), ceiling, ops=500, rounds=15
         )
         for conn, server in ((echo, echo_server), (turns, turn_server)):
             conn.close()
@@ -185,10 +185,10 @@ def main() -> None:
         [
             ("send round trips/s (worker, echo, no ckpt)", f"{trips['subject']:,.0f}"),
             ("bare Pipe msgpack echo round trips/s", f"{trips['base']:,.0f}"),
-            ("ratio (goal >= 0.5)", f"{trips['ratio']:.2f}"),
+            ("send (worker) / same echo", f"{trips['ratio']:.2f}"),
             ("context: thread-mode send / same echo", f"{trips['threads']:.2f}"),
             ("ceiling: bare AgentSession turn over a Pipe / same echo", f"{trips['ceiling']:.2f}"),
-            ("context: send (worker) / that ceiling", f"{trips['of_ceiling']:.2f}"),
+            ("send (worker) / that ceiling (goal >= 0.5)", f"{trips['of_ceiling']:.2f}"),
             (
                 f"SIGKILL -> eviction p50/p99 ({KILLS} kills)",
                 f"{percentile(evicted, 50) * ms:.1f} / {percentile(evicted, 99) * ms:.1f} ms",

@@ -461,6 +461,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         super().__init__(*args, **kwargs)
         inbox: PipeInbox = self.actor_inbox  # type: ignore[assignment]  # _create_actor_inbox's
         inbox.bind(worker.pipe, hosted)
+        self._inbox = inbox
         self._worker = worker
         self._hosted = hosted
         flush = functools.partial(worker.flush, hosted)
@@ -490,9 +491,11 @@ class _RemoteSession(SupervisedActor, AgentSession):
         try:
             result = self._answer(call)
         except Exception as exc:
-            self._worker.answer(hosted, {"id": call.id, "ok": False, "error": encode_error(exc)})
+            frame = {"id": call.id, "ok": False, "error": encode_error(exc)}
         else:
-            self._worker.answer(hosted, {"id": call.id, "ok": True, "payload": result})
+            frame = {"id": call.id, "ok": True, "payload": result}
+        self._inbox.hold_next()
+        self._worker.answer(hosted, frame)
         return None
 
     def _answer(self, call: _Call) -> Any:

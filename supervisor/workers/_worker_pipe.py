@@ -140,10 +140,15 @@ class WorkerPipe:
                         return call
         finally:
             with self.lock:
-                self.holder = None
-                if not self._ending and self._epoll is not None:  # wakes the main thread if a
-                    self._epoll.resume(fd)  # frame waits (level-triggered)
-                self._released.notify_all()
+                self.let_go()
+
+    def let_go(self) -> None:
+        """The holding session stops reading (caller holds ``lock``): the main thread reads
+        again, and is woken at once if a frame waits (level-triggered)."""
+        self.holder = None
+        if not self._ending and self._epoll is not None:
+            self._epoll.resume(self.conn.fileno())
+        self._released.notify_all()
 
     def close(self) -> None:
         """Stop reading (waking a reading session) and close the pipe."""
@@ -195,6 +200,7 @@ class PipeInbox:
         self._pipe: WorkerPipe | None = None
         self.owner: Any = None
         self._put = threading.Condition()  # on the pipe's lock once bound
+        self._held = False  # took the pipe in ``hold_next`` and has not read it yet
 
     def bind(self, pipe: WorkerPipe, owner: Any) -> None:
         """Attach to the worker's pipe (before the actor starts); ``owner`` is what ``route``
@@ -219,15 +225,31 @@ class PipeInbox:
         """Whether a message waits (the caller holds the pipe's ``lock``)."""
         return bool(self._items)
 
+    def hold_next(self) -> None:
+        """Take the pipe now, on the session's thread, if nobody reads it and nothing waits
+        here: called just before the session writes its answer, so that the next call for
+        it, which may follow the answer at once, is read by this thread and not handed over
+        by the main thread (the host's reply to the answer can win the race back to ``get``
+        when the kernel runs the woken host on this thread's core). ``get`` reads or lets go."""
+        pipe = self._pipe
+        if pipe is None:
+            return
+        with self._put:
+            if not self._items and not self._held:
+                self._held = pipe.hold(self)
+
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         pipe = self._pipe
         while True:
             with self._put:
+                held, self._held = self._held, False
                 if self._items:
+                    if held:
+                        pipe.let_go()  # type: ignore[union-attr]  # held: bound to a pipe
                     return self._items.popleft()
-                if pipe is None or not pipe.hold(self):
+                if not held and (pipe is None or not pipe.hold(self)):
                     self._put.wait()
                     continue
-            call = pipe.read_for(self)
+            call = pipe.read_for(self)  # type: ignore[union-attr]  # held: bound to a pipe
             if call is not None:
                 return _Read(call)

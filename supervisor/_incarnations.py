@@ -204,6 +204,10 @@ class Incarnations:
 
     def serving(self, record: SessionRecord) -> pykka.ActorRef[Any]:
         """The session's serving incarnation: reactivate it, or wait for its restart."""
+        ref = record.ref  # the usual case, without the lock: a stale answer only means
+        if record.status == "active" and _serving(ref):  # NotDelivered, and a retry
+            assert ref is not None
+            return ref
         deadline = time.monotonic() + self.restart_wait  # real time, whatever the clock
         with self._table.changed:
             while True:

@@ -39,9 +39,7 @@ from supervisor._runtimes import runtime_for
 from supervisor._session_attrs import SessionMetadata
 from supervisor._session_table import SessionTable
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.errors import (
-    SessionAlreadyExists,
-)
+from supervisor.errors import SessionAlreadyExists
 from supervisor.intensity import RestartIntensity
 
 __all__ = ["AgentHost"]
@@ -59,16 +57,12 @@ class AgentHost:
     operations that change what runs it); calls to different sessions run in
     parallel. Use it as a context manager, or call ``shutdown``.
 
-    A host still running at interpreter exit is shut down then, as by
-    ``shutdown`` (final checkpoints, sessions stopped, workers stopped and
-    joined, an owned store closed), so a program that forgets it still exits.
-    That happens once the main thread has finished, before Python waits for
-    the other non-daemon threads (as for ``concurrent.futures`` executors): a
-    thread still using the host after that gets ``SessionNotFound`` or
-    ``RuntimeError``, so shut it down yourself if such threads should finish
-    first. Each step is bounded by the host's timeouts, as in ``shutdown``; a
-    session abandoned in a stuck tool in thread mode still holds the process
-    until the tool returns (Python cannot kill a thread).
+    A host still running at interpreter exit is shut down as by ``shutdown``,
+    once the main thread has finished (as ``concurrent.futures`` executors
+    are), so a program that forgets it still exits; a thread still using it
+    after that gets ``SessionNotFound`` or ``RuntimeError``. Each step is
+    bounded by the host's timeouts; a session stuck in a tool in thread mode
+    still holds the process until the tool returns (Python cannot kill a thread).
 
     Args:
         store: Where checkpoints go; defaults to a ``SQLiteCheckpointStore`` in
@@ -397,13 +391,9 @@ class AgentHost:
 
     def workers(self) -> list[WorkerInfo]:
         """The live worker processes, oldest first, each with the sessions placed on it
-        (``[]`` in thread mode and after ``shutdown``).
-
-        Thread-safe and consistent in itself (a session is listed on one worker at
-        most), though workers may die and be replaced the moment it returns. A
-        killed worker is listed until its death is noticed (at once, through its
-        process sentinel); its replacement once it is started.
-        """
+        (``[]`` in thread mode and after ``shutdown``). Thread-safe and consistent in
+        itself (a session is on one worker at most), though workers may die the moment
+        it returns; a killed one is listed until its death is noticed (at once)."""
         return self._runtime.workers()
 
     def wait_for_workers(self, timeout: float | None = None) -> bool:
@@ -426,11 +416,8 @@ class AgentHost:
     def workers_given_up(self) -> bool:
         """Whether workers died more than ``worker_max_restarts`` times within
         ``worker_max_seconds`` and the host stopped replacing them (logged as an error).
-
-        Once true it stays true: live workers keep serving, and a session that needs
-        a worker when none is left fails to restart (``SessionFailed`` once its own
-        restart intensity is spent). Always false in thread mode. Thread-safe.
-        """
+        It stays true: live workers keep serving; a session that needs a worker when
+        none is left fails to restart. Always false in thread mode. Thread-safe."""
         return self._runtime.gave_up
 
     def hibernate(self, session_id: str) -> bool:

@@ -84,6 +84,7 @@ __all__ = [
     "decode_error",
     "encode_error",
     "pack",
+    "pack_escaped",
     "unpack",
 ]
 
@@ -130,6 +131,33 @@ def pack(frame: dict[str, Any]) -> bytes:
     """Encode a frame; values msgpack cannot carry are sent as their ``repr``."""
     data: bytes = msgpack.packb(frame, use_bin_type=True, default=repr)
     return data
+
+
+def pack_escaped(frame: dict[str, Any]) -> bytes:
+    """Encode a frame that may be shown altered (events, errors, session downs): as ``pack``,
+    or, when it holds text msgpack cannot carry (lone surrogates, such as an undecodable
+    file name) or an integer out of its range, with that text backslash-escaped and those
+    integers as decimal text."""
+    try:
+        return pack(frame)
+    except (UnicodeEncodeError, OverflowError, ValueError, TypeError):
+        return pack(_escaped(frame))
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return str(value)
+    return value
 
 
 def unpack(data: bytes) -> dict[str, Any]:

@@ -61,7 +61,7 @@ from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
 from supervisor.workers._io import PipeIO
 from supervisor.workers._io import named as io_named
-from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack
+from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, pack_escaped
 from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
 __all__ = ["HOST_LOST", "MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
@@ -211,7 +211,11 @@ class _Worker:
     # -- the pipe ------------------------------------------------------------
 
     def _write(self, frame: dict[str, Any]) -> None:
-        data = pack(frame)
+        """Write a frame that may be shown altered (see ``pack_escaped``): anything but an
+        answer, which ``answer`` encodes strictly."""
+        self._send(pack_escaped(frame))
+
+    def _send(self, data: bytes) -> None:
         with self._send_lock, contextlib.suppress(OSError):  # parent gone: nobody to tell
             self.conn.send_bytes(data)
 
@@ -224,15 +228,24 @@ class _Worker:
         self._write({"id": call_id, "ok": False, "error": encode_error(exc)})
 
     def answer(self, hosted: _Hosted, frame: dict[str, Any]) -> None:
-        """Write the reply ``frame`` of ``hosted``'s running call, with the events it held back."""
+        """Write the reply ``frame`` of ``hosted``'s running call, with the events it held back.
+
+        Raises:
+            Exception: the answer cannot be encoded (text with lone surrogates, an
+                integer out of range, out of memory). The call stays pending and its
+                events held: the session must die, and its death answers the call
+                (``SessionCrashed`` in the host, at once) and writes the events.
+        """
         with hosted.lock:
-            hosted.pending.discard(frame["id"])
-            hosted.running = None
-            events, hosted.batch = hosted.batch, None
+            events = hosted.batch
             if events:
                 frame["session"] = hosted.session_id
                 frame["events"] = events
-            self._write(frame)
+            data = pack(frame)  # strict: an answer is never sent altered
+            hosted.pending.discard(frame["id"])
+            hosted.running = None
+            hosted.batch = None
+            self._send(data)
 
     def relay(self, hosted: _Hosted, type_: str, data: dict[str, Any]) -> None:
         """An event of ``hosted``: held back while it handles a call, else written now."""
@@ -495,7 +508,11 @@ class _RemoteSession(SupervisedActor, AgentSession):
         else:
             frame = {"id": call.id, "ok": True, "payload": result}
         self._inbox.hold_next()
-        self._worker.answer(hosted, frame)
+        try:
+            self._worker.answer(hosted, frame)
+        except BaseException:
+            self._inbox.let_go()  # it dies now: the worker's main thread reads again
+            raise
         return None
 
     def _answer(self, call: _Call) -> Any:

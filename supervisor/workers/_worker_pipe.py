@@ -238,6 +238,16 @@ class PipeInbox:
             if not self._items and not self._held:
                 self._held = pipe.hold(self)
 
+    def let_go(self) -> None:
+        """Give back a pipe ``hold_next`` took (the session will not read it: it is dying)."""
+        pipe = self._pipe
+        if pipe is None:
+            return
+        with self._put:
+            if self._held:
+                self._held = False
+                pipe.let_go()
+
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         pipe = self._pipe
         while True:

@@ -53,6 +53,7 @@ __all__ = [
     "segfault",
     "sessions_on",
     "sleepy_segfault",
+    "undecodable_listing",
     "watch_events",
     "worker_pid",
 ]
@@ -69,6 +70,12 @@ def sleepy_segfault(seconds: float) -> str:
     """Work for ``seconds`` (a tool's own latency), then read address 0: SIGSEGV."""
     threading.Event().wait(seconds)
     return str(ctypes.string_at(0))
+
+
+@tool
+def undecodable_listing() -> str:
+    """A file name as ``os.listdir`` gives it for bytes that are not UTF-8."""
+    return "report-\udcff.txt"
 
 
 @tool

@@ -38,7 +38,9 @@ from actors.plugins import PluginContext as PluginContext
 from actors.providers import ModelFactory as ModelFactory
 from actors.providers import ProviderRegistry as ProviderRegistry
 from actors.redact import is_secret_key as is_secret_key
+from actors.redact import is_secret_value as is_secret_value
 from actors.redact import redact_secrets as redact_secrets
+from actors.redact import strip_secrets as strip_secrets
 from actors.session import AgentSession as AgentSession
 from actors.session import GetHistory as GetHistory
 from actors.session import Send as Send
@@ -94,8 +96,10 @@ __all__ = [
     "decode_plain",
     "encode_plain",
     "is_secret_key",
+    "is_secret_value",
     "is_stripped_marker",
     "redact_secrets",
     "schema_version",
+    "strip_secrets",
     "tool",
 ]

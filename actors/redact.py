@@ -14,16 +14,46 @@ So ``token``, ``access_token``, ``refresh_token``, ``token_id``, ``authToken``,
 count, not a credential), ``tokenizer``, ``keyboard`` and ``author`` are kept.
 The word rule is deliberately narrower than "contains token": usage counts must
 survive redaction.
+
+``strip_secrets`` is the policy an ``AgentHost`` applies to every checkpoint by
+default. It looks where live configuration sits (plugin states, provider state,
+session metadata; not the conversation) and replaces each secret, a value under a
+secret-looking key or a string that looks like a credential (``Bearer ...``,
+``sk-...``), by the stripped marker ``{"__stripped__": "secret"}``, listing its
+path with the snapshot's other stripped fields: on resume, ``session_start``
+finds it in ``ctx.stripped`` and rebuilds it, as it rebuilds a live value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["is_secret_key", "redact_secrets"]
+from actors._codec import join_path
+from actors._strip import STRIPPED_KEY
+
+if TYPE_CHECKING:
+    from actors.snapshot import Snapshot
+
+__all__ = [
+    "SECRET_MARKER",
+    "SECRET_PARTS",
+    "is_secret_key",
+    "is_secret_value",
+    "redact_secrets",
+    "strip_secrets",
+]
+
+SECRET_MARKER = {STRIPPED_KEY: "secret"}
+"""What ``strip_secrets`` puts where a secret was (a stripped marker: plain, and listed)."""
+
+SECRET_PARTS = ("plugins", "provider_state", "metadata")
+"""The parts of a session's state ``strip_secrets`` scans: where configuration lives."""
+
+_SECRET_VALUE = re.compile(r"^\s*(?:bearer\s+\S{8,}|sk-[A-Za-z0-9_-]{16,})\s*$", re.IGNORECASE)
 
 _SECRET_WORDS = frozenset(
     ("token", "password", "passwd", "secret", "secrets", "authorization", "apikey")
@@ -38,6 +68,55 @@ def is_secret_key(key: str) -> bool:
     if _SECRET_WORDS.intersection(words):
         return True
     return ("api", "key") in pairwise(words)
+
+
+def is_secret_value(value: object) -> bool:
+    """Whether ``value`` is a string that looks like a credential: an HTTP bearer token
+    (``Bearer <token>``) or an API key of the ``sk-...`` form. Pure, thread-safe."""
+    return isinstance(value, str) and _SECRET_VALUE.match(value) is not None
+
+
+def strip_secrets(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with every secret in ``SECRET_PARTS`` of its state replaced by
+    ``SECRET_MARKER`` and its path added to ``stripped_fields`` (the snapshot itself when
+    there is none). Copies only what it changes. Pure, thread-safe.
+    """
+    found: list[str] = []
+    state = snapshot.state
+    changed = {}
+    for part in SECRET_PARTS:
+        if part in state:
+            value = _strip(state[part], part, found)
+            if value is not state[part]:
+                changed[part] = value
+    if not found:
+        return snapshot
+    fields = tuple(dict.fromkeys((*snapshot.stripped_fields, *found)))
+    return dataclasses.replace(snapshot, state={**state, **changed}, stripped_fields=fields)
+
+
+def _strip(value: Any, path: str, found: list[str]) -> Any:
+    """``value`` with its secrets replaced (the same object when it has none)."""
+    if isinstance(value, dict):
+        copy: dict[Any, Any] | None = None
+        for key, item in value.items():
+            here = join_path(path, key)
+            if isinstance(key, str) and is_secret_key(key) and item != SECRET_MARKER:
+                new: Any = dict(SECRET_MARKER)
+                found.append(here)
+            else:
+                new = _strip(item, here, found)
+            if new is not item:
+                copy = dict(value) if copy is None else copy
+                copy[key] = new
+        return value if copy is None else copy
+    if isinstance(value, list):
+        items = [_strip(item, join_path(path, i), found) for i, item in enumerate(value)]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if is_secret_value(value):
+        found.append(path)
+        return dict(SECRET_MARKER)
+    return value
 
 
 def _redact(value: Any) -> Any:

@@ -6,6 +6,10 @@ worker's reply (worker runtime), or the host's own calls (``checkpoint``,
 hibernation, ``stop_session``, ``resume`` from an older checkpoint, shutdown).
 Runtimes receive it bound to one session (``saver``) in each ``SessionLaunch``.
 
+Every snapshot passes the host's redaction policy first (``strip_secrets`` by
+default: secrets in plugin state, provider state and metadata become stripped
+markers, which ``session_start`` sees in ``ctx.stripped`` on resume).
+
 Each checkpoint carries, in its metadata under ``EVENT_SEQ``, the sequence
 number of the session's last event when it was saved, so that a session
 resumed in a new event stream (another process, or after ``stop_session``)
@@ -18,7 +22,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 
-from actors import EventBuffer, Snapshot
+from actors import EventBuffer, Snapshot, strip_secrets
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import CheckpointNotFound
 
@@ -34,11 +38,22 @@ def event_seq(snapshot: Snapshot | None) -> int:
     return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else 0
 
 
-class Checkpoints:
-    """Writes and reads one host's checkpoints. Thread-safe (as its store is)."""
+Redaction = Callable[[Snapshot], Snapshot]
+"""A policy applied to every checkpoint before it is saved (``strip_secrets`` by default)."""
 
-    def __init__(self, store: CheckpointStore) -> None:
+
+class Checkpoints:
+    """Writes and reads one host's checkpoints. Thread-safe (as its store and ``redact`` are).
+
+    Args:
+        store: Where they go.
+        redact: Applied to every snapshot before it is saved, whichever path saves it
+            (``None``: saved as taken).
+    """
+
+    def __init__(self, store: CheckpointStore, redact: Redaction | None = strip_secrets) -> None:
         self.store = store
+        self.redact = redact
 
     def save(self, snapshot: Snapshot, events: EventBuffer | None = None) -> Snapshot:
         """Save ``snapshot`` durably, marked with the last event of the session's stream
@@ -47,6 +62,8 @@ class Checkpoints:
         Raises:
             Exception: what the store raised (the caller's operation fails).
         """
+        if self.redact is not None:
+            snapshot = self.redact(snapshot)
         if events is not None:
             metadata = {**snapshot.metadata, EVENT_SEQ: events.last_seq}
             snapshot = dataclasses.replace(snapshot, metadata=metadata)

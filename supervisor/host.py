@@ -26,6 +26,7 @@ from actors import (
     Snapshot,
     Subscriber,
     TakeSnapshot,
+    strip_secrets,
 )
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
@@ -111,6 +112,11 @@ class AgentHost:
             platform's best: on Linux a waiting caller, or an idle session in
             the worker, reads it itself) or ``"portable"`` (one reader thread
             per end, as on platforms without ``epoll``; for testing that path).
+        redact: Applied to every checkpoint before it is saved. The default,
+            ``actors.strip_secrets``, replaces secrets in plugin state, provider
+            state and metadata (secret-looking keys, ``Bearer``/``sk-`` values)
+            by stripped markers that ``session_start`` rebuilds on resume;
+            ``None`` saves them as they are.
     """
 
     def __init__(
@@ -137,6 +143,7 @@ class AgentHost:
         worker_max_restarts: int = 50,
         worker_max_seconds: float = 10.0,
         worker_io: str = "auto",
+        redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
     ) -> None:
         _positive_or_none("checkpoint_every", checkpoint_every)
         _positive_or_none("hibernate_after_ms", hibernate_after_ms)
@@ -163,7 +170,7 @@ class AgentHost:
                 owned.close()
             raise
         self.store: CheckpointStore = store
-        self._checkpoints = Checkpoints(store)
+        self._checkpoints = Checkpoints(store, redact)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.checkpoint_every = checkpoint_every
         self.max_restarts = max_restarts

@@ -13,6 +13,7 @@ __all__ = [
     "PluginSpec",
     "SessionAttrs",
     "SessionMetadata",
+    "plain_text",
     "validate",
 ]
 
@@ -143,3 +144,28 @@ def validate(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 SessionAttrs.__module__ = "supervisor"
 SessionMetadata.__module__ = "supervisor"
+
+
+def plain_text(name: str, value: object) -> str:
+    """``value`` as a plain ``str`` that a checkpoint can always hold.
+
+    A ``str`` subclass becomes a plain copy (its methods could differ, and it
+    cannot be encoded). Text with a lone surrogate (what ``os.listdir`` gives for
+    bytes that are not UTF-8) is refused before anything runs.
+
+    Raises:
+        TypeError: ``value`` is not a ``str``.
+        ValueError: it holds a lone surrogate; the message says where and what to do.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    text = str.__str__(value) if type(value) is not str else value
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} holds a lone surrogate at index {exc.start} ({text[exc.start]!r}), which "
+            "no checkpoint can store; escape it first, e.g. "
+            "text.encode('utf-8', 'backslashreplace').decode()"
+        ) from None
+    return text

@@ -37,7 +37,7 @@ from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import runtime_for
-from supervisor._session_attrs import SessionMetadata
+from supervisor._session_attrs import SessionMetadata, plain_text
 from supervisor._session_table import SessionTable
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import SessionAlreadyExists
@@ -234,7 +234,9 @@ class AgentHost:
                 cannot be resolved.
             TypeError, ValueError: an invalid attribute (the message names it).
         """
-        session_id = session_id if session_id is not None else uuid.uuid4().hex
+        session_id = (
+            uuid.uuid4().hex if session_id is None else plain_text("session_id", session_id)
+        )
         self._table.check_open()
         if self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
@@ -267,6 +269,7 @@ class AgentHost:
                 registered; register it and call again.
             PluginError: a ``session_start`` hook raised.
         """
+        session_id = plain_text("session_id", session_id)
         self._table.check_open()
         snapshot = self.store.load(session_id, checkpoint_id)
         self._sessions.resolve_model(template)
@@ -317,6 +320,7 @@ class AgentHost:
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
+        text = plain_text("the user's text", text)
         record = self._table.live(session_id)
         wait = self.call_timeout if timeout is None else timeout
         with record.exclusive(wait):
@@ -333,7 +337,7 @@ class AgentHost:
             SessionNotFound: no such session.
             SteeringQueueFull: too many steering messages are waiting.
         """
-        self._table.live(session_id).steering.put(text)
+        self._table.live(session_id).steering.put(plain_text("the steering text", text))
 
     def history(self, session_id: str) -> list[Message]:
         """The conversation so far: the running session's, or its last checkpoint's when it

@@ -60,6 +60,15 @@ class GetHistory:
     """Message form of ``AgentSession.history``: ``ref.ask(GetHistory())``."""
 
 
+@dataclass(frozen=True, slots=True)
+class _TurnMark:
+    """What a turn changes in a session, as it was before the turn (see ``_rollback``)."""
+
+    messages: int
+    turns: int
+    provider_state: Any
+
+
 def _copy_containers(value: Any) -> Any:
     """Copy dicts and lists all the way down; leave leaves (live or not) as they are."""
     if isinstance(value, dict):
@@ -104,8 +113,9 @@ class AgentSession(pykka.ThreadingActor):
             ``checkpoint_every``-th completed turn, on the session's thread and
             before ``send`` returns, so an answer the caller received is already
             saved (a host passes its store's ``save``). If it raises, the turn
-            stays in the history, an ``error`` event is published and ``send``
-            raises that exception: the caller knows the answer is not durable.
+            is rolled back as a failed turn is (see ``send``), an ``error``
+            event is published and ``send`` raises that exception: the caller
+            knows the answer is not durable, and may send the same text again.
         checkpoint_every: Turns between checkpoints (>= 1).
     """
 
@@ -234,39 +244,58 @@ class AgentSession(pykka.ThreadingActor):
     def send(self, text: str) -> Message:
         """Run one turn for user ``text`` and return the final assistant message.
 
-        A failed turn (the model raised, or ``TurnLimitExceeded``) is rolled
-        back: the history is as before the call, steering messages it had taken
-        go back to the front of the queue, an ``error`` event is published, and
-        the exception reaches the caller; the session lives on.
+        A failed turn (the model raised, ``TurnLimitExceeded``, or the
+        ``checkpointer`` raised after the turn) is rolled back: the history,
+        the turn counter and the provider state are as before the call,
+        steering messages it had taken go back to the front of the queue, an
+        ``error`` event is published, and the exception reaches the caller; the
+        session lives on. Not rolled back: ``usage`` (the tokens were spent),
+        events already published, and what plugin hooks did meanwhile (their
+        state changes and side effects, ``after_turn`` included when the
+        checkpoint failed).
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
-        mark = len(self._messages)
+        mark = self._mark()
         self._steered = []
         self._messages.append(Message.user(text))
         self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
         try:
             answer = self._run_turn()
         except Exception as exc:
-            # A new list, not ``del``: prompts handed to the model are views of the old one.
-            self._messages = self._messages[:mark]
-            self.steering.requeue(self._steered)
-            self._steered = []
+            self._rollback(mark)
             self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
             raise
         self._turns += 1
-        self._steered = []
         if self._has_plugins:
-            added = tuple(self._messages[mark:])
+            added = tuple(self._messages[mark.messages :])
             self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
         self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)
         if self.checkpointer is not None and self._turns % self.checkpoint_every == 0:
             try:
                 self.checkpointer(self.snapshot())
             except Exception as exc:
-                self.event_buffer.publish("error", turn=self._turns, error=repr(exc))
+                self._rollback(mark)
+                self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
                 raise
+        self._steered = []
         return answer
+
+    def _mark(self) -> _TurnMark:
+        """Where the session stands before a turn: what ``_rollback`` returns it to."""
+        return _TurnMark(len(self._messages), self._turns, self._provider_state)
+
+    def _rollback(self, mark: _TurnMark) -> None:
+        """Undo the turn begun at ``mark`` (see ``send``), on the session's thread.
+
+        The steering the turn took (``_steered``) goes back to the front of the queue.
+        """
+        # A new list, not ``del``: prompts handed to the model are views of the old one.
+        self._messages = self._messages[: mark.messages]
+        self._turns = mark.turns
+        self._provider_state = mark.provider_state
+        self.steering.requeue(self._steered)
+        self._steered = []
 
     def snapshot(self, label: str | None = None) -> Snapshot:
         """A snapshot of the session now: its ``state()`` with live values stripped."""

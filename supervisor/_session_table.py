@@ -19,9 +19,23 @@ from supervisor._host_record import SessionRecord, SessionStatus
 from supervisor._session_attrs import validate
 from supervisor.errors import SessionAlreadyExists, SessionNotFound
 
-__all__ = ["SessionTable"]
+__all__ = ["SessionTable", "require_tenant"]
 
 _SHARED_ATTR_SETS = 1024  # distinct attribute dicts shared between records, at most
+
+
+def require_tenant(session_id: str, owner: str, tenant_id: str | None) -> None:
+    """The tenant guard of every host call that names a session: the one rule, kept here.
+
+    A caller that names a tenant (``tenant_id`` not ``None``) reaches only the
+    sessions of that tenant (``owner``); for any other the answer is the one a
+    missing session gets, so a session's existence does not leak across tenants.
+
+    Raises:
+        SessionNotFound: ``tenant_id`` is given and is not ``owner``.
+    """
+    if tenant_id is not None and tenant_id != owner:
+        raise SessionNotFound(session_id)
 
 
 class SessionTable:
@@ -112,15 +126,17 @@ class SessionTable:
         with self._lock:
             return self._records.get(session_id)
 
-    def live(self, session_id: str) -> SessionRecord:
-        """The record of a session the host still has (not stopped).
+    def live(self, session_id: str, tenant_id: str | None = None) -> SessionRecord:
+        """The record of a session the host still has (not stopped), of tenant ``tenant_id``
+        when one is given (see ``require_tenant``).
 
         Raises:
-            SessionNotFound: no such session.
+            SessionNotFound: no such session (for that tenant).
         """
         record = self.get(session_id)
         if record is None or record.status == "stopped":
             raise SessionNotFound(session_id)
+        require_tenant(session_id, record.tenant_id, tenant_id)
         return record
 
     def records(self, tenant_id: str | None = None) -> list[SessionRecord]:

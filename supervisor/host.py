@@ -38,9 +38,9 @@ from supervisor._incarnations import Incarnations
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import runtime_for
 from supervisor._session_attrs import SessionMetadata, plain_text
-from supervisor._session_table import SessionTable
+from supervisor._session_table import SessionTable, require_tenant
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.errors import SessionAlreadyExists
+from supervisor.errors import CheckpointNotFound, SessionAlreadyExists, SessionNotFound
 from supervisor.intensity import RestartIntensity
 
 __all__ = ["AgentHost"]
@@ -57,6 +57,11 @@ class AgentHost:
     session are serialized (by its actor, and by a per-session lock for the
     operations that change what runs it); calls to different sessions run in
     parallel. Use it as a context manager, or call ``shutdown``.
+
+    Every call that names a session takes an optional keyword ``tenant_id``:
+    given, it must be the session's tenant, else the call raises
+    ``SessionNotFound`` exactly as for a missing session and does nothing (a
+    gateway passes the caller's tenant). A session's tenant never changes.
 
     A host still running at interpreter exit is shut down as by ``shutdown``,
     once the main thread has finished (as ``concurrent.futures`` executors
@@ -258,10 +263,14 @@ class AgentHost:
         model, instructions and plugins come from the template, never from the
         snapshot) -> start under the supervisor -> every plugin's
         ``session_start`` with its restored state and stripped fields -> register.
-        The tenant defaults to the one saved in the snapshot; the API key is
-        never saved, so pass it again if the session had one.
+        The tenant is the one saved in the snapshot, always: a ``tenant_id``
+        given must be that one (it never moves a session to another tenant).
+        The API key is never saved, so pass it again if the session had one.
 
         Raises:
+            SessionNotFound: ``tenant_id`` is given and the session is not of
+                that tenant, or has no checkpoint at all (as for any other
+                session that does not exist for that tenant).
             SessionAlreadyExists: the session is live or hibernated on this host.
             CheckpointNotFound: no (such) checkpoint.
             SnapshotDecodeError: the checkpoint cannot be read.
@@ -271,17 +280,35 @@ class AgentHost:
         """
         session_id = plain_text("session_id", session_id)
         self._table.check_open()
-        snapshot = self.store.load(session_id, checkpoint_id)
+        existing = self._table.get(session_id)
+        if existing is not None and existing.status != "stopped":
+            require_tenant(session_id, existing.tenant_id, tenant_id)
+        if tenant_id is not None and checkpoint_id is not None:
+            self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
+        snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
         self._sessions.resolve_model(template)
         if checkpoint_id is not None:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.
             snapshot = self._checkpoints.relabel(snapshot, f"resumed from {checkpoint_id}")
-        saved_tenant = snapshot.state.get("metadata", {}).get("tenant_id")
-        tenant = tenant_id or (saved_tenant if isinstance(saved_tenant, str) else "default")
+        tenant = _saved_tenant(snapshot)
         return self._sessions.start_new(
             session_id, template, tenant, api_key, dict(attrs), resume_from=snapshot
         )
+
+    def _saved_checkpoint(
+        self, session_id: str, checkpoint_id: str | None, tenant_id: str | None
+    ) -> Snapshot:
+        """The (latest) checkpoint, if it was saved under ``tenant_id`` (when given); else
+        ``SessionNotFound``, as for a session without any checkpoint."""
+        try:
+            snapshot = self.store.load(session_id, checkpoint_id)
+        except CheckpointNotFound:
+            if tenant_id is not None and checkpoint_id is None:
+                raise SessionNotFound(session_id) from None
+            raise
+        require_tenant(session_id, _saved_tenant(snapshot), tenant_id)
+        return snapshot
 
     def resume_all(self, template: AgentTemplate | Callable[[str], AgentTemplate]) -> list[str]:
         """Resume every session of the store that is not live here (after a host restart).
@@ -303,7 +330,14 @@ class AgentHost:
 
     # -- talking to sessions -----------------------------------------------------
 
-    def send(self, session_id: str, text: str, timeout: float | None = None) -> Message:
+    def send(
+        self,
+        session_id: str,
+        text: str,
+        timeout: float | None = None,
+        *,
+        tenant_id: str | None = None,
+    ) -> Message:
         """Run one turn and return the assistant's answer.
 
         Reactivates a hibernated session first, and waits (up to
@@ -311,17 +345,18 @@ class AgentHost:
         the default checkpoint policy the turn is saved before this returns.
 
         Raises:
-            SessionNotFound: no such session on this host.
+            SessionNotFound: no such session on this host (for ``tenant_id``).
             SessionFailed: it was given up after repeated crashes.
             SessionCrashed: it crashed during the turn (not acknowledged: retry).
             TimeoutError: no answer within ``timeout`` (the turn may go on).
-            Exception: what the model raised; the session lives on and the
-                turn is rolled back.
+            Exception: what the model raised, or what the store raised saving
+                the turn's checkpoint; the session lives on and the turn is
+                rolled back (send it again), though not what plugin hooks did.
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
         text = plain_text("the user's text", text)
-        record = self._table.live(session_id)
+        record = self._table.live(session_id, tenant_id)
         wait = self.call_timeout if timeout is None else timeout
         with record.exclusive(wait):
             try:
@@ -330,32 +365,40 @@ class AgentHost:
                 record.last_active = self._clock()
         return answer
 
-    def steer(self, session_id: str, text: str) -> None:
+    def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> None:
         """Queue ``text`` to be injected before the session's next model call, even mid-turn.
 
         Raises:
-            SessionNotFound: no such session.
+            SessionNotFound: no such session (for ``tenant_id``).
             SteeringQueueFull: too many steering messages are waiting.
         """
-        self._table.live(session_id).steering.put(plain_text("the steering text", text))
+        self._table.live(session_id, tenant_id).steering.put(plain_text("the steering text", text))
 
-    def history(self, session_id: str) -> list[Message]:
+    def history(self, session_id: str, *, tenant_id: str | None = None) -> list[Message]:
         """The conversation so far: the running session's, or its last checkpoint's when it
         is hibernated, being restarted, or was just killed.
 
         Raises:
-            SessionNotFound: no such session on this host.
+            SessionNotFound: no such session on this host (for ``tenant_id``).
             TimeoutError: the session did not answer within ``call_timeout``.
         """
-        record = self._table.live(session_id)
+        record = self._table.live(session_id, tenant_id)
         history: list[Message] | None = self._sessions.ask_running(record, GetHistory())
         return self.store.load(session_id).messages() if history is None else history
 
-    def events(self, session_id: str, since: int | None = None) -> EventBatch:
-        """The session's events after cursor ``since``; one stream across restarts."""
-        return self._table.live(session_id).events.since(since)
+    def events(
+        self, session_id: str, since: int | None = None, *, tenant_id: str | None = None
+    ) -> EventBatch:
+        """The session's events after cursor ``since``; one stream across restarts.
 
-    def subscribe(self, session_id: str, subscriber: Subscriber) -> Callable[[], None]:
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+        """
+        return self._table.live(session_id, tenant_id).events.since(since)
+
+    def subscribe(
+        self, session_id: str, subscriber: Subscriber, *, tenant_id: str | None = None
+    ) -> Callable[[], None]:
         """Call ``subscriber`` with every future event of the session, across restarts.
 
         It runs on the thread that publishes: the session's for turn events (in
@@ -365,32 +408,42 @@ class AgentHost:
         supervisor's for ``resumed`` and ``given_up``. It may call the host for
         another session, and ``history`` or ``checkpoint`` for its own, in either
         mode. Returns a function that unsubscribes.
-        """
-        return self._table.live(session_id).events.subscribe(subscriber)
 
-    def checkpoint(self, session_id: str, label: str | None = None) -> Snapshot:
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+        """
+        return self._table.live(session_id, tenant_id).events.subscribe(subscriber)
+
+    def checkpoint(
+        self, session_id: str, label: str | None = None, *, tenant_id: str | None = None
+    ) -> Snapshot:
         """Save a checkpoint now and return it (the latest one, relabelled, if the session is
         hibernated or being restarted).
 
         Raises:
-            SessionNotFound: no such session on this host.
+            SessionNotFound: no such session on this host (for ``tenant_id``).
             TimeoutError: the session did not answer within ``call_timeout``.
         """
-        record = self._table.live(session_id)
+        record = self._table.live(session_id, tenant_id)
         snapshot: Snapshot | None = self._sessions.ask_running(record, TakeSnapshot(label))
         if snapshot is None:
             return self._checkpoints.relabel(self.store.load(session_id), label, record.events)
         return self._checkpoints.save(snapshot, record.events)
 
-    def kill(self, session_id: str, reason: str = "killed") -> None:
+    def kill(
+        self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
+    ) -> None:
         """Terminate the session abnormally, as OTP's ``exit(Pid, kill)``: a crash.
 
         The registry evicts it and the supervisor resumes it from its last
         checkpoint (restart intensity applies). Calls made after this returns go
         to the resumed session. Takes effect when the session finishes its
         current message: Python cannot interrupt a thread.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
         """
-        ref = self._table.live(session_id).ref
+        ref = self._table.live(session_id, tenant_id).ref
         if ref is not None:
             kill(ref, reason)
 
@@ -431,17 +484,25 @@ class AgentHost:
         none is left fails to restart. Always false in thread mode. Thread-safe."""
         return self._runtime.gave_up
 
-    def hibernate(self, session_id: str) -> bool:
-        """Checkpoint the session and stop its actor now; False if it was busy or not active."""
-        return self._sessions.hibernate(self._table.live(session_id))
+    def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> bool:
+        """Checkpoint the session and stop its actor now; False if it was busy or not active.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+        """
+        return self._sessions.hibernate(self._table.live(session_id, tenant_id))
 
     def hibernate_idle(self) -> list[str]:
         """Hibernate every active session idle for longer than its limit; returns their ids."""
         return self._sessions.hibernate_idle()
 
-    def stop_session(self, session_id: str) -> None:
-        """Stop a session normally: final checkpoint, evicted, not restarted, forgotten."""
-        record = self._table.live(session_id)
+    def stop_session(self, session_id: str, *, tenant_id: str | None = None) -> None:
+        """Stop a session normally: final checkpoint, evicted, not restarted, forgotten.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+        """
+        record = self._table.live(session_id, tenant_id)
         with record.exclusive(self.call_timeout):
             self._sessions.stop(record)
 
@@ -469,6 +530,12 @@ class AgentHost:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
+
+
+def _saved_tenant(snapshot: Snapshot) -> str:
+    """The tenant a checkpoint was saved under (``default`` for one saved without)."""
+    saved = snapshot.state.get("metadata", {}).get("tenant_id")
+    return saved if isinstance(saved, str) else "default"
 
 
 def _positive_or_none(name: str, value: object) -> None:

@@ -18,6 +18,7 @@ Parent -> worker (requests)::
                                                                          "checkpoint": bytes|None}
     snapshot        {"session": sid, "label": str|None}                 bytes (Snapshot.serialize)
     history         {"session": sid}                                    [Message.to_dict()]
+    rollback        {"session": sid}                                    None
     steer           {"session": sid, "text": str}                       None
     stop            {"session": sid}                                    None
     shutdown        None                                                None (then the worker exits)
@@ -37,6 +38,11 @@ worker writes a call's events with its reply, or as one ``events`` frame
 before a slow step (a model call or tool that took over ``SLOW_STEP``, 1 ms,
 last time, or has not run yet), so a consumer still sees a slow step's events
 while the step runs, and a quick turn costs one frame.
+
+``rollback`` undoes the session's last ``send`` when the parent could not
+save the checkpoint that reply carried; the parent writes it before the
+``send`` caller sees the error, and the session runs it on its own thread
+before any later call (a no-op when another ``send`` ran since).
 
 A call whose session ended while the call waited fails with error type
 ``SessionDown`` and ``args == [started]``: ``started`` is true for the call the

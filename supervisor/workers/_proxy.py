@@ -147,13 +147,22 @@ class SessionLink:
         return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
 
     def finish_send(self, reply: dict[str, Any]) -> Message:
-        """The answer of a ``send`` reply, after saving the checkpoint it carries."""
+        """The answer of a ``send`` reply, after saving the checkpoint it carries.
+
+        Runs on the thread that reads the reply. If the save raises, the turn is
+        rolled back in the worker, as in thread mode: a ``rollback`` frame is
+        written before the caller sees the exception, so the session runs it
+        before any later call (the worker reads its pipe in order). Nobody
+        waits for its reply: a session gone meanwhile restarts from its last
+        checkpoint, which does not hold the turn either.
+        """
         answer = Message.from_dict(reply["message"])
         checkpoint = reply.get("checkpoint")
         if checkpoint is not None and self.checkpointer is not None:
             try:
                 self.checkpointer(Snapshot.deserialize(checkpoint))
             except Exception as exc:
+                self.client.submit("rollback", {"session": self.session_id})
                 self.events.publish("error", error=repr(exc))
                 raise
         return answer
@@ -182,6 +191,7 @@ class _Steer:
         self._lock = threading.Lock()
         self._sent: list[str] = []  # in the worker's queue, oldest first
         self._taken: list[str] = []  # taken by the turn running there
+        self._finished: list[str] = []  # taken by the turn that finished last (not yet saved)
         self._unsubscribe: Callable[[], None] | None = None
         self._released = False
 
@@ -229,11 +239,15 @@ class _Steer:
                 text = event.data.get("text")
                 if self._forget_sent(text):
                     self._taken.append(str(text))
+            elif event.type == "turn_started":
+                self._finished.clear()
             elif event.type == "turn_finished":
-                self._taken.clear()
-            elif event.type == "error" and self._taken:  # rolled back: requeued in the worker
-                self._sent[:0] = self._taken
-                self._taken.clear()
+                self._finished, self._taken = self._taken, []
+            elif event.type == "error":  # rolled back: requeued in the worker
+                # The turn's own texts, or (its checkpoint could not be saved here,
+                # so ``finish_send`` has it rolled back) those of the finished turn.
+                self._sent[:0] = self._taken or self._finished
+                self._taken, self._finished = [], []
 
     def _forget_sent(self, text: object) -> bool:
         if text in self._sent:

@@ -82,7 +82,7 @@ ended without a ``shutdown`` frame: the host process was killed or crashed). Plu
 that no final checkpoint was taken, unlike ``normal``."""
 
 
-_SESSION_CALLS = frozenset({"send", "snapshot", "history"})
+_SESSION_CALLS = frozenset({"send", "snapshot", "history", "rollback"})
 
 
 class _Call(NamedTuple):
@@ -327,7 +327,7 @@ class _Worker:
             )
         elif op == "steer":
             self._steer(call_id, payload["session"], payload["text"])
-        elif op in {"send", "snapshot", "history"}:
+        elif op in _SESSION_CALLS:
             self._tell(payload["session"], _Call(call_id, op, payload))
         else:
             raise ValueError(f"unknown worker op {op!r}")
@@ -460,8 +460,12 @@ class _RemoteSession(SupervisedActor, AgentSession):
     Runs on its own actor thread, like a session in thread mode: every hook and
     tool of one session runs on that one thread. A checkpoint due after a turn
     is captured as bytes and returned with the answer; the parent saves it
-    before ``send`` returns there. Its model and tools are wrapped to write the
-    events held back so far before a slow step (see the module docstring).
+    before ``send`` returns there. Until its next ``send`` the session keeps
+    what that turn changed (``_undo``): if the parent's save fails, the parent
+    sends ``rollback``, which this session runs before any later call (the
+    pipe is read in order), so the turn is undone as in thread mode. Its model
+    and tools are wrapped to write the events held back so far before a slow
+    step (see the module docstring).
     """
 
     @staticmethod
@@ -483,10 +487,13 @@ class _RemoteSession(SupervisedActor, AgentSession):
             name: dataclasses.replace(t, fn=_Step(t.fn, flush)) for name, t in self.tools.items()
         }
         self._captured: bytes | None = None
+        self._captured_steered: list[str] = []
+        self._undo: tuple[Any, list[str]] | None = None
         self.checkpointer = self._capture if checkpoints else None
 
     def _capture(self, snapshot: Snapshot) -> None:
         self._captured = snapshot.serialize()
+        self._captured_steered = list(self._steered)  # cleared once ``send`` returns
 
     def on_stop(self) -> None:
         # As ``AgentSession.on_stop``, with the reason the worker chose (``HOST_LOST``
@@ -517,10 +524,19 @@ class _RemoteSession(SupervisedActor, AgentSession):
 
     def _answer(self, call: _Call) -> Any:
         if call.op == "send":
-            self._captured = None
+            self._captured, self._undo = None, None
+            mark = self._mark()
             answer = self.send(call.payload["text"])
             checkpoint, self._captured = self._captured, None
+            if checkpoint is not None:  # the parent may fail to save it: keep the way back
+                self._undo = (mark, self._captured_steered)
             return {"message": answer.to_dict(), "checkpoint": checkpoint}
+        if call.op == "rollback":
+            undo, self._undo = self._undo, None
+            if undo is not None:
+                self._steered = undo[1]
+                self._rollback(undo[0])
+            return None
         if call.op == "snapshot":
             return self.snapshot(call.payload.get("label")).serialize()
         return [m.to_dict() for m in self.history()]

@@ -24,6 +24,7 @@ from actors import (
     PluginContext,
     Send,
     Snapshot,
+    SteeringQueue,
     TakeSnapshot,
     is_stripped_marker,
     tool,
@@ -216,33 +217,37 @@ def test_checkpointer_is_not_called_for_a_failed_turn(tmp_path: Path, start: Sta
     assert _ask(ref, GetHistory()) == []
 
 
-def test_failing_checkpointer_raises_from_send_keeps_the_turn(
+def test_failing_checkpointer_raises_from_send_and_rolls_the_turn_back(
     tmp_path: Path, start: Starter
 ) -> None:
     recorder = Recorder()
-    ref = start(_template(tmp_path), checkpointer=recorder)
+    steering = SteeringQueue(4)
+    ref = start(_template(tmp_path), checkpointer=recorder, steering=steering)
     _send(ref, "durable")
     recorder.fail_with = OSError("disk full")
+    steering.put("be brief")
 
     with pytest.raises(OSError, match="disk full"):
         _send(ref, "not durable")
 
-    # The turn happened (the model answered): it stays in the history...
-    history = _ask(ref, GetHistory())
-    assert [m.content for m in history] == [
-        "durable",
-        "echo: durable",
-        "not durable",
-        "echo: not durable",
-    ]
-    # ...and an error event tells that it is not durable.
+    # The turn is undone: history, turn counter, and the steering it took is queued again.
+    assert [m.content for m in _ask(ref, GetHistory())] == ["durable", "echo: durable"]
+    assert ref.proxy().state().get(timeout=WAIT)["turns"] == 1
+    assert steering.drain() == ["be brief"]
+    # An error event tells that the turn is not durable.
     batch = ref.proxy().events().get(timeout=WAIT)
     errors = [e for e in batch.events if e.type == "error"]
     assert len(errors) == 1
     assert "disk full" in errors[0].data["error"]
     assert errors[0].data["turn"] == 2
-    # The session lives on; the next successful checkpoint holds both turns.
+    # The session lives on; the retry is clean and its checkpoint holds each turn once.
     recorder.fail_with = None
-    _send(ref, "again")
-    assert len(recorder.snapshots[-1].messages()) == 6
+    _send(ref, "not durable")
+    assert [m.content for m in recorder.snapshots[-1].messages()] == [
+        "durable",
+        "echo: durable",
+        "not durable",
+        "echo: not durable",
+    ]
+    assert recorder.snapshots[-1].state["turns"] == 2
     assert ref.is_alive()

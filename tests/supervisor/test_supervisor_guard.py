@@ -11,7 +11,7 @@ from typing import Any
 import pykka
 import pytest
 
-from actors import AgentTemplate, EchoModel, Model, Plugin, ProviderRegistry
+from actors import AgentTemplate, EchoModel, Event, Model, Plugin, ProviderRegistry
 from supervisor import (
     ChildSpec,
     ChildStartError,
@@ -22,7 +22,14 @@ from supervisor import (
     monitor,
 )
 from tests.supervisor.helpers import Downs, FakeClock, Starts, Worker, crash, worker_spec
-from tests.supervisor.host_helpers import MODES, HostFactory, template, watch_events
+from tests.supervisor.host_helpers import (
+    MODES,
+    WAIT,
+    HostFactory,
+    poll_until,
+    template,
+    watch_events,
+)
 
 
 class Interrupted(BaseException):
@@ -281,3 +288,36 @@ def test_template_whose_pickling_raises_system_exit_fails_its_start_only(
     assert host.send(late, "hi").content == "echo: hi"
     placed = sorted(sid for worker in host.workers() for sid in worker.sessions)
     assert placed == ["healthy", "late"]  # nothing was left placed for the failed start
+
+
+def test_subscriber_raising_system_exit_on_resumed_leaves_the_restart_done(
+    make_host: HostFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = make_host()
+    sid = host.start_session(template(), "s")
+    host.send(sid, "hello")
+    seen: list[str] = []
+    resumed = threading.Event()
+
+    def exits_on_resumed(event: Event) -> None:
+        if event.type == "resumed":
+            seen.append(event.type)
+            resumed.set()
+            raise SystemExit("a subscriber exits")
+
+    host.subscribe(sid, exits_on_resumed)
+
+    host.kill(sid)
+
+    assert resumed.wait(WAIT)
+    assert host.send(sid, "again").content == "echo: again"
+    assert seen == ["resumed"]  # restarted once: that incarnation serves
+    assert [s.status for s in host.list_sessions()] == ["active"]
+    # Logged on the supervisor's thread right after the subscriber raised.
+    assert poll_until(
+        lambda: any("subscriber failed on 'resumed'" in r.message for r in caplog.records)
+    )
+    # Still supervised: the next crash is restarted too.
+    host.kill(sid)
+    assert host.send(sid, "once more").content == "echo: once more"
+    assert seen == ["resumed", "resumed"]

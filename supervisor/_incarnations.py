@@ -20,7 +20,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import pykka
 
@@ -139,7 +139,7 @@ class Incarnations:
             self.root.start_child(self._spec(record))
         except ChildStartError as err:
             self._table.forget(record)
-            raise err.cause from err.cause.__cause__  # keep the original chain
+            _reraise(err)
         except BaseException:
             self._table.forget(record)
             raise
@@ -164,7 +164,10 @@ class Incarnations:
         """A child start function: run the session from its checkpoint, or fresh.
 
         Runs on the supervisor's thread, for the first start, reactivation and
-        every crash restart alike.
+        every crash restart alike. What user code raises here (a model factory,
+        the template's pickling, a plugin's ``session_start``), ``SystemExit``
+        included, fails this start only: the supervisor turns it into a
+        ``ChildStartError`` that counts against the session's restart intensity.
         """
         pending, record.resume_from = record.resume_from, None
         snapshot = pending or self._checkpoints.latest(record.session_id)
@@ -197,9 +200,13 @@ class Incarnations:
         record.last_active = self._clock()
         self._table.set(record, "active", ref)
         if record.incarnations > 1:
-            record.events.publish(
-                "resumed", checkpoint_id=None if snapshot is None else snapshot.checkpoint_id
-            )
+            checkpoint_id = None if snapshot is None else snapshot.checkpoint_id
+            try:
+                record.events.publish("resumed", checkpoint_id=checkpoint_id)
+            except BaseException:  # a subscriber's SystemExit: the incarnation serves already
+                logger.exception(
+                    "session %r: an event subscriber failed on 'resumed'", record.session_id
+                )
         return ref
 
     def serving(self, record: SessionRecord) -> pykka.ActorRef[Any]:
@@ -231,7 +238,7 @@ class Incarnations:
         try:
             self.root.start_child(self._spec(record))
         except ChildStartError as err:
-            raise err.cause from err.cause.__cause__  # keep the original chain
+            _reraise(err)
         record.events.publish("reactivated")
         assert record.ref is not None
         return record.ref
@@ -337,6 +344,16 @@ class Incarnations:
             logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
         else:
             self._checkpoints.save(snapshot, record.events)
+
+
+def _reraise(err: ChildStartError) -> NoReturn:
+    """Raise the error a session's start failed with, as the caller would have seen it in
+    its own thread, with its original chain; one that is not an ``Exception``
+    (``SystemExit`` from a model factory or a template's pickling) stays wrapped in
+    ``err``, which names the session: it must not end the caller's thread or program."""
+    if isinstance(err.cause, Exception):
+        raise err.cause from err.cause.__cause__
+    raise err
 
 
 def _serving(ref: pykka.ActorRef[Any] | None) -> bool:

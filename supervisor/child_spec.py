@@ -31,7 +31,10 @@ class ChildSpec:
         start: Returns the ref of a freshly started :class:`~supervisor.SupervisedActor`.
             Runs on the supervisor's thread (on the caller's thread for the static
             children of ``Supervisor.start``); must not call the supervisor itself.
-            What it raises becomes :class:`~supervisor.ChildStartError`.
+            What it raises becomes :class:`~supervisor.ChildStartError`: on the
+            supervisor's thread a ``BaseException`` too (``SystemExit`` from user
+            code fails this child's start or restart, never the supervisor); on
+            the caller's thread one that is not an ``Exception`` propagates as is.
         restart: ``permanent``, ``transient`` or ``temporary`` (see :data:`RestartType`).
         shutdown: Seconds the supervisor waits for the child to stop before it
             reports and abandons it (Python cannot kill a thread).

@@ -129,13 +129,25 @@ class ChildStartError(SupervisorError):
 
     Raised to whoever asked for the start (``Supervisor.start``, ``start_child``);
     the underlying error is the ``__cause__``. Differs from a child that started
-    and then crashed: that one is restarted by policy, this one never ran.
+    and then crashed: that one is restarted by policy, this one never ran. A
+    ``BaseException`` that is not an ``Exception`` (``SystemExit`` raised by user
+    code in a start function) arrives wrapped in this too, and ``AgentHost``
+    raises it as is for a session (``child_id`` is the session id), where an
+    ordinary error is raised unwrapped.
     """
 
     def __init__(self, child_id: str, cause: BaseException) -> None:
         self.child_id = child_id
         self.cause = cause
-        super().__init__(f"child {child_id!r} failed to start: {cause!r}")
+        if isinstance(cause, Exception):
+            super().__init__(f"child {child_id!r} failed to start: {cause!r}")
+            return
+        super().__init__(
+            f"child {child_id!r} failed to start: its start function raised {cause!r} "
+            f"({type(cause).__name__} is not an Exception; it was caught so the supervisor "
+            "and its other children go on); find what raised it in the __cause__'s "
+            "traceback (a model factory, a template's pickling, a plugin)"
+        )
 
 
 class ChildAlreadyExists(SupervisorError):

@@ -23,6 +23,16 @@ Everything runs on the supervisor's own thread: children's ``Down`` notices
 arrive as messages, and start functions and shutdown waits run there. Use
 :class:`~supervisor.SupervisorHandle` to call it from other threads: every call
 it makes carries a timeout.
+
+User code never ends the supervisor: on its thread, whatever a start function
+raises, ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``),
+is a failed start of that one child (a :class:`~supervisor.ChildStartError`
+to the caller of ``start_child``, a failed restart that counts against the
+intensity otherwise), and what ``on_give_up`` raises is logged. Only a
+deliberate exit (restart intensity exceeded) ends it. The static children of
+``Supervisor.start`` start on the caller's thread, where a ``BaseException``
+that is not an ``Exception`` propagates unchanged, so Ctrl-C on the main
+thread still interrupts.
 """
 
 from __future__ import annotations
@@ -115,7 +125,8 @@ class Supervisor(SupervisedActor):
     Args:
         children: Static children, started in order by ``Supervisor.start`` on the
             caller's thread before it returns; if one fails, those already started
-            are stopped in reverse order and ``ChildStartError`` is raised.
+            are stopped in reverse order and ``ChildStartError`` is raised (a
+            ``BaseException`` that is not an ``Exception`` propagates unchanged there).
         strategy: ``one_for_one``, ``one_for_all`` or ``rest_for_one``.
         max_restarts: Restarts allowed within ``max_seconds`` (>= 0); ``None``
             sets no supervisor-wide limit (for hosts whose children each carry
@@ -126,7 +137,8 @@ class Supervisor(SupervisedActor):
         name: Shown in logs and in ``RestartIntensityExceeded``.
         on_give_up: Called as ``on_give_up(child_id, last_reason)`` on the
             supervisor's thread when a child exceeds its own ``max_restarts`` and
-            is given up; what it raises is logged and ignored.
+            is given up; what it raises (``BaseException`` included) is logged and
+            ignored.
     """
 
     def __init__(
@@ -247,6 +259,18 @@ class Supervisor(SupervisedActor):
         try:
             ref = spec.start()
         except Exception as exc:
+            raise ChildStartError(spec.id, exc) from exc
+        except BaseException as exc:
+            if self._sv_lifecycle.thread != threading.get_ident():
+                raise  # a static child, on the caller's thread: Ctrl-C stays Ctrl-C there
+            logger.warning(
+                "%s: the start function of child %r raised %r, which is not an Exception; "
+                "treated as a failed start so the supervisor and its other children go on",
+                self._name,
+                spec.id,
+                exc,
+                exc_info=exc,
+            )
             raise ChildStartError(spec.id, exc) from exc
         lifecycle = lifecycle_of(ref)
         if lifecycle is None:
@@ -386,7 +410,7 @@ class Supervisor(SupervisedActor):
         if self._on_give_up is not None:
             try:
                 self._on_give_up(child.spec.id, reason)
-            except Exception:
+            except BaseException:  # user code on this thread: it must not end the supervisor
                 logger.exception("%s: on_give_up callback failed", self._name)
 
     def _give_up(self, child: _Child, reason: ExitReason) -> None:

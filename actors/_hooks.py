@@ -56,12 +56,13 @@ class PluginRunner:
         """Run every ``session_start`` in order; stop at the first failure.
 
         Raises:
-            PluginError: naming the plugin whose hook raised.
+            PluginError: naming the plugin whose hook raised (a ``SystemExit`` or other
+                ``BaseException`` included: it fails the start, never the thread).
         """
         for plugin in self.plugins:
             try:
                 plugin.session_start(self.contexts[plugin.name])
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: it fails this start, nothing else
                 raise PluginError(plugin.name, "session_start", exc) from exc
             self.started.append(plugin)
 

@@ -11,7 +11,16 @@ from typing import Any
 import pykka
 import pytest
 
-from actors import AgentTemplate, EchoModel, Event, Model, Plugin, ProviderRegistry
+from actors import (
+    AgentTemplate,
+    EchoModel,
+    Event,
+    Model,
+    Plugin,
+    PluginContext,
+    PluginError,
+    ProviderRegistry,
+)
 from supervisor import (
     ChildSpec,
     ChildStartError,
@@ -321,3 +330,21 @@ def test_subscriber_raising_system_exit_on_resumed_leaves_the_restart_done(
     host.kill(sid)
     assert host.send(sid, "once more").content == "echo: once more"
     assert seen == ["resumed", "resumed"]
+
+
+class _ExitOnStart(Plugin):
+    name = "exits"
+
+    def session_start(self, ctx: PluginContext) -> None:
+        raise SystemExit(3)
+
+
+def test_a_plugin_exiting_in_session_start_fails_that_start_with_plugin_error(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    with pytest.raises(PluginError, match="exits") as caught:
+        host.start_session(AgentTemplate(plugins=(_ExitOnStart(),)), "bad")
+    assert "SystemExit" in repr(caught.value.error)
+    assert host.list_sessions() == []
+    assert host.send(host.start_session(AgentTemplate(), "good"), "hi").content == "echo: hi"

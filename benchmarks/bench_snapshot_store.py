@@ -10,6 +10,9 @@
    1,000 checkpoints.
 3. Bytes on disk after 1,000 turns checkpointed every turn with default
    settings, divided by the final snapshot's size (goal <= 3).
+4. The checkpoint step (``save`` + ``load`` latest) of a 300-message session
+   with the per-row checksum against the same store with the checksum's
+   ``seal``/``verify`` replaced by no-ops (goal: <= 1.1x, issue 13).
 
 Rates are medians of interleaved rounds; ratios are taken in the same run.
 """
@@ -30,10 +33,12 @@ from typing import Any
 
 import msgpack
 
+import supervisor.sqlite_store as sqlite_module
 from actors import SCHEMA_VERSION, Message, Snapshot, ToolCall, Usage
 from actors._ids import new_checkpoint_id
 from benchmarks._common import interleaved_rates, percentile, print_table
 from supervisor import SQLiteCheckpointStore
+from supervisor._message_log import LogRef, seal, verify
 
 SAVE_OPS = 40
 LOAD_SAMPLES = 200
@@ -190,6 +195,51 @@ def load_and_disk_figures(directory: Path) -> list[tuple[str, str]]:
     return rows
 
 
+def _no_seal(body: bytes, ref: LogRef) -> bytes:
+    return b""
+
+
+def _no_verify(check: object, body: object, ref: LogRef) -> None:
+    return None
+
+
+def checksum_figures(directory: Path) -> list[tuple[str, str]]:
+    """Save + load latest, checksummed vs not, on two stores fed the same snapshots."""
+    rounds, ops = 7, 20
+    stream = list(conversation(75 + (rounds + 1) * ops + 4))[75:]  # 300 messages and up
+    checked_store = SQLiteCheckpointStore(directory / "checked.db")
+    bare_store = SQLiteCheckpointStore(directory / "unchecked.db")
+    checked_snaps, bare_snaps = iter(stream), iter(stream)
+
+    def checked() -> object:
+        sqlite_module.seal, sqlite_module.verify = seal, verify  # type: ignore[attr-defined]
+        checked_store.save(next(checked_snaps))
+        return checked_store.load("bench")
+
+    def unchecked() -> object:
+        sqlite_module.seal, sqlite_module.verify = _no_seal, _no_verify  # type: ignore[attr-defined]
+        bare_store.save(next(bare_snaps))
+        return bare_store.load("bench")
+
+    try:
+        with checked_store, bare_store:
+            checked_rate, bare_rate, ratio = interleaved_rates(
+                checked, unchecked, ops=ops, rounds=rounds
+            )
+    finally:
+        sqlite_module.seal, sqlite_module.verify = seal, verify  # type: ignore[attr-defined]
+    body = stream[0].serialize()
+    check = seal(body, (None, None, None, None))
+    seal_us = min(_time(lambda: verify(check, body, (None,) * 4)) for _ in range(50)) * 1e6
+    return [
+        ("messages in the session", f"{len(stream[0].state['messages'])} and up"),
+        ("save + load, checksummed", f"{checked_rate:,.0f} /s ({1e3 / checked_rate:.2f} ms)"),
+        ("save + load, seal/verify as no-ops", f"{bare_rate:,.0f} /s ({1e3 / bare_rate:.2f} ms)"),
+        ("checksum cost vs none (goal <= 1.1x)", f"{1 / ratio:.2f}x"),
+        (f"verify of a whole {len(body) // 1024} KiB body alone", f"{seal_us:.1f} us"),
+    ]
+
+
 def _time(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -202,6 +252,8 @@ def main() -> None:
         print_table("2. SQLiteCheckpointStore.save", save_figures(Path(tmp)))
     with tempfile.TemporaryDirectory() as tmp:
         print_table("2b/3. load latest and bytes on disk", load_and_disk_figures(Path(tmp)))
+    with tempfile.TemporaryDirectory() as tmp:
+        print_table("4. checkpoint integrity checksum", checksum_figures(Path(tmp)))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ from supervisor.errors import SessionCrashed as SessionCrashed
 from supervisor.errors import SessionFailed as SessionFailed
 from supervisor.errors import SessionNotFound as SessionNotFound
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
+from supervisor.errors import StoreCorrupted as StoreCorrupted
+from supervisor.errors import StoreUnavailable as StoreUnavailable
 from supervisor.errors import SupervisorError as SupervisorError
 from supervisor.errors import TemplateNotPicklable as TemplateNotPicklable
 from supervisor.errors import WorkerCrashed as WorkerCrashed
@@ -98,6 +100,8 @@ __all__ = [
     "SessionStatus",
     "SessionStore",
     "SnapshotTooLarge",
+    "StoreCorrupted",
+    "StoreUnavailable",
     "Strategy",
     "SupervisedActor",
     "Supervisor",

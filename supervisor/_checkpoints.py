@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable
 
-from actors import EventBuffer, Snapshot, strip_secrets
+from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import CheckpointNotFound
 
 __all__ = ["EVENT_SEQ", "Checkpoints", "event_seq"]
+
+logger = logging.getLogger("supervisor.host")
 
 EVENT_SEQ = "event_seq"
 """Metadata key of a checkpoint: the session's last event sequence number at the save."""
@@ -77,12 +80,49 @@ class Checkpoints:
     def _save_marked(self, events: EventBuffer, snapshot: Snapshot) -> Snapshot:
         return self.save(snapshot, events)
 
-    def latest(self, session_id: str) -> Snapshot | None:
-        """The session's newest checkpoint, or ``None`` if it has none."""
+    def latest(self, session_id: str, events: EventBuffer | None = None) -> Snapshot | None:
+        """The session's newest checkpoint that loads, or ``None`` if it has none.
+
+        A checkpoint the store cannot read (``SnapshotDecodeError``: damaged or
+        edited) is skipped for the next older one, with a logged warning and,
+        if ``events`` (the session's stream) is given, a ``checkpoint_damaged``
+        event with its ``checkpoint_id`` and the ``error``. The damaged
+        checkpoint stays in the store for inspection; the next save supersedes it.
+
+        Raises:
+            SnapshotDecodeError: every checkpoint of the session is damaged (the
+                newest one's error).
+        """
         try:
             return self.store.load(session_id)
         except CheckpointNotFound:
             return None
+        except SnapshotDecodeError as exc:
+            newest_error = exc
+        for info in self.store.list(session_id):
+            try:
+                snapshot = self.store.load(session_id, info.checkpoint_id)
+            except CheckpointNotFound:  # pruned or deleted meanwhile
+                continue
+            except SnapshotDecodeError as exc:
+                logger.warning(
+                    "session %r: checkpoint %r is damaged, trying the one before it: %s",
+                    session_id,
+                    info.checkpoint_id,
+                    exc,
+                )
+                if events is not None:
+                    events.publish(
+                        "checkpoint_damaged", checkpoint_id=info.checkpoint_id, error=str(exc)
+                    )
+                continue
+            logger.warning(
+                "session %r: resuming from checkpoint %r, the newest that is not damaged",
+                session_id,
+                snapshot.checkpoint_id,
+            )
+            return snapshot
+        raise newest_error
 
     def relabel(
         self, source: Snapshot, label: str | None, events: EventBuffer | None = None

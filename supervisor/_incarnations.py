@@ -170,7 +170,7 @@ class Incarnations:
         ``ChildStartError`` that counts against the session's restart intensity.
         """
         pending, record.resume_from = record.resume_from, None
-        snapshot = pending or self._checkpoints.latest(record.session_id)
+        snapshot = pending or self._checkpoints.latest(record.session_id, record.events)
         launch = SessionLaunch(
             session_id=record.session_id,
             template=record.template,

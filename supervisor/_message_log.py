@@ -9,6 +9,8 @@ the pure part of that scheme:
   are that list's msgpack array *without* its header, i.e. the message
   encodings back to back, so a longer conversation's bytes start with a
   shorter one's.
+* ``seal`` and ``verify`` give each stored body its checksum, over the body
+  and its message-log reference, so a damaged or edited row is refused.
 * ``join`` decodes the body, decodes the log prefix under a fresh array
   header and puts the list back, then builds the snapshot through
   ``Snapshot.from_dict``, so migrations see the whole snapshot.
@@ -21,6 +23,7 @@ Pure functions, thread-safe.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +39,24 @@ from actors import (
 )
 from actors._codec import check_keys, pack_plain
 
-__all__ = ["KnownLog", "SplitSnapshot", "assemble", "digest", "join", "split"]
+__all__ = [
+    "KnownLog",
+    "LogRef",
+    "SplitSnapshot",
+    "assemble",
+    "digest",
+    "join",
+    "seal",
+    "split",
+    "verify",
+]
+
+LogRef = tuple[Any, Any, Any, Any]
+"""A checkpoint's message-log reference as stored: ``(gen, bytes, count, digest)``, or Nones."""
+
+_SEAL_BLAKE2B = b"\x01"
+"""Tag of a seal that is an unkeyed BLAKE2b-128 checksum (the only kind so far)."""
+_SEAL_PERSON = b"sv-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +138,37 @@ def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
 def digest(data: bytes | memoryview) -> bytes:
     """The digest the log and checkpoints are checked with (SHA-256)."""
     return hashlib.sha256(data).digest()
+
+
+def seal(body: bytes, ref: LogRef) -> bytes:
+    """The checksum stored with a checkpoint body: a tag byte, then BLAKE2b-128 of the
+    message-log reference ``ref`` and the body.
+
+    It covers everything ``load`` reads from the row to rebuild the snapshot;
+    the session and checkpoint ids are inside the body. The tag says how the
+    rest was computed, so that a keyed MAC (with encryption) can be a second
+    kind later, and rows of both kinds can be told apart.
+    """
+    hasher = hashlib.blake2b(msgpack.packb(list(ref)), digest_size=16, person=_SEAL_PERSON)
+    hasher.update(body)
+    return _SEAL_BLAKE2B + hasher.digest()
+
+
+def verify(check: object, body: object, ref: LogRef) -> None:
+    """Check a stored body and reference against their stored ``seal``.
+
+    Raises:
+        SnapshotDecodeError: the seal is missing, of an unknown kind, or does
+            not match: the row was damaged or edited since it was saved.
+    """
+    if not isinstance(body, bytes):
+        raise SnapshotDecodeError(f"stored body is {type(body).__name__}, not bytes")
+    if not isinstance(check, bytes) or check[:1] != _SEAL_BLAKE2B:
+        raise SnapshotDecodeError("stored checksum is missing or of an unknown kind")
+    if not hmac.compare_digest(check, seal(body, ref)):
+        raise SnapshotDecodeError(
+            "checksum mismatch: the stored checkpoint was damaged or edited after it was saved"
+        )
 
 
 def assemble(chunks: Sequence[tuple[Any, Any]], length: int, expected: bytes) -> bytes:

@@ -1,18 +1,30 @@
 """Opening a checkpoint database: connection settings and the versioned schema.
 
-Tables (schema version 1, recorded in ``PRAGMA user_version``):
+Tables (schema version 2, recorded in ``PRAGMA user_version``):
 
 * ``checkpoints``: one row per checkpoint: metadata columns for ``list``, the
-  encoded body, and which prefix of which message log it uses
+  encoded body, which prefix of which message log it uses
   (``log_gen``/``log_bytes``/``log_count``/``log_digest``; NULL when the body
-  is complete).
+  is complete), and ``body_check``, the checksum of body and log reference
+  (``_message_log.seal``), verified on every load.
 * ``message_chunks``: the append-only message logs, as chunks keyed by
   ``(session_id, gen, start)``; ``start`` is the chunk's byte offset in its log.
 * ``message_logs``: per session, the current log generation, its length, its
   digest and its chunk count.
 
 The schema is created on first use inside ``BEGIN IMMEDIATE``, so several
-processes opening a new file at once create it exactly once.
+processes opening a new file at once create it exactly once. Migrations:
+version 1 (before checksums) gains ``body_check``, computed for every row as
+found: a row damaged before the migration would go unnoticed by it (it is
+still checked by decoding and the log digest), every change after it is caught.
+
+Identity: a store is marked with ``PRAGMA application_id = APPLICATION_ID``
+when created, and a marker file ``<path>.sessionvisor`` is written beside it.
+Only a missing or empty file with no marker becomes a new store; an empty or
+missing file *with* a marker (the store was truncated or deleted), another
+program's database, or a file that is not a database raise ``StoreCorrupted``
+without changing anything. A version-1 store (unmarked, but with our tables
+and ``user_version = 1``) is marked when it migrates.
 """
 
 from __future__ import annotations
@@ -20,12 +32,25 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from datetime import UTC, datetime
 
-from supervisor.errors import SupervisorError
+from supervisor._message_log import seal
+from supervisor.errors import StoreCorrupted, StoreUnavailable, SupervisorError
 
-__all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "open_database"]
+__all__ = [
+    "APPLICATION_ID",
+    "MARKER_SUFFIX",
+    "SCHEMA_VERSION",
+    "SYNCHRONOUS_MODES",
+    "open_database",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+APPLICATION_ID = 0x73765331
+"""``PRAGMA application_id`` of every sessionvisor checkpoint store (the bytes ``svS1``)."""
+MARKER_SUFFIX = ".sessionvisor"
+"""Suffix of the marker file beside a store (``checkpoints.db.sessionvisor``)."""
+_TABLES = frozenset(("checkpoints", "message_chunks", "message_logs"))
 SYNCHRONOUS_MODES = frozenset(("NORMAL", "FULL", "EXTRA"))
 # A small WAL keeps the file's footprint close to its content while it is open: checkpoint
 # it into the database about every 256 KiB and truncate it back to that size afterwards.
@@ -46,6 +71,7 @@ _DDL = (
         log_bytes INTEGER,
         log_count INTEGER,
         log_digest BLOB,
+        body_check BLOB,
         UNIQUE (session_id, checkpoint_id)
     )
     """,
@@ -70,26 +96,79 @@ _DDL = (
 )
 
 
-def _user_version(conn: sqlite3.Connection) -> int:
+def _identity(conn: sqlite3.Connection) -> tuple[int, int, frozenset[str]]:
+    """The file's ``(application_id, user_version, table names)``; writes nothing."""
+    app: int = conn.execute("PRAGMA application_id").fetchone()[0]
     version: int = conn.execute("PRAGMA user_version").fetchone()[0]
-    return version
+    tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return app, version, frozenset(name for (name,) in tables)
 
 
-def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
-    if _user_version(conn) == SCHEMA_VERSION:
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        version = _user_version(conn)
-        if version == 0:
-            for statement in _DDL:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif version > SCHEMA_VERSION:
+def _check_identity(path: str, identity: tuple[int, int, frozenset[str]], marked: bool) -> bool:
+    """Whether the file is a new store to create (else one of ours to open as it is).
+
+    Raises:
+        StoreCorrupted: the file is neither ours nor new (see the module docstring).
+        SupervisorError: it is ours, of a schema newer than this code supports.
+    """
+    app, version, tables = identity
+    if app == APPLICATION_ID or (app == 0 and version == 1 and tables >= _TABLES):
+        if version > SCHEMA_VERSION:
             raise SupervisorError(
                 f"checkpoint database {path} has schema version {version}, newer than the "
                 f"supported {SCHEMA_VERSION}; upgrade sessionvisor to open it"
             )
+        return version == 0
+    if app == 0 and version == 0 and not tables:
+        if marked:
+            raise StoreCorrupted(
+                path,
+                "is empty, but its marker file says a store was created there "
+                "(truncated, or replaced by an empty file)",
+                _RESTORE,
+            )
+        return True
+    raise StoreCorrupted(
+        path,
+        f"is another program's SQLite database (application_id {app}, "
+        f"user_version {version}, tables {sorted(tables)}), not a sessionvisor store",
+        "point the store at another file, or move that one away",
+    )
+
+
+_RESTORE = (
+    "restore it (and its -wal file) from a backup; to start over with an empty store "
+    f"instead, delete it and the marker file beside it ending in {MARKER_SUFFIX!r}"
+)
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Add ``body_check`` and seal every existing row as found (see the module docstring)."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN body_check BLOB")
+    ids = [row_id for (row_id,) in conn.execute("SELECT id FROM checkpoints").fetchall()]
+    for row_id in ids:
+        body, *ref = conn.execute(
+            "SELECT body, log_gen, log_bytes, log_count, log_digest FROM checkpoints WHERE id = ?",
+            (row_id,),
+        ).fetchone()
+        check = seal(body, tuple(ref)) if isinstance(body, bytes) else None
+        conn.execute("UPDATE checkpoints SET body_check = ? WHERE id = ?", (check, row_id))
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: str, marked: bool) -> None:
+    app, version, _ = _identity(conn)
+    if (app, version) == (APPLICATION_ID, SCHEMA_VERSION):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        identity = _identity(conn)  # again: another process may have created it meanwhile
+        if _check_identity(path, identity, marked):
+            for statement in _DDL:
+                conn.execute(statement)
+        elif identity[1] == 1:
+            _migrate_1_to_2(conn)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -124,23 +203,73 @@ def open_database(
     The connection is in autocommit mode (transactions are explicit), may be
     used from any thread (the caller serializes access), waits up to
     ``busy_timeout`` seconds for other writers, and has the schema in place.
+    A file that is not a store is refused before anything is written to it.
 
     Raises:
+        StoreCorrupted: the file is not a store (see the module docstring).
+        StoreUnavailable: it cannot be opened or created (e.g. a read-only directory).
         SupervisorError: the file's schema is newer than this code supports.
-        sqlite3.DatabaseError: the file is not a database, or is locked too long.
+        sqlite3.OperationalError: it stayed locked by another writer too long.
     """
     name = os.fspath(path)
-    conn = sqlite3.connect(
-        name, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-    )
+    marker = name + MARKER_SUFFIX
+    # The marker is read first: it is written only once the file holds the schema, so
+    # a file found empty or missing after it was seen is truly empty, not being created.
+    marked = os.path.exists(marker)
+    if marked and not os.path.exists(name):
+        raise StoreCorrupted(
+            name, "is missing, but its marker file says a store was there", _RESTORE
+        )
+    try:
+        conn = sqlite3.connect(
+            name, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.OperationalError as exc:
+        raise StoreUnavailable(name, exc) from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        _enable_wal(conn, busy_timeout)
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_LIMIT_PAGES}")
-        conn.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT_BYTES}")
-        _ensure_schema(conn, name)
+        try:
+            _check_identity(name, _identity(conn), marked)  # before WAL changes the file
+            _enable_wal(conn, busy_timeout)
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_LIMIT_PAGES}")
+            conn.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT_BYTES}")
+            _ensure_schema(conn, name, marked)
+        except sqlite3.DatabaseError as exc:
+            raise _open_error(name, exc) from exc
+        if not marked:
+            _write_marker(marker)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
+    """The error to raise for an SQLite error while opening ``path``."""
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return StoreCorrupted(path, f"is not a readable SQLite database ({text})", _RESTORE)
+    if "locked" in text or "busy" in text:
+        return exc
+    return StoreUnavailable(path, exc)  # unable to open, readonly, disk I/O error...
+
+
+def _write_marker(marker: str) -> None:
+    """Record beside the store that it exists (see the module docstring).
+
+    Raises:
+        StoreUnavailable: the marker cannot be written.
+    """
+    text = (
+        f"sessionvisor checkpoint store, marked {datetime.now(UTC).isoformat(timespec='seconds')}."
+        "\nWhile this file exists, an empty or missing store beside it is an error, not a new"
+        " store.\n"
+    )
+    try:
+        with open(marker, "x", encoding="utf-8") as out:
+            out.write(text)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreUnavailable(marker, exc) from exc

@@ -24,6 +24,8 @@ __all__ = [
     "SessionFailed",
     "SessionNotFound",
     "SnapshotTooLarge",
+    "StoreCorrupted",
+    "StoreUnavailable",
     "SupervisorError",
     "TemplateNotPicklable",
     "WorkerCrashed",
@@ -364,8 +366,46 @@ class DataDirLocked(SupervisorError, RuntimeError):
         )
 
 
+class StoreCorrupted(SupervisorError):
+    """The file where a checkpoint store is expected is not one: nothing was opened or changed.
+
+    Raised instead of starting a new, empty store over lost data: the file is
+    empty or missing although a store was created there (its marker file
+    beside it says so), it is another program's SQLite database, or it is not
+    a database at all. Differs from ``StoreUnavailable`` (the file may be fine
+    but cannot be opened) and from ``actors.SnapshotDecodeError`` (one
+    checkpoint inside a good store is damaged). ``path`` is the file and
+    ``problem`` what is wrong with it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problem: str, fix: str) -> None:
+        self.path = os.fspath(path)
+        self.problem = problem
+        super().__init__(f"checkpoint store {self.path!r} {problem}; {fix}")
+
+
+class StoreUnavailable(SupervisorError, OSError):
+    """A checkpoint store's file cannot be opened or created where it is (a read-only
+    directory or file system, missing permissions, a missing parent directory).
+
+    Nothing is known to be wrong with the data: fix the access and open it
+    again. Differs from ``StoreCorrupted`` (the file is not a store).
+    ``path`` names the file; the SQLite or OS error is the ``__cause__``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], error: BaseException) -> None:
+        self.path = os.fspath(path)
+        super().__init__(
+            f"checkpoint store {self.path!r} cannot be opened or written ({error}); make its "
+            "directory writable by this process (SQLite creates -wal and -shm files beside "
+            "it), or choose another path or data_dir"
+        )
+
+
 for _cls in (
     SupervisorError,
+    StoreCorrupted,
+    StoreUnavailable,
     DataDirLocked,
     SessionAlreadyExists,
     SessionNotFound,

@@ -273,7 +273,9 @@ class AgentHost:
                 session that does not exist for that tenant).
             SessionAlreadyExists: the session is live or hibernated on this host.
             CheckpointNotFound: no (such) checkpoint.
-            SnapshotDecodeError: the checkpoint cannot be read.
+            SnapshotDecodeError: the given checkpoint cannot be read, or (latest)
+                none of the session's can; a damaged latest one is skipped for the
+                newest good one, with a logged warning.
             RegistryProfileMissing: its model names a profile that is not
                 registered; register it and call again.
             PluginError: a ``session_start`` hook raised.
@@ -301,12 +303,14 @@ class AgentHost:
     ) -> Snapshot:
         """The (latest) checkpoint, if it was saved under ``tenant_id`` (when given); else
         ``SessionNotFound``, as for a session without any checkpoint."""
-        try:
-            snapshot = self.store.load(session_id, checkpoint_id)
-        except CheckpointNotFound:
-            if tenant_id is not None and checkpoint_id is None:
-                raise SessionNotFound(session_id) from None
-            raise
+        if checkpoint_id is not None:
+            snapshot: Snapshot | None = self.store.load(session_id, checkpoint_id)
+        else:  # the newest that is not damaged (see Checkpoints.latest)
+            snapshot = self._checkpoints.latest(session_id)
+        if snapshot is None:
+            if tenant_id is not None:
+                raise SessionNotFound(session_id)
+            raise CheckpointNotFound(session_id)
         require_tenant(session_id, _saved_tenant(snapshot), tenant_id)
         return snapshot
 

@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
+from supervisor._message_log import seal, verify
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
@@ -17,11 +18,15 @@ from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
 
 __all__ = ["MemoryCheckpointStore"]
 
+_NO_LOG = (None, None, None, None)
+"""The log reference of a complete body: this store keeps no separate message log."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     info: CheckpointInfo
     data: bytes
+    check: bytes
 
 
 class MemoryCheckpointStore(ClosingContext):
@@ -29,7 +34,9 @@ class MemoryCheckpointStore(ClosingContext):
 
     Snapshots are stored as their ``serialize()`` bytes, so a save refuses
     exactly what the durable stores refuse and a load returns an independent,
-    equal copy. Nothing survives the process.
+    equal copy. Like the SQLite store, each carries a checksum verified on
+    ``load`` (bytes changed in memory raise ``SnapshotDecodeError``). Nothing
+    survives the process.
 
     Thread-safe: one lock guards the dict; (de)serialization runs outside it.
 
@@ -82,7 +89,7 @@ class MemoryCheckpointStore(ClosingContext):
         with self._lock:
             self._check_open()
             entries = self._sessions.setdefault(snapshot.session_id, {})
-            entries[snapshot.checkpoint_id] = _Entry(info, data)
+            entries[snapshot.checkpoint_id] = _Entry(info, data, seal(data, _NO_LOG))
             if self.keep_last is not None:
                 self._prune_locked(snapshot.session_id, self.keep_last)
         return info
@@ -97,8 +104,9 @@ class MemoryCheckpointStore(ClosingContext):
         if entry is None:
             raise CheckpointNotFound(session_id, checkpoint_id)
         try:
+            verify(entry.check, entry.data, _NO_LOG)
             return Snapshot.deserialize(entry.data, migrations=self._migrations)
-        except SnapshotDecodeError as exc:  # pragma: no cover - only our own bytes are stored
+        except SnapshotDecodeError as exc:
             raise SnapshotDecodeError(
                 f"checkpoint {entry.info.checkpoint_id!r} of session {session_id!r}: {exc.reason}"
             ) from None

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
-from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, split
+from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, seal, split, verify
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
@@ -32,7 +32,7 @@ _COMPACT_AFTER_CHUNKS = 32
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _LOG_CACHE_SESSIONS = 1024
-_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest"
+_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check"
 
 
 def _micros(moment: datetime) -> int:
@@ -146,13 +146,25 @@ class SQLiteCheckpointStore(ClosingContext):
     ``load`` reassembles, verifies the digest, and returns a snapshot equal
     to the one saved.
 
-    Corruption: a damaged checkpoint row makes only that checkpoint raise
-    ``SnapshotDecodeError`` (naming session and checkpoint); the others load.
-    Damage inside the shared message log is detected by the digest and
-    affects the checkpoints whose prefix covers the damaged bytes.
+    Integrity: each checkpoint row carries a BLAKE2b-128 checksum of its body
+    and its log reference, verified on every ``load``: a damaged or edited
+    row makes only that checkpoint raise ``SnapshotDecodeError`` (naming
+    session and checkpoint); the others load. Damage inside the shared
+    message log is detected by its SHA-256 digest and affects the checkpoints
+    whose prefix covers the damaged bytes. ``AgentHost`` then falls back to
+    the newest checkpoint that loads (``Checkpoints.latest``).
+
+    Identity: the file is marked as a sessionvisor store (``PRAGMA
+    application_id``) and a marker file ``<path>.sessionvisor`` is written
+    beside it. An empty or missing file where the marker says a store was,
+    another program's database, or a file that is not a database raise
+    ``StoreCorrupted`` instead of becoming a new, empty store; a file that
+    cannot be opened or created there (a read-only directory) raises
+    ``StoreUnavailable``. Both name the path.
 
     Args:
-        path: Database file; created with its schema on first use.
+        path: Database file; created with its schema (and the marker file
+            beside it) on first use.
         max_snapshot_bytes: Refuse (``SnapshotTooLarge``, nothing stored)
             snapshots whose ``serialize()`` size is larger; ``None``: no limit.
         keep_last: After each save keep the session's newest ``keep_last``
@@ -223,18 +235,19 @@ class SQLiteCheckpointStore(ClosingContext):
             with self._transaction("IMMEDIATE") as db:
                 log: tuple[Any, ...] = (None, None, None, None)
                 if cut.messages is not None:
-                    log = (*self._append(db, sid, cut, cached), cut.count)
+                    gen, length, log_digest = self._append(db, sid, cut, cached)
+                    log = (gen, length, cut.count, log_digest)
                 db.execute(
                     "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
-                    " body, log_gen, log_bytes, log_digest, log_count)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " body, log_gen, log_bytes, log_count, log_digest, body_check)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
                     " saved_at_us = excluded.saved_at_us, label = excluded.label,"
                     " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
                     " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
-                    " log_count = excluded.log_count",
+                    " log_count = excluded.log_count, body_check = excluded.body_check",
                     (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
-                     cut.size, cut.body, *log),
+                     cut.size, cut.body, *log, seal(cut.body, log)),
                 )  # fmt: skip
                 if self.keep_last is not None:
                     self._prune(db, sid, self.keep_last)
@@ -371,7 +384,7 @@ class SQLiteCheckpointStore(ClosingContext):
                 ).fetchone()
             if row is None:
                 raise CheckpointNotFound(session_id, checkpoint_id)
-            cid, body, gen, length, count, expected = row
+            cid, body, gen, length, count, expected, check = row
             chunks = []
             if gen is not None:
                 chunks = db.execute(
@@ -380,6 +393,7 @@ class SQLiteCheckpointStore(ClosingContext):
                     (session_id, gen, length),
                 ).fetchall()
         try:
+            verify(check, body, (gen, length, count, expected))
             messages = None
             if gen is not None:
                 if not isinstance(length, int) or not isinstance(expected, bytes):

@@ -60,41 +60,24 @@ def test_a_failed_save_rolls_the_turn_back_and_a_retry_is_clean(make_host: HostF
     assert host.history(sid) == history
 
 
+@pytest.mark.parametrize("kill_before_retry", [False, True], ids=["retry", "kill-then-retry"])
 def test_steering_taken_by_a_turn_that_could_not_be_saved_reaches_the_retry(
-    make_host: HostFactory,
+    make_host: HostFactory, kill_before_retry: bool
 ) -> None:
     store = DiskFull()
     host = make_host(store=store)
     sid = host.start_session(template(), session_id="disk-full-steer")
-    host.send(sid, "first")
-    store.full = True
-    host.steer(sid, "note")
-
-    with pytest.raises(OSError, match="No space left"):
-        host.send(sid, "second")
-    store.full = False
-    host.send(sid, "second")
-
-    assert _users(host.history(sid)) == ["first", "second", "note"]
-    assert _users(store.load(sid).messages()) == ["first", "second", "note"]
-
-
-def test_steering_of_an_unsaved_turn_survives_a_kill_before_the_retry(
-    make_host: HostFactory,
-) -> None:
-    store = DiskFull()
-    host = make_host(store=store)
-    sid = host.start_session(template(), session_id="disk-full-kill")
     waiter = watch_events(host, sid)
     host.send(sid, "first")
     store.full = True
     host.steer(sid, "note")
+
     with pytest.raises(OSError, match="No space left"):
         host.send(sid, "second")
     store.full = False
-
-    host.kill(sid)
-    waiter.wait_for("resumed")
+    if kill_before_retry:  # the steering text survives the session's crash too
+        host.kill(sid)
+        waiter.wait_for("resumed")
     host.send(sid, "second")
 
     assert _users(host.history(sid)) == ["first", "second", "note"]

@@ -29,9 +29,15 @@ from supervisor._checkpoints import Checkpoints
 from supervisor._host_record import SessionRecord
 from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
-from supervisor._session_table import SessionTable
+from supervisor._session_table import SessionTable, require_tenant
 from supervisor.child_spec import ChildSpec
-from supervisor.errors import ChildStartError, SessionCrashed, SessionFailed, SessionNotFound
+from supervisor.errors import (
+    CheckpointNotFound,
+    ChildStartError,
+    SessionCrashed,
+    SessionFailed,
+    SessionNotFound,
+)
 from supervisor.handle import SupervisorHandle
 from supervisor.session_store import SessionEntry, SessionStore
 
@@ -298,6 +304,47 @@ class Incarnations:
         )
         return self.launch(record)
 
+    def resume(  # noqa: PLR0917 (mirrors AgentHost.resume's parameters)
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        checkpoint_id: str | None,
+        tenant_id: str | None,
+        api_key: str | None,
+        attrs: dict[str, Any],
+    ) -> str:
+        """``AgentHost.resume``: from the latest good (or a given) checkpoint, under the
+        tenant it was saved with, which a given ``tenant_id`` must match."""
+        existing = self._table.get(session_id)
+        if existing is not None and existing.status != "stopped":
+            require_tenant(session_id, existing.tenant_id, tenant_id)
+        if tenant_id is not None and checkpoint_id is not None:
+            self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
+        snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
+        self.resolve_model(template)
+        if checkpoint_id is not None:
+            # Continuing from an older checkpoint abandons the turns saved after
+            # it: make it the newest, so a crash restart comes back here too.
+            snapshot = self._checkpoints.relabel(snapshot, f"resumed from {checkpoint_id}")
+        tenant = _saved_tenant(snapshot)
+        return self.start_new(session_id, template, tenant, api_key, attrs, resume_from=snapshot)
+
+    def _saved_checkpoint(
+        self, session_id: str, checkpoint_id: str | None, tenant_id: str | None
+    ) -> Snapshot:
+        """The (latest good) checkpoint, if it was saved under ``tenant_id`` (when given);
+        else ``SessionNotFound``, as for a session without any checkpoint."""
+        if checkpoint_id is not None:
+            snapshot: Snapshot | None = self._checkpoints.store.load(session_id, checkpoint_id)
+        else:  # the newest that is not damaged (see Checkpoints.latest)
+            snapshot = self._checkpoints.latest(session_id)
+        if snapshot is None:
+            if tenant_id is not None:
+                raise SessionNotFound(session_id)
+            raise CheckpointNotFound(session_id)
+        require_tenant(session_id, _saved_tenant(snapshot), tenant_id)
+        return snapshot
+
     def hibernate(self, record: SessionRecord) -> bool:
         """Checkpoint the session and stop its incarnation; False if another operation
         holds the session or no incarnation was serving."""
@@ -362,3 +409,9 @@ def _serving(ref: pykka.ActorRef[Any] | None) -> bool:
         return False
     lifecycle = lifecycle_of(ref)
     return lifecycle is None or not lifecycle.ending
+
+
+def _saved_tenant(snapshot: Snapshot) -> str:
+    """The tenant a checkpoint was saved under (``default`` for one saved without)."""
+    saved = snapshot.state.get("metadata", {}).get("tenant_id")
+    return saved if isinstance(saved, str) else "default"

@@ -38,9 +38,9 @@ from supervisor._incarnations import Incarnations
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import runtime_for
 from supervisor._session_attrs import SessionMetadata, plain_text
-from supervisor._session_table import SessionTable, require_tenant
+from supervisor._session_table import SessionTable
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.errors import CheckpointNotFound, SessionAlreadyExists, SessionNotFound
+from supervisor.errors import SessionAlreadyExists
 from supervisor.intensity import RestartIntensity
 
 __all__ = ["AgentHost"]
@@ -282,37 +282,9 @@ class AgentHost:
         """
         session_id = plain_text("session_id", session_id)
         self._table.check_open()
-        existing = self._table.get(session_id)
-        if existing is not None and existing.status != "stopped":
-            require_tenant(session_id, existing.tenant_id, tenant_id)
-        if tenant_id is not None and checkpoint_id is not None:
-            self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
-        snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
-        self._sessions.resolve_model(template)
-        if checkpoint_id is not None:
-            # Continuing from an older checkpoint abandons the turns saved after
-            # it: make it the newest, so a crash restart comes back here too.
-            snapshot = self._checkpoints.relabel(snapshot, f"resumed from {checkpoint_id}")
-        tenant = _saved_tenant(snapshot)
-        return self._sessions.start_new(
-            session_id, template, tenant, api_key, dict(attrs), resume_from=snapshot
+        return self._sessions.resume(
+            session_id, template, checkpoint_id, tenant_id, api_key, dict(attrs)
         )
-
-    def _saved_checkpoint(
-        self, session_id: str, checkpoint_id: str | None, tenant_id: str | None
-    ) -> Snapshot:
-        """The (latest) checkpoint, if it was saved under ``tenant_id`` (when given); else
-        ``SessionNotFound``, as for a session without any checkpoint."""
-        if checkpoint_id is not None:
-            snapshot: Snapshot | None = self.store.load(session_id, checkpoint_id)
-        else:  # the newest that is not damaged (see Checkpoints.latest)
-            snapshot = self._checkpoints.latest(session_id)
-        if snapshot is None:
-            if tenant_id is not None:
-                raise SessionNotFound(session_id)
-            raise CheckpointNotFound(session_id)
-        require_tenant(session_id, _saved_tenant(snapshot), tenant_id)
-        return snapshot
 
     def resume_all(self, template: AgentTemplate | Callable[[str], AgentTemplate]) -> list[str]:
         """Resume every session of the store that is not live here (after a host restart).
@@ -534,12 +506,6 @@ class AgentHost:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
-
-
-def _saved_tenant(snapshot: Snapshot) -> str:
-    """The tenant a checkpoint was saved under (``default`` for one saved without)."""
-    saved = snapshot.state.get("metadata", {}).get("tenant_id")
-    return saved if isinstance(saved, str) else "default"
 
 
 def _positive_or_none(name: str, value: object) -> None:

@@ -19,7 +19,7 @@ import pykka
 
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
-from actors.errors import TurnLimitExceeded
+from actors.errors import SnapshotDecodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
 from actors.model import Model, ModelResponse
@@ -158,19 +158,27 @@ class AgentSession(pykka.ThreadingActor):
         self.event_buffer = (
             event_buffer if event_buffer is not None else EventBuffer(event_buffer_size)
         )
-        self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
-        self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
-        self._turns = int(restored.get("turns", 0))
-        self._metadata = dict(metadata if metadata is not None else restored.get("metadata", {}))
+        try:  # a checkpoint that decodes but holds the wrong shapes: one documented error
+            self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
+            self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
+            self._turns = int(restored.get("turns", 0))
+            self._metadata = dict(
+                metadata if metadata is not None else restored.get("metadata", {})
+            )
+            self.plugins = PluginRunner(
+                template.plugins,
+                session_id=self.session_id,
+                states=_copy_containers(restored.get("plugins", {})),
+                stripped_fields=stripped_fields,
+                resumed=restored_state is not None,
+                events=self.event_buffer,
+            )
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            raise SnapshotDecodeError(
+                f"the checkpoint of session {self.session_id!r} is not a valid session state "
+                f"({type(exc).__name__}: {exc}); resume an older checkpoint"
+            ) from exc
         self._provider_state = restored.get("provider_state")
-        self.plugins = PluginRunner(
-            template.plugins,
-            session_id=self.session_id,
-            states=_copy_containers(restored.get("plugins", {})),
-            stripped_fields=stripped_fields,
-            resumed=restored_state is not None,
-            events=self.event_buffer,
-        )
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
         self._system: Message | None = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from actors import Snapshot, SnapshotDecodeError
+from supervisor import MemoryCheckpointStore
 from tests.supervisor.host_helpers import HostFactory, pairs, template
 
 
@@ -49,3 +51,29 @@ def test_a_session_id_that_is_not_text_is_refused_first(make_host: HostFactory) 
         host.start_session(template(), ("a", "b"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="session_id must be a str, got int"):
         host.resume(7, template())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        {"messages": "not a list of messages"},
+        {"usage": "lots"},
+        {"turns": "many"},
+    ],
+    ids=["bad-role", "messages-not-a-list", "usage-not-a-map", "turns-not-a-number"],
+)
+def test_a_checkpoint_with_the_wrong_shapes_is_a_decode_error(
+    make_host: HostFactory, state: dict[str, object]
+) -> None:
+    store = MemoryCheckpointStore()
+    store.save(Snapshot.new(session_id="s", state={"session_id": "s", **state}))
+    host = make_host(store=store)
+
+    with pytest.raises(SnapshotDecodeError, match="the checkpoint of session 's' is not a valid"):
+        host.resume("s", template())
+
+    assert host.list_sessions() == []
+    store.save(Snapshot.new(session_id="s", state={"session_id": "s"}))
+    host.resume("s", template())  # the next good checkpoint resumes
+    assert host.send("s", "hi").content == "echo: hi"

@@ -136,7 +136,8 @@ class ScriptedModel:
     Each response may be a ``ModelResponse``, a ``Message``, a plain string (an
     assistant answer), or an exception instance (raised by that call, to test
     how a session handles a failing model). Thread-safe: a lock guards the
-    position in the script.
+    position in the script. Picklable, so it works in worker processes too: each
+    worker gets a copy of the script from the position it had when it was sent.
 
     Raises:
         ModelScriptExhausted: from ``generate`` once every response was used.
@@ -147,6 +148,16 @@ class ScriptedModel:
     def __init__(self, responses: Iterable[ModelResponse | Message | str | BaseException]) -> None:
         self._responses = list(responses)
         self._next = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        """Its script and position, for a worker process (the lock is made anew there)."""
+        with self._lock:
+            return {"responses": self._responses, "next": self._next}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._responses = list(state["responses"])
+        self._next = int(state["next"])
         self._lock = threading.Lock()
 
     @property

@@ -19,6 +19,7 @@ import pykka
 
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
+from actors._storable import storable_message, storable_text
 from actors.errors import SnapshotDecodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
@@ -79,7 +80,7 @@ def _copy_containers(value: Any) -> Any:
 
 
 def _tool_output(result: object) -> str:
-    return result if isinstance(result, str) else json.dumps(result, default=str)
+    return storable_text(result if isinstance(result, str) else json.dumps(result, default=str))
 
 
 class AgentSession(pykka.ThreadingActor):
@@ -181,6 +182,7 @@ class AgentSession(pykka.ThreadingActor):
         self._provider_state = restored.get("provider_state")
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
+        self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
         self._system: Message | None = None
         # Without plugins a turn skips its hooks outright: calling the runner
         # (and building the hooks' arguments) was a measurable part of a turn.
@@ -369,10 +371,10 @@ class AgentSession(pykka.ThreadingActor):
                 response = self.plugins.pipe(
                     "after_model", response, lambda p, c, v: p.after_model(c, v)
                 )
-            self._record(response)
-            if not response.message.tool_calls:
-                return response.message
-            for call in response.message.tool_calls:
+            message = self._record(response)
+            if not message.tool_calls:
+                return message
+            for call in message.tool_calls:
                 self._call_tool(call)
         raise TurnLimitExceeded(self.max_steps)
 
@@ -385,29 +387,37 @@ class AgentSession(pykka.ThreadingActor):
     def _piped_prompt(self, prompt: list[Message]) -> list[Message]:
         return self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
 
-    def _record(self, response: ModelResponse) -> None:
-        self._messages.append(response.message)
+    def _record(self, response: ModelResponse) -> Message:
+        """Append the model's message, made storable (see ``actors._storable``); return it."""
+        message, refused = storable_message(response.message)
+        if refused:
+            self._refused_calls.update(refused)
+        self._messages.append(message)
         if response.provider_state is not None:
             self._provider_state = response.provider_state
         self.event_buffer.publish(
             "model_response",
-            content=response.message.content,
-            tool_calls=[c.to_dict() for c in response.message.tool_calls],
+            content=message.content,
+            tool_calls=[c.to_dict() for c in message.tool_calls],
             usage=response.usage.to_dict(),
         )
+        return message
 
     def _call_tool(self, call: ToolCall) -> None:
         call = self.plugins.pipe("on_tool_call", call, lambda p, c, v: p.on_tool_call(c, v))
         self.event_buffer.publish("tool_call", **call.to_dict())
         tool = self.tools.get(call.name)
         ok = False
-        if tool is None:
+        refused = self._refused_calls.pop(call.id, None) if self._refused_calls else None
+        if refused is not None:
+            output = refused
+        elif tool is None:
             output = f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}"
         else:
             try:
                 output, ok = _tool_output(tool(**call.arguments)), True
             except Exception as exc:
-                output = f"error: {type(exc).__name__}: {exc}"
+                output = storable_text(f"error: {type(exc).__name__}: {exc}")
         self._messages.append(Message.tool(call, output))
         self.event_buffer.publish("tool_result", id=call.id, name=call.name, ok=ok, content=output)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from actors import Snapshot, SnapshotDecodeError
+from actors import AgentTemplate, Message, ScriptedModel, Snapshot, SnapshotDecodeError, ToolCall
 from supervisor import MemoryCheckpointStore
 from tests.supervisor.host_helpers import HostFactory, pairs, template
+from tests.supervisor.workers.worker_tools import undecodable_listing
 
 
 class Shouting(str):
@@ -77,3 +78,30 @@ def test_a_checkpoint_with_the_wrong_shapes_is_a_decode_error(
     store.save(Snapshot.new(session_id="s", state={"session_id": "s"}))
     host.resume("s", template())  # the next good checkpoint resumes
     assert host.send("s", "hi").content == "echo: hi"
+
+
+def test_a_tool_result_with_undecodable_text_is_stored_escaped(make_host: HostFactory) -> None:
+    host = make_host()
+    sid = host.start_session(AgentTemplate(tools=(undecodable_listing,)), "s")
+
+    answer = host.send(sid, "/undecodable_listing {}")
+
+    assert answer.content == "undecodable_listing returned: report-\\udcff.txt"
+    assert host.history(sid)[-2].content == "report-\\udcff.txt"  # the tool message
+    assert host.checkpoint(sid).messages() == host.history(sid)
+    assert host.send(sid, "next").content == "echo: next"
+
+
+def test_a_tool_argument_beyond_64_bits_is_an_error_for_the_model(make_host: HostFactory) -> None:
+    call = ToolCall("c1", "add", {"a": 2**70, "b": 1})
+    model = ScriptedModel([Message.assistant(None, tool_calls=(call,)), "done"])
+    host = make_host()
+    sid = host.start_session(template(model=model), "s")
+
+    assert host.send(sid, "add them").content == "done"
+
+    _, assistant, tool_message, _ = host.history(sid)
+    assert assistant.tool_calls[0].arguments == {"a": str(2**70), "b": 1}
+    assert tool_message.content is not None
+    assert "argument 'a' is an integer beyond 64 bits" in tool_message.content
+    assert host.checkpoint(sid).messages() == host.history(sid)

@@ -1,7 +1,10 @@
 """An answer the worker cannot send to the host (text msgpack cannot carry) is a crash of
 that session, reported at once, never a caller waiting out ``call_timeout``; the worker's
 pipe stays readable for its other sessions, and the session comes back from its last
-checkpoint without the turn."""
+checkpoint without the turn.
+
+Such text is escaped where it enters a session (``actors._storable``), so these tests
+turn that off in the worker (``entry_escaping_off``) to reach the case it would miss."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 from actors import AgentTemplate
 from supervisor import SessionCrashed
 from tests.supervisor.host_helpers import MODES, WAIT, HostFactory, pairs, template
-from tests.supervisor.workers.worker_tools import undecodable_listing
+from tests.supervisor.workers.worker_tools import entry_escaping_off, undecodable_listing
 
 pytestmark = pytest.mark.parametrize("mode", [m for m in MODES if m != "thread"])
 
@@ -21,7 +24,12 @@ pytestmark = pytest.mark.parametrize("mode", [m for m in MODES if m != "thread"]
 def test_an_unsendable_answer_crashes_its_session_at_once(
     make_host: HostFactory, checkpoint_every: int | None
 ) -> None:
-    host = make_host(workers=1, call_timeout=60.0, checkpoint_every=checkpoint_every)
+    host = make_host(
+        workers=1,
+        call_timeout=60.0,
+        checkpoint_every=checkpoint_every,
+        worker_initializer=entry_escaping_off,
+    )
     poisoned = host.start_session(AgentTemplate(tools=(undecodable_listing,)), "poisoned")
     neighbour = host.start_session(template(), "neighbour")
     host.send(poisoned, "before")

@@ -45,6 +45,7 @@ __all__ = [
     "burn",
     "burn_together",
     "crash_template",
+    "entry_escaping_off",
     "evicted_or_resumed",
     "fds",
     "hang",
@@ -76,6 +77,14 @@ def sleepy_segfault(seconds: float) -> str:
 def undecodable_listing() -> str:
     """A file name as ``os.listdir`` gives it for bytes that are not UTF-8."""
     return "report-\udcff.txt"
+
+
+def entry_escaping_off() -> None:
+    """A ``worker_initializer``: the worker's sessions keep text as tools return it (as if
+    ``actors._storable`` had missed a case), so an answer can hold what no frame can carry."""
+    import actors.session  # noqa: PLC0415 (the worker's own copy)
+
+    actors.session.storable_text = lambda text: text  # type: ignore[attr-defined]
 
 
 @tool

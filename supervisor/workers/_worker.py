@@ -231,8 +231,9 @@ class _Worker:
         """Write the reply ``frame`` of ``hosted``'s running call, with the events it held back.
 
         Raises:
-            Exception: the answer cannot be encoded (text with lone surrogates, an
-                integer out of range, out of memory). The call stays pending and its
+            Exception: the answer's payload cannot be encoded (text with lone
+                surrogates, an integer out of range, out of memory); an error or
+                events that cannot are sent escaped. The call stays pending and its
                 events held: the session must die, and its death answers the call
                 (``SessionCrashed`` in the host, at once) and writes the events.
         """
@@ -241,7 +242,7 @@ class _Worker:
             if events:
                 frame["session"] = hosted.session_id
                 frame["events"] = events
-            data = pack(frame)  # strict: an answer is never sent altered
+            data = _pack_answer(frame)
             hosted.pending.discard(frame["id"])
             hosted.running = None
             hosted.batch = None
@@ -447,6 +448,17 @@ class _Worker:
         for each in hosted:
             each.end_reason = reason  # before the stop message: the actor reads it after
             terminate(each.ref, _STOP_TIMEOUT)
+
+
+def _pack_answer(frame: dict[str, Any]) -> bytes:
+    """A reply frame, encoded: an answer's payload exactly or not at all (it raises), while
+    an error and the events the call held back may go escaped (see ``pack_escaped``)."""
+    try:
+        return pack(frame)
+    except Exception:
+        if frame.get("ok"):
+            pack({"payload": frame.get("payload")})  # raises if the answer itself cannot go
+        return pack_escaped(frame)  # escaping leaves encodable text as it is
 
 
 def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:

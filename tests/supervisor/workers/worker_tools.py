@@ -85,6 +85,7 @@ def entry_escaping_off() -> None:
     import actors.session  # noqa: PLC0415 (the worker's own copy)
 
     actors.session.storable_text = lambda text: text  # type: ignore[attr-defined]
+    actors.session.storable_message = lambda message: (message, {})  # type: ignore[attr-defined]
 
 
 @tool

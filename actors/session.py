@@ -20,7 +20,7 @@ import pykka
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
 from actors._storable import storable_message, storable_text
-from actors.errors import SnapshotDecodeError, TurnLimitExceeded
+from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
 from actors.model import Model, ModelResponse
@@ -340,7 +340,34 @@ class AgentSession(pykka.ThreadingActor):
 
         Plugin states are copied as they are, so they may hold live values;
         ``Snapshot.new`` strips those and records their paths.
+
+        Raises:
+            SnapshotEncodeError: a plugin's state (or the provider state or
+                metadata) holds a cycle or nests deeper than Python can copy.
         """
+        try:
+            return self._state()
+        except RecursionError:
+            part, value = self._too_deep()
+            raise SnapshotEncodeError(
+                part, value, "it holds a cycle or nests deeper than a checkpoint can hold"
+            ) from None
+
+    def _too_deep(self) -> tuple[str, object]:
+        """The part of the state that holds a cycle or nests too deep, and its value."""
+        parts: list[tuple[str, object]] = [
+            ("metadata", self._metadata),
+            ("provider_state", self._provider_state),
+        ]
+        parts += [(f"plugins.{name}", state) for name, state in self.plugins.states().items()]
+        for part, value in parts:
+            try:
+                _copy_containers(value)
+            except RecursionError:
+                return part, value
+        return "plugins", self.plugins.states()
+
+    def _state(self) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
             "messages": [m.to_dict() for m in self._messages],

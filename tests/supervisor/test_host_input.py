@@ -4,9 +4,21 @@ id that is not a ``str`` is refused before the store is asked about it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from actors import AgentTemplate, Message, ScriptedModel, Snapshot, SnapshotDecodeError, ToolCall
+from actors import (
+    AgentTemplate,
+    Message,
+    Plugin,
+    PluginContext,
+    ScriptedModel,
+    Snapshot,
+    SnapshotDecodeError,
+    SnapshotEncodeError,
+    ToolCall,
+)
 from supervisor import MemoryCheckpointStore
 from tests.supervisor.host_helpers import HostFactory, pairs, template
 from tests.supervisor.workers.worker_tools import undecodable_listing
@@ -105,3 +117,28 @@ def test_a_tool_argument_beyond_64_bits_is_an_error_for_the_model(make_host: Hos
     assert tool_message.content is not None
     assert "argument 'a' is an integer beyond 64 bits" in tool_message.content
     assert host.checkpoint(sid).messages() == host.history(sid)
+
+
+class Hoarder(Plugin):
+    """Keeps a value in its state that no checkpoint can hold, on its first turn."""
+
+    name = "hoarder"
+
+    def after_turn(self, ctx: PluginContext, messages: Sequence[Message]) -> None:
+        if not ctx.state.get("done"):
+            ctx.state["done"] = True
+            loop: list[object] = []
+            loop.append(loop)
+            ctx.state["loop"] = loop
+
+
+def test_plugin_state_no_checkpoint_can_hold_fails_the_turn_with_its_path(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    sid = host.start_session(AgentTemplate(plugins=(Hoarder(),)), "s")
+
+    with pytest.raises(SnapshotEncodeError, match=r"plugins\.hoarder: it holds a cycle"):
+        host.send(sid, "one")
+
+    assert host.history(sid) == []  # the turn was rolled back

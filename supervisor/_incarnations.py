@@ -204,15 +204,15 @@ class Incarnations:
             raise
         record.incarnations += 1
         record.last_active = self._clock()
-        self._table.set(record, "active", ref)
-        if record.incarnations > 1:
+        if record.incarnations > 1:  # before it serves: no turn of it precedes this event
             checkpoint_id = None if snapshot is None else snapshot.checkpoint_id
             try:
                 record.events.publish("resumed", checkpoint_id=checkpoint_id)
-            except BaseException:  # a subscriber's SystemExit: the incarnation serves already
+            except BaseException:  # a subscriber's SystemExit: the incarnation serves anyway
                 logger.exception(
                     "session %r: an event subscriber failed on 'resumed'", record.session_id
                 )
+        self._table.set(record, "active", ref)
         return ref
 
     def serving(self, record: SessionRecord) -> pykka.ActorRef[Any]:

@@ -120,7 +120,7 @@ def test_an_acknowledged_turn_survives_a_kill_during_its_checkpoint_save(
 def test_an_acknowledged_turn_survives_a_neighbours_segfault_during_its_save(
     make_host: HostFactory,
 ) -> None:
-    store = SlowSaveStore(delay=0.3, watched="a")
+    store = SlowSaveStore(delay=1.0, watched="a")  # the segfault (0.5 s) lands in this save
     host = make_host(store=store, workers=1, max_restarts=10)
     crashing = AgentTemplate(tools=(segfault, sleepy_segfault))
     host.start_session(template(), session_id="a")
@@ -134,7 +134,7 @@ def test_an_acknowledged_turn_survives_a_neighbours_segfault_during_its_save(
     host.subscribe("b", on_event)
     store.slow = True
     with ThreadPoolExecutor(1) as pool:
-        neighbour = pool.submit(host.send, "b", '/sleepy_segfault {"seconds": 0.1}')
+        neighbour = pool.submit(host.send, "b", '/sleepy_segfault {"seconds": 0.5}')
         assert started.wait(WAIT)
         assert host.send("a", "A's important turn").content == "echo: A's important turn"
         with pytest.raises(Exception, match="SIGSEGV"):

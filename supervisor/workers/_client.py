@@ -53,19 +53,16 @@ _JOIN_TIMEOUT = 5.0
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
 
-_callbacks_lock = threading.Lock()  # guards Reply._callbacks (rare: late replies only)
-
 
 class Reply:
     """The reply to one call: settled once, by the reader thread (or at the worker's death).
 
-    Thread-safe. Any number of threads may wait in ``result``; ``add_done_callback``
-    runs its function on the settling thread (or at once when already settled).
-    The waiting is a lock the constructor acquires and ``_settle`` releases: the
-    cheapest wake-up CPython has.
+    Thread-safe. Any number of threads may wait in ``result``. The waiting is a
+    lock the constructor acquires and ``_settle`` releases: the cheapest wake-up
+    CPython has.
     """
 
-    __slots__ = ("_callbacks", "_done", "_error", "_gate", "_on_reply", "_value")
+    __slots__ = ("_done", "_error", "_gate", "_on_reply", "_value")
 
     def __init__(self, on_reply: Callable[[Any], Any] | None = None) -> None:
         self._on_reply = on_reply
@@ -74,7 +71,6 @@ class Reply:
         self._done = False
         self._value: Any = None
         self._error: BaseException | None = None
-        self._callbacks: list[Callable[[Reply], None]] | None = []
 
     def done(self) -> bool:
         """True once the reply (or the failure) is in."""
@@ -89,14 +85,6 @@ class Reply:
         if self._error is not None:
             raise self._error
         return self._value
-
-    def add_done_callback(self, fn: Callable[[Reply], None]) -> None:
-        """Call ``fn(self)`` once settled (at once, here, if it already is)."""
-        with _callbacks_lock:
-            if self._callbacks is not None:
-                self._callbacks.append(fn)
-                return
-        fn(self)
 
     def _deliver(self, value: Any) -> None:
         """Settle with a successful reply's payload, passed through ``on_reply`` first."""
@@ -116,13 +104,6 @@ class Reply:
         self._error = error
         self._done = True
         self._gate.release()
-        with _callbacks_lock:
-            callbacks, self._callbacks = self._callbacks, None
-        for fn in callbacks or ():
-            try:
-                fn(self)
-            except Exception:
-                logger.exception("a reply callback failed")
 
 
 def describe_exit(exitcode: int | None) -> str:

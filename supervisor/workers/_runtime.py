@@ -58,11 +58,6 @@ class WorkerRuntime:
     def gave_up(self) -> bool:
         return self._pool.gave_up
 
-    @property
-    def pool(self) -> WorkerPool:
-        """The worker pool (for tests and benchmarks that inspect workers)."""
-        return self._pool
-
     def close(self) -> None:
         """Shut every worker down and join it."""
         self._pool.close()

@@ -18,6 +18,7 @@ from supervisor._lifecycle import ExitReason as ExitReason
 from supervisor._lifecycle import MonitorRef as MonitorRef
 from supervisor._lifecycle import is_abnormal as is_abnormal
 from supervisor._runtime import WorkerInfo as WorkerInfo
+from supervisor._runtimes import WorkerOptions as WorkerOptions
 from supervisor._session_attrs import SessionAttrs as SessionAttrs
 from supervisor._session_attrs import SessionMetadata as SessionMetadata
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST as DEFAULT_KEEP_LAST
@@ -110,6 +111,7 @@ __all__ = [
     "TemplateNotPicklable",
     "WorkerCrashed",
     "WorkerInfo",
+    "WorkerOptions",
     "WorkerPool",
     "WorkerStartError",
     "demonitor",

@@ -19,13 +19,13 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 import pykka
 
 from actors import AgentTemplate, Model, ProviderRegistry, Snapshot, TakeSnapshot
 from supervisor._checkpoints import Checkpoints
+from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
 from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
@@ -56,12 +56,7 @@ class Incarnations:
         runtime: What runs the sessions.
         checkpoints: The host's checkpoint writer.
         providers: Resolves templates' model strings.
-        clock: Monotonic seconds, for restart intensity and idleness.
-        call_timeout: Seconds a start or a host-initiated call may take.
-        restart_wait: Seconds a call waits for a crashed session to come back.
-        max_restarts, max_seconds: Each session's restart intensity.
-        max_steps, checkpoint_every: Options of every incarnation.
-        hibernate_after_ms: The default idle time before a session hibernates.
+        policy: Timeouts, restart intensity and cadences of every session.
     """
 
     def __init__(
@@ -70,35 +65,20 @@ class Incarnations:
         runtime: SessionRuntime,
         checkpoints: Checkpoints,
         providers: ProviderRegistry,
-        *,
-        clock: Callable[[], float],
-        call_timeout: float,
-        restart_wait: float,
-        max_restarts: int,
-        max_seconds: float,
-        max_steps: int,
-        checkpoint_every: int | None,
-        hibernate_after_ms: int | None,
+        policy: HostPolicy,
     ) -> None:
         self._table = table
         self._runtime = runtime
         self._checkpoints = checkpoints
         self.providers = providers
-        self._clock = clock
-        self.call_timeout = call_timeout
-        self.restart_wait = restart_wait
-        self.max_restarts = max_restarts
-        self.max_seconds = max_seconds
-        self.max_steps = max_steps
-        self.checkpoint_every = checkpoint_every
-        self.hibernate_after_ms = hibernate_after_ms
+        self.policy = policy
         self.registry = SessionStore(on_evict=self._on_evict)
         self.root = SupervisorHandle.start(
             max_restarts=None,
-            clock=clock,
+            clock=policy.clock,
             name="sessionvisor-host",
             on_give_up=self._on_give_up,
-            timeout=call_timeout,
+            timeout=policy.call_timeout,
         )
 
     def call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
@@ -122,7 +102,7 @@ class Incarnations:
         """Wait (up to ``restart_wait``) until an ending incarnation's Down notices are out."""
         lifecycle = lifecycle_of(ref)
         if lifecycle is not None:
-            lifecycle.finished.wait(self.restart_wait)
+            lifecycle.finished.wait(self.policy.restart_wait)
 
     def ask_running(self, record: SessionRecord, request: Request) -> Any:
         """The running incarnation's answer to ``request``, or ``None`` when no incarnation
@@ -133,7 +113,7 @@ class Incarnations:
             return None
         assert ref is not None
         try:
-            return self._runtime.call(record.session_id, ref, request, self.call_timeout)
+            return self._runtime.call(record.session_id, ref, request, self.policy.call_timeout)
         except _Ended:
             self.await_end(ref)
             return None
@@ -156,9 +136,9 @@ class Incarnations:
             record.session_id,
             functools.partial(self._incarnate, record),
             restart="permanent",
-            shutdown=self.call_timeout,
-            max_restarts=self.max_restarts,
-            max_seconds=self.max_seconds,
+            shutdown=self.policy.call_timeout,
+            max_restarts=self.policy.max_restarts,
+            max_seconds=self.policy.max_seconds,
         )
 
     def resolve_model(self, template: AgentTemplate) -> Model:
@@ -182,13 +162,13 @@ class Incarnations:
             template=record.template,
             model=self.resolve_model(record.template),
             snapshot=snapshot,
-            max_steps=self.max_steps,
-            checkpoint_every=self.checkpoint_every,
+            max_steps=self.policy.max_steps,
+            checkpoint_every=self.policy.checkpoint_every,
             metadata={"tenant_id": record.tenant_id},
             steering=record.steering,
             events=record.events,
             save=self._checkpoints.saver(record.events),
-            timeout=self.call_timeout,
+            timeout=self.policy.call_timeout,
         )
         ref = self._runtime.start(launch)
         try:
@@ -203,7 +183,7 @@ class Incarnations:
             ref.stop(block=False)
             raise
         record.incarnations += 1
-        record.last_active = self._clock()
+        record.last_active = self.policy.clock()
         if record.incarnations > 1:  # before it serves: no turn of it precedes this event
             checkpoint_id = None if snapshot is None else snapshot.checkpoint_id
             try:
@@ -221,7 +201,7 @@ class Incarnations:
         if record.status == "active" and _serving(ref):  # NotDelivered, and a retry
             assert ref is not None
             return ref
-        deadline = time.monotonic() + self.restart_wait  # real time, whatever the clock
+        deadline = time.monotonic() + self.policy.restart_wait  # real time, whatever the clock
         with self._table.changed:
             while True:
                 ref = record.ref
@@ -238,7 +218,8 @@ class Incarnations:
                 if remaining <= 0:
                     raise SessionCrashed(
                         record.session_id,
-                        f"it is being restarted and did not come back within {self.restart_wait} s",
+                        "it is being restarted and did not come back within "
+                        f"{self.policy.restart_wait} s",
                     )
                 self._table.changed.wait(min(remaining, 0.5))
         try:
@@ -299,7 +280,7 @@ class Incarnations:
             api_key,
             attrs,
             fingerprint=self.registry.fingerprint,
-            hibernate_after_ms=self.hibernate_after_ms,
+            hibernate_after_ms=self.policy.hibernate_after_ms,
             resume_from=resume_from,
         )
         return self.launch(record)
@@ -364,7 +345,7 @@ class Incarnations:
 
     def hibernate_idle(self) -> list[str]:
         """Hibernate every active session idle for longer than its limit; their ids."""
-        now = self._clock()
+        now = self.policy.clock()
         return [
             record.session_id
             for record in self._table.records()

@@ -3,62 +3,76 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from supervisor._runtime import SessionRuntime
 from supervisor._thread_runtime import ThreadRuntime
 from supervisor.workers import WorkerPool, WorkerRuntime
 
-__all__ = ["runtime_for"]
+__all__ = ["WorkerOptions", "runtime_for"]
+
+
+class WorkerOptions(TypedDict, total=False):
+    """``AgentHost``'s options for its worker processes (with ``workers=N``; an error without).
+
+    Keys:
+        worker_memory_limit: RLIMIT_AS of each worker in bytes; a tool allocating
+            past it kills its worker (its sessions are resumed).
+        worker_initializer: Called with ``*worker_initargs`` in each worker process,
+            replacements included, before it hosts any session: set up logging,
+            environment, caches (like ``ProcessPoolExecutor``'s ``initializer``). Sent
+            with cloudpickle, so a lambda or closure works. If it raises, the worker
+            cannot start: ``WorkerStartError``.
+        worker_initargs: Arguments of ``worker_initializer`` (a tuple).
+        worker_call_timeout: Seconds a call may take in a worker before the worker is
+            SIGKILLed and replaced (default ``None``: no limit).
+        worker_start_method: ``forkserver`` (default where available) or ``spawn``.
+        worker_max_restarts: Worker deaths allowed within ``worker_max_seconds`` (on the
+            host's ``clock``; default 50); beyond that the pool logs it and stops
+            replacing workers, and sessions that need one fail to restart.
+        worker_max_seconds: Window of ``worker_max_restarts`` (default 10.0).
+        worker_io: How both ends read a worker's pipe: ``"auto"`` (default: the
+            platform's best; on Linux a waiting caller, or an idle session in the
+            worker, reads it itself) or ``"portable"`` (one reader thread per end, as
+            on platforms without ``epoll``; for testing that path).
+    """
+
+    worker_memory_limit: int | None
+    worker_initializer: Callable[..., object] | None
+    worker_initargs: tuple[Any, ...]
+    worker_call_timeout: float | None
+    worker_start_method: str | None
+    worker_max_restarts: int
+    worker_max_seconds: float
+    worker_io: str
+
+
+WorkerOptions.__module__ = "supervisor"
+_PREFIX = "worker_"
 
 
 def runtime_for(
-    workers: int | None,
-    clock: Callable[[], float],
-    *,
-    memory_limit: int | None,
-    initializer: Callable[..., object] | None,
-    initargs: tuple[Any, ...],
-    call_timeout: float | None,
-    start_method: str | None,
-    max_restarts: int,
-    max_seconds: float,
-    io: str,
+    workers: int | None, clock: Callable[[], float], options: WorkerOptions
 ) -> SessionRuntime:
     """A ``ThreadRuntime`` when ``workers`` is ``None``, else a ``WorkerRuntime`` of that size
-    with the other options (``AgentHost``'s ``worker_*`` options, named without the prefix).
+    with ``options``.
 
     Raises:
+        TypeError: an option that is not one of ``WorkerOptions`` (as Python says of an
+            unexpected keyword argument of ``AgentHost()``).
         ValueError: a worker option given without ``workers`` (the message names it),
             or an invalid one.
         WorkerStartError: the workers could not start.
     """
+    for name in options:
+        if name not in WorkerOptions.__annotations__:
+            raise TypeError(f"AgentHost() got an unexpected keyword argument {name!r}")
     if workers is not None:
-        pool = WorkerPool(
-            workers,
-            memory_limit=memory_limit,
-            initializer=initializer,
-            initargs=initargs,
-            call_timeout=call_timeout,
-            start_method=start_method,
-            max_restarts=max_restarts,
-            max_seconds=max_seconds,
-            clock=clock,
-            io=io,
-        )
-        return WorkerRuntime(pool)
-    given = {
-        "worker_memory_limit": memory_limit,
-        "worker_initializer": initializer,
-        "worker_initargs": initargs or None,
-        "worker_call_timeout": call_timeout,
-        "worker_start_method": start_method,
-        "worker_io": None if io == "auto" else io,
-    }
-    named = [name for name, value in given.items() if value is not None]
-    if named:
+        settings: dict[str, Any] = {k.removeprefix(_PREFIX): v for k, v in options.items()}
+        return WorkerRuntime(WorkerPool(workers, clock=clock, **settings))
+    if options:
         raise ValueError(
-            f"{', '.join(named)} only apply to worker processes; pass workers=N to run "
+            f"{', '.join(options)} only apply to worker processes; pass workers=N to run "
             "sessions in worker processes, or drop them"
         )
     return ThreadRuntime()

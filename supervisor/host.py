@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Self, Unpack
 
 from actors import (
     AgentTemplate,
@@ -32,16 +32,16 @@ from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
 from supervisor._data_dir import OwnedStore
 from supervisor._hibernation import Sweeper
+from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
 from supervisor._runtime import WorkerInfo
-from supervisor._runtimes import runtime_for
+from supervisor._runtimes import WorkerOptions, runtime_for
 from supervisor._session_attrs import SessionMetadata, plain_text
 from supervisor._session_table import SessionTable
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import SessionAlreadyExists
-from supervisor.intensity import RestartIntensity
 
 __all__ = ["AgentHost"]
 
@@ -63,12 +63,10 @@ class AgentHost:
     ``SessionNotFound`` exactly as for a missing session and does nothing (a
     gateway passes the caller's tenant). A session's tenant never changes.
 
-    A host still running at interpreter exit is shut down as by ``shutdown``,
-    once the main thread has finished (as ``concurrent.futures`` executors
-    are), so a program that forgets it still exits; a thread still using it
-    after that gets ``SessionNotFound`` or ``RuntimeError``. Each step is
-    bounded by the host's timeouts; a session stuck in a tool in thread mode
-    still holds the process until the tool returns (Python cannot kill a thread).
+    A host still running at interpreter exit is shut down as by ``shutdown`` once
+    the main thread has finished (as ``concurrent.futures`` executors are); each
+    step is bounded by the host's timeouts, though a session stuck in a tool in
+    thread mode holds the process until the tool returns.
 
     Args:
         store: Where checkpoints go; defaults to a ``SQLiteCheckpointStore`` in
@@ -98,25 +96,8 @@ class AgentHost:
         workers: Run sessions in this many worker processes (``None``: in
             threads of this process). Templates must then be picklable by
             cloudpickle (``TemplateNotPicklable`` names the part that is not).
-        worker_memory_limit: RLIMIT_AS of each worker in bytes; a tool
-            allocating past it kills its worker (its sessions are resumed).
-        worker_initializer: Called with ``*worker_initargs`` in each worker
-            process, replacements included, before it hosts any session: set up
-            logging, environment, caches (like ``ProcessPoolExecutor``'s
-            ``initializer``). Sent with cloudpickle, so a lambda or closure
-            works. If it raises, the worker cannot start: ``WorkerStartError``.
-        worker_initargs: Arguments of ``worker_initializer`` (a tuple).
-        worker_call_timeout: Seconds a call may take in a worker before the
-            worker is SIGKILLed and replaced (``None``: no limit).
-        worker_start_method: ``forkserver`` (default where available) or ``spawn``.
-        worker_max_restarts: Worker deaths allowed within ``worker_max_seconds``
-            (on ``clock``); beyond that the pool logs it and stops replacing
-            workers, and sessions that need one fail to restart.
-        worker_max_seconds: Window of ``worker_max_restarts``.
-        worker_io: How both ends read a worker's pipe: ``"auto"`` (the
-            platform's best: on Linux a waiting caller, or an idle session in
-            the worker, reads it itself) or ``"portable"`` (one reader thread
-            per end, as on platforms without ``epoll``; for testing that path).
+        worker_options: The ``worker_*`` keywords of ``WorkerOptions`` (memory
+            limit, initializer, call timeout, start method, restart intensity, I/O).
         redact: Applied to every checkpoint before it is saved. The default,
             ``actors.strip_secrets``, replaces secrets in plugin state, provider
             state and metadata (secret-looking keys, ``Bearer``/``sk-`` values)
@@ -140,36 +121,25 @@ class AgentHost:
         restart_wait: float = 10.0,
         max_steps: int = 8,
         workers: int | None = None,
-        worker_memory_limit: int | None = None,
-        worker_initializer: Callable[..., object] | None = None,
-        worker_initargs: tuple[Any, ...] = (),
-        worker_call_timeout: float | None = None,
-        worker_start_method: str | None = None,
-        worker_max_restarts: int = 50,
-        worker_max_seconds: float = 10.0,
-        worker_io: str = "auto",
         redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
+        **worker_options: Unpack[WorkerOptions],
     ) -> None:
-        _positive_or_none("checkpoint_every", checkpoint_every)
-        _positive_or_none("hibernate_after_ms", hibernate_after_ms)
-        RestartIntensity(max_restarts, max_seconds, clock)  # validates, with the supervisor's rules
+        policy = HostPolicy(
+            checkpoint_every,
+            hibernate_after_ms,
+            max_restarts,
+            max_seconds,
+            call_timeout,
+            restart_wait,
+            max_steps,
+            clock,
+        )
         owned = None
         if store is None:  # the default store, in a data directory this host then owns
             owned = OwnedStore(Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve())
             store = owned.store
         try:
-            self._runtime = runtime_for(
-                workers,
-                clock,
-                memory_limit=worker_memory_limit,
-                initializer=worker_initializer,
-                initargs=worker_initargs,
-                call_timeout=worker_call_timeout,
-                start_method=worker_start_method,
-                max_restarts=worker_max_restarts,
-                max_seconds=worker_max_seconds,
-                io=worker_io,
-            )
+            self._runtime = runtime_for(workers, clock, worker_options)
         except BaseException:
             if owned is not None:
                 owned.close()
@@ -187,18 +157,7 @@ class AgentHost:
         self._clock = clock
         self._table = SessionTable()
         self._sessions = Incarnations(
-            self._table,
-            self._runtime,
-            self._checkpoints,
-            self.providers,
-            clock=clock,
-            call_timeout=call_timeout,
-            restart_wait=restart_wait,
-            max_restarts=max_restarts,
-            max_seconds=max_seconds,
-            max_steps=max_steps,
-            checkpoint_every=checkpoint_every,
-            hibernate_after_ms=hibernate_after_ms,
+            self._table, self._runtime, self._checkpoints, self.providers, policy
         )
         self.registry = self._sessions.registry
         self._root = self._sessions.root
@@ -506,11 +465,6 @@ class AgentHost:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
-
-
-def _positive_or_none(name: str, value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
 AgentHost.__module__ = "supervisor"

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -155,3 +156,20 @@ def test_worker_io_names_a_known_pipe_backend() -> None:
         AgentHost(MemoryCheckpointStore(), workers=1, worker_io="fast")
     with pytest.raises(ValueError, match="worker_io only apply to worker processes"):
         AgentHost(MemoryCheckpointStore(), worker_io="portable")
+
+
+def test_an_unknown_keyword_is_refused_as_python_refuses_one() -> None:
+    bad: dict[str, Any] = {"worker_memory": 1 << 30}  # a misspelt worker_memory_limit
+    unexpected = r"AgentHost\(\) got an unexpected keyword argument 'worker_memory'"
+    with pytest.raises(TypeError, match=unexpected):
+        AgentHost(MemoryCheckpointStore(), workers=1, **bad)
+    assert _child_worker_pids() == set()
+
+
+def test_every_worker_option_without_workers_is_named() -> None:
+    with pytest.raises(
+        ValueError,
+        match="worker_max_restarts, worker_call_timeout only apply to worker processes; "
+        "pass workers=N",
+    ):
+        AgentHost(MemoryCheckpointStore(), worker_max_restarts=5, worker_call_timeout=1.0)

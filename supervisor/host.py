@@ -31,6 +31,7 @@ from actors import (
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
 from supervisor._data_dir import OwnedStore
+from supervisor._encryption_keys import EncryptionKeys
 from supervisor._hibernation import Sweeper
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionInfo
@@ -103,6 +104,8 @@ class AgentHost:
             state and metadata (secret-looking keys, ``Bearer``/``sk-`` values)
             by stripped markers that ``session_start`` rebuilds on resume;
             ``None`` saves them as they are.
+        encryption: Encrypt the default store at rest with these keys (see
+            ``SQLiteCheckpointStore``); with ``store=`` give them to that store instead.
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class AgentHost:
         max_steps: int = 8,
         workers: int | None = None,
         redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
+        encryption: EncryptionKeys | None = None,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
         policy = HostPolicy(
@@ -135,8 +139,11 @@ class AgentHost:
             clock,
         )
         owned = None
+        if store is not None and encryption is not None:
+            raise ValueError("encryption= is for the host's own store; pass it to your store")
         if store is None:  # the default store, in a data directory this host then owns
-            owned = OwnedStore(Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve())
+            directory = Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve()
+            owned = OwnedStore(directory, encryption)
             store = owned.store
         try:
             self._runtime = runtime_for(workers, clock, worker_options)

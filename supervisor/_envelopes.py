@@ -208,8 +208,7 @@ def _parse(value: object, what: str) -> tuple[str, bytes, memoryview]:
             "SQLiteCheckpointStore.encrypt_existing(path, keys)"
         )
     assert isinstance(value, bytes)
-    size = value[2]
-    end = 3 + size
+    end = 3 + value[2] if len(value) > 2 else 3
     if len(value) < end + _NONCE + _TAG:
         raise SnapshotDecodeError(f"{what} is a truncated envelope")
     try:

@@ -40,10 +40,13 @@ from supervisor._envelopes import Envelopes, is_envelope
 from supervisor._message_log import LogRef, seal, verify
 from supervisor.errors import StoreEncrypted
 
-__all__ = ["SEAL_AEAD", "PlainRows", "RowCodec", "SealedRows"]
+__all__ = ["SEAL_AEAD", "SEAL_QUARANTINED", "PlainRows", "RowCodec", "SealedRows"]
 
 SEAL_AEAD = b"\x02"
 """``body_check`` of an encrypted row: its MAC is the GCM tag inside the body's envelope."""
+SEAL_QUARANTINED = b"\x03"
+"""``body_check`` of a row found damaged when its store was encrypted: kept, encrypted as
+it was found, and refused on load."""
 _PLAIN_SEAL_KIND = b"\x01"
 
 
@@ -160,6 +163,16 @@ class SealedRows:
         aad: bytes = msgpack.packb([self._store_id, *row])
         return aad
 
+    def quarantine(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any, bytes]:
+        """The stored form of a plaintext row that failed its checksum: its columns as found,
+        encrypted (so its text leaves the file), marked so that ``load`` refuses it."""
+        plain = msgpack.packb(list(stored))
+        return (
+            self.envelopes.seal(plain, self._aad("quarantined", sid, cid)),
+            None,
+            SEAL_QUARANTINED,
+        )
+
     def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
         gen, length, count, digest = ref
         inner = b"" if digest is None else digest
@@ -171,6 +184,11 @@ class SealedRows:
         self, sid: str, cid: str, stored: tuple[Any, Any, Any, Any, Any, Any]
     ) -> tuple[Any, Any]:
         body, gen, length, count, digest, check = stored
+        if check == SEAL_QUARANTINED:
+            raise SnapshotDecodeError(
+                "it was already damaged when the store was encrypted (its checksum failed in "
+                "encrypt_existing); it is kept, encrypted, for inspection"
+            )
         if check != SEAL_AEAD:
             if isinstance(check, bytes) and check[:1] == _PLAIN_SEAL_KIND:
                 raise SnapshotDecodeError(

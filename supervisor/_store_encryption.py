@@ -32,7 +32,7 @@ from collections.abc import Callable
 from actors import SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes, KeyCheckLookup, is_envelope
-from supervisor._row_codec import SEAL_AEAD, PlainRows, RowCodec, SealedRows
+from supervisor._row_codec import SEAL_AEAD, SEAL_QUARANTINED, PlainRows, RowCodec, SealedRows
 from supervisor.errors import StoreEncrypted, StoreNotEncrypted, SupervisorError
 
 __all__ = ["ENCRYPTION_FORMAT", "encrypt_rows", "open_rows", "reencrypt_rows", "scrub"]
@@ -120,14 +120,19 @@ def encrypt_rows(conn: sqlite3.Connection, path: str, envelopes: Envelopes) -> i
     """Mark the store encrypted (if not yet) and encrypt every plaintext value; returns how
     many checkpoints were encrypted. Runs inside the caller's write transaction.
 
-    A plaintext checkpoint whose checksum fails is left as it is (and logged):
-    encrypting it would make damaged data look authentic. It stays unreadable,
-    as it was. Log chunks need no such care: the checkpoints' log digests,
-    encrypted with them, still catch damage there.
+    A plaintext checkpoint whose checksum fails is encrypted as it was found
+    but marked damaged (``SEAL_QUARANTINED``, logged): encrypting it as a good
+    row would make damaged data look authentic; leaving it would leave its
+    text in the file. It stays unreadable, as it was. Log chunks need no such
+    care: the checkpoints' log digests, encrypted with them, still catch damage.
     """
     rows = _sealed_rows(conn, path, envelopes, migrating=True)
     encrypted = _reseal_checkpoints(
-        conn, rows, PlainRows(path), lambda body, check: check != SEAL_AEAD
+        conn,
+        rows,
+        PlainRows(path),
+        lambda body, check: check not in (SEAL_AEAD, SEAL_QUARANTINED),
+        quarantine=True,
     )
     _seal_logs(conn, rows, lambda value: not is_envelope(value))
     return encrypted
@@ -161,10 +166,12 @@ def _reseal_checkpoints(
     rows: SealedRows,
     source: RowCodec,
     needs: Callable[[object, object], bool],
+    *,
+    quarantine: bool = False,
 ) -> int:
     """Read with ``source`` and write with ``rows`` each checkpoint whose ``(body,
     body_check)`` ``needs`` picks; returns how many. One that cannot be read is logged and
-    left as it is."""
+    left as it is, or with ``quarantine`` encrypted as found and marked damaged."""
     done = 0
     for row_id, sid, cid, *stored in conn.execute(
         "SELECT id, session_id, checkpoint_id, body, log_gen, log_bytes, log_count, log_digest,"
@@ -175,10 +182,14 @@ def _reseal_checkpoints(
         try:
             body, digest = source.open_checkpoint(sid, cid, tuple(stored))
         except SnapshotDecodeError as exc:
-            logger.warning("checkpoint %r of session %r left as it is: %s", cid, sid, exc.reason)
-            continue
-        gen, length, count = stored[1:4]
-        body, digest, check = rows.checkpoint(sid, cid, body, (gen, length, count, digest))
+            done_with = "encrypted as damaged" if quarantine else "left as it is"
+            logger.warning("checkpoint %r of session %r %s: %s", cid, sid, done_with, exc.reason)
+            if not quarantine:
+                continue
+            body, digest, check = rows.quarantine(sid, cid, tuple(stored))
+        else:
+            gen, length, count = stored[1:4]
+            body, digest, check = rows.checkpoint(sid, cid, body, (gen, length, count, digest))
         conn.execute(
             "UPDATE checkpoints SET body = ?, log_digest = ?, body_check = ? WHERE id = ?",
             (body, digest, check, row_id),

@@ -578,9 +578,9 @@ class SQLiteCheckpointStore(ClosingContext):
         keeps the plaintext. Idempotent: on an encrypted store it encrypts only
         plaintext rows (written by a process without keys), after checking the
         keys as opening does. A plaintext checkpoint whose checksum fails is
-        left as it is (logged): it stays unreadable, as it was. Run it while no
-        host or other process uses the store; afterwards open the store with
-        ``encryption=keys``.
+        encrypted as found but marked damaged (and logged): it stays unreadable,
+        as it was, and is counted. Run it while no host or other process uses
+        the store; afterwards open the store with ``encryption=keys``.
 
         Raises:
             EncryptionKeyError: the store is encrypted and ``keys`` lack one of its keys.

@@ -32,8 +32,8 @@ KEYS = EncryptionKeys({"contract": bytes(range(32))})
 BACKENDS: dict[str, Callable[[Path], MakeStore]] = {
     "memory": lambda tmp: MemoryCheckpointStore,
     "sqlite": lambda tmp: lambda **kw: SQLiteCheckpointStore(tmp / "checkpoints.db", **kw),
-    "sqlite-encrypted": lambda tmp: lambda **kw: SQLiteCheckpointStore(
-        tmp / "checkpoints.db", encryption=KEYS, **kw
+    "sqlite-encrypted": lambda tmp: (
+        lambda **kw: SQLiteCheckpointStore(tmp / "checkpoints.db", encryption=KEYS, **kw)
     ),
 }
 

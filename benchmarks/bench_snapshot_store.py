@@ -36,7 +36,7 @@ from typing import Any
 
 import msgpack
 
-import supervisor.sqlite_store as sqlite_module
+import supervisor._message_log as message_log_module
 from actors import SCHEMA_VERSION, Message, Snapshot, ToolCall, Usage
 from actors._ids import new_checkpoint_id
 from benchmarks._common import interleaved_rates, percentile, print_table
@@ -215,12 +215,12 @@ def checksum_figures(directory: Path) -> list[tuple[str, str]]:
     checked_snaps, bare_snaps = iter(stream), iter(stream)
 
     def checked() -> object:
-        sqlite_module.seal, sqlite_module.verify = seal, verify  # type: ignore[attr-defined]
+        message_log_module.seal, message_log_module.verify = seal, verify
         checked_store.save(next(checked_snaps))
         return checked_store.load("bench")
 
     def unchecked() -> object:
-        sqlite_module.seal, sqlite_module.verify = _no_seal, _no_verify  # type: ignore[attr-defined]
+        message_log_module.seal, message_log_module.verify = _no_seal, _no_verify
         bare_store.save(next(bare_snaps))
         return bare_store.load("bench")
 
@@ -230,7 +230,7 @@ def checksum_figures(directory: Path) -> list[tuple[str, str]]:
                 checked, unchecked, ops=ops, rounds=rounds
             )
     finally:
-        sqlite_module.seal, sqlite_module.verify = seal, verify  # type: ignore[attr-defined]
+        message_log_module.seal, message_log_module.verify = seal, verify
     body = stream[0].serialize()
     check = seal(body, (None, None, None, None))
     seal_us = min(_time(lambda: verify(check, body, (None,) * 4)) for _ in range(50)) * 1e6

@@ -36,8 +36,9 @@ from typing import Any, Protocol
 import msgpack
 
 from actors import SnapshotDecodeError
+from supervisor import _message_log
 from supervisor._envelopes import Envelopes, is_envelope
-from supervisor._message_log import LogRef, seal, verify
+from supervisor._message_log import LogRef
 from supervisor.errors import StoreEncrypted
 
 __all__ = ["SEAL_AEAD", "SEAL_QUARANTINED", "PlainRows", "RowCodec", "SealedRows"]
@@ -117,13 +118,13 @@ class PlainRows:
             raise StoreEncrypted(self._path, tuple(key_id for (key_id,) in key_ids))
 
     def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
-        return body, ref[3], seal(body, ref)
+        return body, ref[3], _message_log.seal(body, ref)
 
     def open_checkpoint(
         self, sid: str, cid: str, stored: tuple[Any, Any, Any, Any, Any, Any]
     ) -> tuple[Any, Any]:
         body, gen, length, count, digest, check = stored
-        verify(check, body, (gen, length, count, digest))
+        _message_log.verify(check, body, (gen, length, count, digest))
         return body, digest
 
     def chunk(self, sid: str, gen: int, start: int, data: bytes | memoryview) -> Any:

@@ -32,7 +32,7 @@ from supervisor.errors import EncryptionKeyError, EncryptionUnavailable
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["MAGIC", "Envelopes", "KeyCheckLookup", "is_envelope"]
+__all__ = ["MAGIC", "Envelopes", "KeyCheckLookup", "envelope_key_id", "is_envelope"]
 
 MAGIC = 0xC1
 """First byte of every envelope (msgpack's reserved, never-used byte)."""
@@ -47,6 +47,14 @@ KeyCheckLookup = Callable[[str], bytes | None]
 def is_envelope(value: object) -> bool:
     """Whether a stored value is an envelope (else plaintext, or damaged)."""
     return isinstance(value, bytes) and value[:2] == bytes((MAGIC, _FORMAT))
+
+
+def envelope_key_id(value: object) -> str | None:
+    """The key id an envelope names, or ``None`` when ``value`` is not a (whole) envelope."""
+    try:
+        return _parse(value, "value")[0]
+    except SnapshotDecodeError:
+        return None
 
 
 def _cryptography() -> tuple[type[AESGCM], type[Exception]]:
@@ -123,13 +131,6 @@ class Envelopes:
                 "or moved from another row"
             ) from None
         return plain
-
-    def key_id_of(self, value: object) -> str | None:
-        """The key id an envelope names, or ``None`` when ``value`` is not an envelope."""
-        try:
-            return _parse(value, "value")[0]
-        except SnapshotDecodeError:
-            return None
 
     # --- keys -----------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ import msgpack
 
 from actors import SnapshotDecodeError
 from supervisor import _message_log
-from supervisor._envelopes import Envelopes, is_envelope
+from supervisor._envelopes import Envelopes, envelope_key_id, is_envelope
 from supervisor._message_log import LogRef
 from supervisor.errors import StoreEncrypted
 
@@ -123,7 +123,17 @@ class PlainRows:
     def open_checkpoint(
         self, sid: str, cid: str, stored: tuple[Any, Any, Any, Any, Any, Any]
     ) -> tuple[Any, Any]:
+        """As ``RowCodec.open_checkpoint``.
+
+        Raises:
+            StoreEncrypted: the row is encrypted: another process encrypted the
+                store since this instance opened it without keys (a configuration
+                error, not damage to skip).
+        """
         body, gen, length, count, digest, check = stored
+        key_id = envelope_key_id(body)
+        if key_id is not None and check in (SEAL_AEAD, SEAL_QUARANTINED):
+            raise StoreEncrypted(self._path, (key_id,))
         _message_log.verify(check, body, (gen, length, count, digest))
         return body, digest
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from actors import SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
-from supervisor._envelopes import Envelopes, KeyCheckLookup, is_envelope
+from supervisor._envelopes import Envelopes, KeyCheckLookup, envelope_key_id, is_envelope
 from supervisor._row_codec import SEAL_AEAD, SEAL_QUARANTINED, PlainRows, RowCodec, SealedRows
 from supervisor.errors import StoreEncrypted, StoreNotEncrypted, SupervisorError
 
@@ -148,11 +148,10 @@ def reencrypt_rows(conn: sqlite3.Connection, rows: SealedRows) -> int:
     Raises:
         EncryptionKeyError: a value needs a key the ring lacks.
     """
-    envelopes = rows.envelopes
-    current = envelopes.keys.current_id
+    current = rows.envelopes.keys.current_id
 
     def stale(value: object) -> bool:
-        key_id = envelopes.key_id_of(value)
+        key_id = envelope_key_id(value)
         return key_id is not None and key_id != current
 
     moved = _reseal_checkpoints(conn, rows, rows, lambda body, check: stale(body))

@@ -583,11 +583,17 @@ class SQLiteCheckpointStore(ClosingContext):
         the store; afterwards open the store with ``encryption=keys``.
 
         Raises:
+            FileNotFoundError: there is no store at ``path`` (none is created).
             EncryptionKeyError: the store is encrypted and ``keys`` lack one of its keys.
             EncryptionUnavailable: ``cryptography`` is not installed.
             StoreCorrupted, StoreUnavailable: as when opening.
         """
         name = os.fspath(path)
+        if not os.path.exists(name):
+            raise FileNotFoundError(
+                f"no checkpoint store at {name!r} to encrypt; check the path (a new store is "
+                "encrypted by opening it with encryption=keys)"
+            )
         conn = open_database(name, synchronous="FULL", busy_timeout=busy_timeout)
         try:
             envelopes = Envelopes(keys, name, lambda key_id: None)  # every key is checked first

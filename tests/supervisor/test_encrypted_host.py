@@ -10,14 +10,17 @@ import os
 import queue
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
+from actors import SnapshotDecodeError
 from supervisor import (
     AgentHost,
     EncryptionKeys,
@@ -70,6 +73,37 @@ def test_an_encrypted_host_store_round_trips_in_every_mode(
         assert again.resume_all(template()) == [sid]
         assert pairs(again.history(sid)) == kept
         assert [s.tenant_id for s in again.list_sessions()] == ["acme"]
+
+
+def test_resume_falls_back_past_a_tampered_encrypted_checkpoint(
+    make_host: HostFactory, tmp_path: Path
+) -> None:
+    db = tmp_path / "c.db"
+    with SQLiteCheckpointStore(db, encryption=_keys()) as store:
+        old = make_host(store=store)
+        sid = old.start_session(template(), "s1")
+        old.send(sid, "one")
+        old.send(sid, "two")  # checkpointed after the turn ...
+        kept = old.history(sid)
+        old.stop_session(sid)  # ... and again, finally: that one gets tampered with
+        newest = store.list(sid)[0].checkpoint_id
+        old.shutdown()
+    with closing(sqlite3.connect(db)) as conn, conn:
+        (body,) = conn.execute(
+            "SELECT body FROM checkpoints WHERE checkpoint_id = ?", (newest,)
+        ).fetchone()
+        conn.execute(
+            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+            (body[:40] + bytes([body[40] ^ 4]) + body[41:], newest),
+        )
+    with SQLiteCheckpointStore(db, encryption=_keys()) as store:
+        with pytest.raises(SnapshotDecodeError, match=f"checkpoint {newest!r} of session 's1'"):
+            store.load("s1")
+        host = make_host(store=store)
+        host.resume("s1", template())
+        assert host.history("s1") == kept
+        assert host.send("s1", "again").content == "echo: again"
+        host.shutdown()
 
 
 def test_encryption_is_for_the_hosts_own_store() -> None:

@@ -287,6 +287,24 @@ def test_a_plaintext_writer_is_refused_once_the_store_is_encrypted(db: Path) -> 
             assert sealed.list("s") == []
 
 
+def test_a_plaintext_reader_is_told_the_store_was_encrypted_not_that_it_is_damaged(
+    db: Path,
+) -> None:
+    with SQLiteCheckpointStore(db) as plain:
+        plain.save(_snap(1))
+        assert SQLiteCheckpointStore.encrypt_existing(db, KEYS) == 1  # behind its back
+        with pytest.raises(StoreEncrypted, match="keys: 'k1'"):
+            plain.load("s")
+        with pytest.raises(StoreEncrypted):  # never skipped as a damaged checkpoint
+            Checkpoints(plain).latest("s")
+
+
+def test_encrypt_existing_creates_no_store_where_there_is_none(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint store at .* to encrypt"):
+        SQLiteCheckpointStore.encrypt_existing(tmp_path / "typo.db", KEYS)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_plaintext_row_in_an_encrypted_store_is_refused_until_migrated(
     tmp_path: Path, db: Path
 ) -> None:

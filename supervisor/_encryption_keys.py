@@ -119,8 +119,9 @@ class EncryptionKeys:
         ring for a key id it lacks (a row another process wrote under a newer
         key): the ids it then returns are added for decryption; the current key
         stays the one from the first call. It is called on the thread that needs
-        the key, never while the ring's lock is held, and what it raises reaches
-        that caller.
+        the key, never while the ring's lock is held but possibly while a store
+        holds its own (it reads the key's record in the same transaction), so
+        keep it quick; what it raises reaches that caller.
 
         Raises:
             InvalidEncryptionKeys: what ``provider`` returned breaks the rules.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgpack
@@ -32,16 +31,13 @@ from supervisor.errors import EncryptionKeyError, EncryptionUnavailable
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["MAGIC", "Envelopes", "KeyCheckLookup", "envelope_key_id", "is_envelope"]
+__all__ = ["MAGIC", "Envelopes", "envelope_key_id", "is_envelope"]
 
 MAGIC = 0xC1
 """First byte of every envelope (msgpack's reserved, never-used byte)."""
 _FORMAT = 0x01
 _NONCE = 12
 _TAG = 16
-
-KeyCheckLookup = Callable[[str], bytes | None]
-"""The store's recorded key check value of a key id, or ``None`` if it has none."""
 
 
 def is_envelope(value: object) -> bool:
@@ -70,30 +66,28 @@ def _cryptography() -> tuple[type[AESGCM], type[Exception]]:
 class Envelopes:
     """Encrypts values under a ring's current key and decrypts them under any trusted key.
 
-    A key is *trusted* once its bytes have been checked against the check
-    value the store recorded for its id (``trust``): a value then failing
-    to decrypt is damage (``SnapshotDecodeError``), never a wrong key. An
-    envelope naming a key not trusted yet is checked on the way, through
-    ``lookup``; what can go wrong there is a configuration error
-    (``EncryptionKeyError``), except an id the store never recorded, which
-    only a damaged or edited row can name.
+    Only *trusted* keys decrypt: keys whose bytes were checked against the
+    check value the store recorded for their id (``trust``), so a value that
+    then fails to decrypt is damage (``SnapshotDecodeError``), never a wrong
+    key. The store trusts every key it records when it opens, and a key
+    recorded later (by another process) before it reads a value naming it;
+    an envelope naming a key still untrusted names one the store never
+    recorded, which only a damaged or edited value can.
 
     Thread-safe: cipher objects are immutable; the trusted set is guarded.
 
     Args:
         keys: The ring.
         path: The store's path, for error messages.
-        lookup: Reads the store's check value of a key id.
 
     Raises:
         EncryptionUnavailable: ``cryptography`` is not installed.
     """
 
-    def __init__(self, keys: EncryptionKeys, path: str, lookup: KeyCheckLookup) -> None:
+    def __init__(self, keys: EncryptionKeys, path: str) -> None:
         self._aesgcm, self._invalid_tag = _cryptography()
         self.keys = keys
         self._path = path
-        self._lookup = lookup
         self._trusted: dict[str, AESGCM] = {}
         self._lock = threading.Lock()
         current = keys._key_for(keys.current_id)
@@ -114,15 +108,16 @@ class Envelopes:
 
         Raises:
             SnapshotDecodeError: ``value`` is not an envelope (plaintext in an
-                encrypted store, or damaged), names a key the store never
-                recorded, or fails authentication; the message starts with ``what``.
-            EncryptionKeyError: it names a key the ring lacks, or whose bytes
-                differ from those the store recorded under its id.
+                encrypted store, or damaged), names a key that is not trusted
+                (see above), or fails authentication; the message starts with ``what``.
         """
         key_id, header, body = _parse(value, what)
         cipher = self._trusted.get(key_id)
         if cipher is None:
-            cipher = self._trust_on_use(key_id, what)
+            raise SnapshotDecodeError(
+                f"{what} names key {key_id!r}, which this store never recorded: it was "
+                "damaged or edited"
+            )
         try:
             plain: bytes = cipher.decrypt(body[:_NONCE], body[_NONCE:], header + aad)
         except self._invalid_tag:
@@ -146,6 +141,10 @@ class Envelopes:
         header = _header(key_id)
         tag = self._aesgcm(key).encrypt(nonce, b"", header + _CHECK_AAD)
         return header + nonce + tag
+
+    def is_trusted(self, key_id: str) -> bool:
+        """Whether ``key_id``'s key has been checked and may decrypt."""
+        return key_id in self._trusted
 
     def trust(self, key_id: str, check: bytes) -> None:
         """Check the ring's key ``key_id`` against the store's recorded ``check`` and trust it.
@@ -176,16 +175,6 @@ class Envelopes:
             ) from None
         with self._lock:
             self._trusted[key_id] = cipher
-
-    def _trust_on_use(self, key_id: str, what: str) -> AESGCM:
-        check = self._lookup(key_id)
-        if check is None:
-            raise SnapshotDecodeError(
-                f"{what} names key {key_id!r}, which this store never recorded: it was "
-                "damaged or edited"
-            )
-        self.trust(key_id, check)
-        return self._trusted[key_id]
 
 
 _CHECK_AAD = msgpack.packb(["sessionvisor key check"])

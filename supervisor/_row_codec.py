@@ -31,6 +31,7 @@ Thread-safe: both classes hold only immutable state and thread-safe parts.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import msgpack
@@ -61,6 +62,15 @@ class RowCodec(Protocol):
 
     def before_write(self, db: sqlite3.Connection) -> None:
         """Check, inside a save's write transaction, that this codec may still write the store."""
+        ...
+
+    def trust_keys(self, db: sqlite3.Connection, values: Iterable[object]) -> None:
+        """Inside the transaction that read ``values``: check the keys they name that were
+        recorded since the store opened, so that opening them later needs no database.
+
+        Raises:
+            EncryptionKeyError: (encrypted) such a key is missing from the ring or wrong.
+        """
         ...
 
     def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
@@ -117,6 +127,9 @@ class PlainRows:
             key_ids = db.execute("SELECT key_id FROM encryption_keys ORDER BY key_id").fetchall()
             raise StoreEncrypted(self._path, tuple(key_id for (key_id,) in key_ids))
 
+    def trust_keys(self, db: sqlite3.Connection, values: Iterable[object]) -> None:
+        pass
+
     def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
         return body, ref[3], _message_log.seal(body, ref)
 
@@ -169,6 +182,18 @@ class SealedRows:
     def before_write(self, db: sqlite3.Connection) -> None:
         """Record the current key, in case a ``rotate_keys`` elsewhere retired it meanwhile."""
         db.execute("INSERT OR IGNORE INTO encryption_keys VALUES (?, ?)", self._current)
+
+    def trust_keys(self, db: sqlite3.Connection, values: Iterable[object]) -> None:
+        envelopes = self.envelopes
+        for value in values:
+            key_id = envelope_key_id(value)
+            if key_id is None or envelopes.is_trusted(key_id):
+                continue
+            row = db.execute(
+                "SELECT key_check FROM encryption_keys WHERE key_id = ?", (key_id,)
+            ).fetchone()
+            if row is not None:  # else never recorded: opening the value says it is damaged
+                envelopes.trust(key_id, bytes(row[0]))
 
     def _aad(self, *row: object) -> bytes:
         aad: bytes = msgpack.packb([self._store_id, *row])

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from actors import SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
-from supervisor._envelopes import Envelopes, KeyCheckLookup, envelope_key_id, is_envelope
+from supervisor._envelopes import Envelopes, envelope_key_id, is_envelope
 from supervisor._row_codec import SEAL_AEAD, SEAL_QUARANTINED, PlainRows, RowCodec, SealedRows
 from supervisor.errors import StoreEncrypted, StoreNotEncrypted, SupervisorError
 
@@ -43,9 +43,7 @@ ENCRYPTION_FORMAT = b"aes-256-gcm"
 logger = logging.getLogger("supervisor.store")
 
 
-def open_rows(
-    conn: sqlite3.Connection, path: str, keys: EncryptionKeys | None, lookup: KeyCheckLookup
-) -> RowCodec:
+def open_rows(conn: sqlite3.Connection, path: str, keys: EncryptionKeys | None) -> RowCodec:
     """The codec the store must use, after the checks in the module docstring.
 
     Writes (in its own ``BEGIN IMMEDIATE`` transaction) only when it marks the
@@ -60,7 +58,7 @@ def open_rows(
         if _meta(conn).get("encryption") is None:
             return PlainRows(path)
         raise StoreEncrypted(path, tuple(_recorded(conn)))
-    envelopes = Envelopes(keys, path, lookup)  # EncryptionUnavailable before any write
+    envelopes = Envelopes(keys, path)  # EncryptionUnavailable before any write
     conn.execute("BEGIN IMMEDIATE")
     try:
         rows = _sealed_rows(conn, path, envelopes)
@@ -149,6 +147,8 @@ def reencrypt_rows(conn: sqlite3.Connection, rows: SealedRows) -> int:
         EncryptionKeyError: a value needs a key the ring lacks.
     """
     current = rows.envelopes.keys.current_id
+    for key_id, check in _recorded(conn).items():  # and any recorded since the store opened
+        rows.envelopes.trust(key_id, check)
 
     def stale(value: object) -> bool:
         key_id = envelope_key_id(value)

@@ -240,14 +240,13 @@ class SQLiteCheckpointStore(ClosingContext):
         self._migrations = migrations
         self.keep_last = check_keep_last(keep_last, allow_none=True)
         self.synchronous = synchronous.upper()
-        # Reentrant: a key check read while a transaction is open joins it (see _key_check).
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._logs = _LogCache(_LOG_CACHE_BYTES)
         self._conn: sqlite3.Connection | None = open_database(
             path, synchronous=self.synchronous, busy_timeout=busy_timeout
         )
         try:
-            self._rows: RowCodec = open_rows(self._conn, self.path, encryption, self._key_check)
+            self._rows: RowCodec = open_rows(self._conn, self.path, encryption)
         except BaseException:
             self._conn.close()
             raise
@@ -257,16 +256,6 @@ class SQLiteCheckpointStore(ClosingContext):
     def encrypted(self) -> bool:
         """Whether this store encrypts what it stores (it was opened with keys)."""
         return self._rows.encrypted
-
-    def _key_check(self, key_id: str) -> bytes | None:
-        """The check value the store records for ``key_id``, or None (for ``Envelopes``)."""
-        with self._lock:  # inside a transaction of this thread, the read is part of it
-            row = (
-                self._open_connection()
-                .execute("SELECT key_check FROM encryption_keys WHERE key_id = ?", (key_id,))
-                .fetchone()
-            )
-        return None if row is None else bytes(row[0])
 
     def __repr__(self) -> str:
         return f"SQLiteCheckpointStore({self.path!r})"
@@ -378,6 +367,7 @@ class SQLiteCheckpointStore(ClosingContext):
                 hasher = cached.hasher.copy()  # the log is known.data, a prefix of messages
             elif length <= size:
                 hasher = hashlib.sha256(messages[:length])
+                rows.trust_keys(db, (stored_digest,))
                 if hasher.digest() != rows.open_log_digest(sid, gen, length, stored_digest):
                     hasher = None
             if hasher is not None:  # the log is a prefix: append the rest
@@ -478,6 +468,7 @@ class SQLiteCheckpointStore(ClosingContext):
                     " WHERE session_id = ? AND gen = ? AND start < ? ORDER BY start",
                     (session_id, gen, length),
                 ).fetchall()
+            self._rows.trust_keys(db, (stored[0], *(data for _, data in chunks)))
         try:
             body, expected = self._rows.open_checkpoint(session_id, cid, tuple(stored))
             messages = None
@@ -596,7 +587,7 @@ class SQLiteCheckpointStore(ClosingContext):
             )
         conn = open_database(name, synchronous="FULL", busy_timeout=busy_timeout)
         try:
-            envelopes = Envelopes(keys, name, lambda key_id: None)  # every key is checked first
+            envelopes = Envelopes(keys, name)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 count = encrypt_rows(conn, name, envelopes)
@@ -632,8 +623,7 @@ class SQLiteCheckpointStore(ClosingContext):
         with self._transaction("IMMEDIATE") as db:
             count = reencrypt_rows(db, rows)
         with self._lock:
-            assert self._conn is not None
-            scrub(self._conn, self.path)
+            scrub(self._open_connection(), self.path)
         self._logs.clear()
         return count
 

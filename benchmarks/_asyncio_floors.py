@@ -25,6 +25,8 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks._common import bare_sqlite
+
 __all__ = ["group_commits", "open_floor_db", "per_turn_commits"]
 
 Row = tuple[str, str, bytes]
@@ -36,9 +38,7 @@ def open_floor_db(path: Path, synchronous: str) -> sqlite3.Connection:
 
     The connection may be used from another thread (one at a time); close it when done.
     """
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn = bare_sqlite(path, synchronous, check_same_thread=False)
     conn.execute(
         "CREATE TABLE checkpoints (session_id TEXT, checkpoint_id TEXT, data BLOB,"
         " PRIMARY KEY (session_id, checkpoint_id))"

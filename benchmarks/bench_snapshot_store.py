@@ -23,7 +23,6 @@ Rates are medians of interleaved rounds; ratios are taken in the same run.
 from __future__ import annotations
 
 import json
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -39,7 +38,7 @@ import msgpack
 import supervisor._message_log as message_log_module
 from actors import SCHEMA_VERSION, Message, Snapshot, ToolCall, Usage
 from actors._ids import new_checkpoint_id
-from benchmarks._common import interleaved_rates, percentile, print_table
+from benchmarks._common import bare_sqlite, interleaved_rates, percentile, print_table
 from supervisor import EncryptionKeys, SQLiteCheckpointStore
 from supervisor._message_log import LogRef, seal, verify
 
@@ -110,9 +109,7 @@ def save_figures(directory: Path) -> list[tuple[str, str]]:
     stream = list(conversation(75 + needed))[75:]  # every save adds a turn
     payloads = {s.checkpoint_id: s.serialize() for s in stream}
     store = SQLiteCheckpointStore(directory / "store.db")
-    bare = sqlite3.connect(directory / "bare.db", isolation_level=None)
-    bare.execute("PRAGMA journal_mode = WAL")
-    bare.execute(f"PRAGMA synchronous = {store.synchronous}")
+    bare = bare_sqlite(directory / "bare.db", store.synchronous)
     bare.execute("CREATE TABLE checkpoints (session_id TEXT, checkpoint_id TEXT, data BLOB)")
     snaps = iter(stream)
     # Like with like: each baseline call handles the snapshot the save side handled at the

@@ -20,6 +20,12 @@ its state. Figures, medians of interleaved rounds with ratios taken per round:
    with the same ``synchronous`` that inserts that turn's new bytes: the
    checkpoint's body (the snapshot without its messages) and the turn's 4
    encoded messages, as two rows. Goal <= 2.0.
+
+Each step is also shown split into ``snapshot()`` and the save, so that the
+part that grows with the conversation is plain. The bare insert pays one WAL
+fsync, as every step does: on a disk busy with other writers fsync dominates
+both sides and the ratios shrink; the snapshot column does not depend on it.
+A missed goal is reported, not failed.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 from actors import (
@@ -144,6 +151,22 @@ def _mean(samples: list[float]) -> float:
     return sum(samples) / len(samples)
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Seconds of one checkpoint step (or a mean of several): ``snapshot()``, then the save."""
+
+    snapshot: float
+    save: float
+
+    @property
+    def total(self) -> float:
+        return self.snapshot + self.save
+
+    @staticmethod
+    def mean(steps: list[Step]) -> Step:
+        return Step(_mean([s.snapshot for s in steps]), _mean([s.save for s in steps]))
+
+
 class Rounds:
     """The three timed blocks of a round; run on one thread."""
 
@@ -153,47 +176,47 @@ class Rounds:
         self.long = Subject(checkpoints, LONG, PRIMED)
         self.turn_bytes: list[NewBytes] = []
 
-    def long_steps(self) -> tuple[float, float]:
+    def long_steps(self) -> Step:
         """Mean seconds of ``snapshot()`` and of the save, over ``OPS`` turns of the long one."""
-        snaps, saves = [], []
+        steps = []
         self.turn_bytes = []
         for _ in range(OPS):
             self.long.tool_turn()
             snap, save, new = self.long.step()
-            snaps.append(snap)
-            saves.append(save)
+            steps.append(Step(snap, save))
             self.turn_bytes.append(new)
-        return _mean(snaps), _mean(saves)
+        return Step.mean(steps)
 
-    def short_steps(self) -> float:
+    def short_steps(self) -> Step:
         """Mean seconds of the step of ``OPS`` fresh sessions at ``SHORT`` messages."""
-        samples = []
+        steps = []
         for _ in range(OPS):
             short = Subject(self.checkpoints, SHORT - 4, primed=1)
             short.tool_turn()
             assert len(short.session.history()) == SHORT
             snap, save, _ = short.step()
-            samples.append(snap + save)
-        return _mean(samples)
+            steps.append(Step(snap, save))
+        return Step.mean(steps)
 
     def bare_inserts(self, data: list[NewBytes]) -> float:
         """Mean seconds of a bare transaction inserting each of ``data``."""
         return _mean([self.bare.insert(d) for d in data])
 
-    def run(self, index: int) -> tuple[float, float, float, float]:
-        """One round, its blocks in an order rotating with ``index``: long snapshot and save,
-        short step, bare insert (of the previous long block's turns, the same shape)."""
+    def run(self, index: int) -> tuple[Step, Step, float]:
+        """One round, its blocks in an order rotating with ``index``: the long session's
+        steps, the short ones', and bare inserts (of the previous long block's turns)."""
         previous = self.turn_bytes
-        result: dict[str, float] = {}
+        long = short = Step(0.0, 0.0)
+        bare = 0.0
         for offset in range(3):
             which = (index + offset) % 3
             if which == 0:
-                result["snap"], result["save"] = self.long_steps()
+                long = self.long_steps()
             elif which == 1:
-                result["short"] = self.short_steps()
+                short = self.short_steps()
             else:
-                result["bare"] = self.bare_inserts(previous)
-        return result["snap"], result["save"], result["short"], result["bare"]
+                bare = self.bare_inserts(previous)
+        return long, short, bare
 
 
 def figures(directory: Path) -> list[tuple[str, str]]:
@@ -207,22 +230,23 @@ def figures(directory: Path) -> list[tuple[str, str]]:
         last = len(rounds.long.session.history())
         new_size = statistics.median(len(a) + len(b) for a, b in rounds.turn_bytes)
 
-    def med(values: list[float]) -> float:
-        return statistics.median(values)
+    def ms(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1e3:.2f} ms"
 
-    vs_short = med([(snap + save) / short for snap, save, short, _ in rows])
-    vs_bare = med([(snap + save) / bare for snap, save, _, bare in rows])
-    step = med([snap + save for snap, save, _, _ in rows])
+    longs, shorts = [r[0] for r in rows], [r[1] for r in rows]
+    vs_short = statistics.median(long.total / short.total for long, short, _ in rows)
+    vs_bare = statistics.median(long.total / bare for long, _, bare in rows)
     return [
-        (f"step, {first:,}-{last:,} messages", f"{step * 1e3:.2f} ms"),
-        ("  of which snapshot() (state + strip)", f"{med([r[0] for r in rows]) * 1e3:.2f} ms"),
-        ("  of which Checkpoints save (store.save)", f"{med([r[1] for r in rows]) * 1e3:.2f} ms"),
-        (f"step, {SHORT} messages", f"{med([r[2] for r in rows]) * 1e3:.2f} ms"),
-        (f"bare insert+commit of a turn's new bytes ({new_size:,.0f} B)",
-         f"{med([r[3] for r in rows]) * 1e3:.2f} ms"),
+        (f"step, {first:,}-{last:,} messages", ms([s.total for s in longs])),
+        ("  of which snapshot() (state + strip)", ms([s.snapshot for s in longs])),
+        ("  of which Checkpoints save (store.save)", ms([s.save for s in longs])),
+        (f"step, {SHORT} messages", ms([s.total for s in shorts])),
+        ("  of which snapshot() (state + strip)", ms([s.snapshot for s in shorts])),
+        ("  of which Checkpoints save (store.save)", ms([s.save for s in shorts])),
+        (f"bare insert+commit of a turn's new bytes ({new_size:,.0f} B)", ms([r[2] for r in rows])),
         (f"goal: step {LONG:,} / {SHORT} messages (<= 1.5)", _verdict(vs_short, 1.5)),
         ("goal: step / bare insert of new bytes (<= 2.0)", _verdict(vs_bare, 2.0)),
-    ]  # fmt: skip
+    ]
 
 
 def _verdict(ratio: float, goal: float) -> str:

@@ -40,6 +40,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from supervisor.errors import WorkerCrashed
+from supervisor.workers._frames import read_frame, write_frame
 from supervisor.workers._io import DEFAULT, PipeIO
 from supervisor.workers._protocol import decode_error, pack, unpack
 from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
@@ -228,7 +229,7 @@ class WorkerClient:
             # A broken pipe means the worker died: the reader fails this future
             # with its exit status when it buries it (it takes this lock first).
             with contextlib.suppress(OSError):
-                self._conn.send_bytes(pack({"id": call_id, "op": op, "payload": payload}))
+                write_frame(self._conn, pack({"id": call_id, "op": op, "payload": payload}))
         return future
 
     def call(self, op: str, payload: Any = None, timeout: float | None = None) -> Any:
@@ -336,7 +337,7 @@ class WorkerClient:
     def _read_one(self) -> bool:
         """Read and deliver one frame (the caller holds the pipe); False at the pipe's end."""
         try:
-            data = self._conn.recv_bytes()
+            data = read_frame(self._conn)
         except (EOFError, OSError):
             return False
         self._deliver(unpack(data))

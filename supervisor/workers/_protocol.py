@@ -1,8 +1,9 @@
 """The msgpack frames exchanged between the host and a worker process, and error transport.
 
 One ``multiprocessing.Pipe`` per worker carries every frame, each one msgpack
-map sent with ``send_bytes``. Many calls may be in flight at once; replies are
-matched to requests by ``id``, never by order.
+map in ``Connection``'s own framing, written and read by ``_frames``. Many
+calls may be in flight at once; replies are matched to requests by ``id``,
+never by order.
 
 Parent -> worker (requests)::
 

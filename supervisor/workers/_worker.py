@@ -59,6 +59,7 @@ from actors import (
 from supervisor._actor import SupervisedActor, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
+from supervisor.workers._frames import write_frame
 from supervisor.workers._io import PipeIO
 from supervisor.workers._io import named as io_named
 from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, pack_escaped
@@ -217,7 +218,7 @@ class _Worker:
 
     def _send(self, data: bytes) -> None:
         with self._send_lock, contextlib.suppress(OSError):  # parent gone: nobody to tell
-            self.conn.send_bytes(data)
+            write_frame(self.conn, data)
 
     def reply(self, call_id: int, payload: Any) -> None:
         """Answer a call that belongs to no session (or whose session has gone)."""

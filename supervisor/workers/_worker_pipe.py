@@ -24,6 +24,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from supervisor.workers._frames import read_frame
 from supervisor.workers._io import PipeIO, Poller
 from supervisor.workers._protocol import unpack
 
@@ -86,7 +87,7 @@ class WorkerPipe:
         if self._epoll is None:
             while True:
                 try:
-                    frame = unpack(self.conn.recv_bytes())
+                    frame = unpack(read_frame(self.conn))
                 except (EOFError, OSError):
                     return None  # the parent closed the pipe or died
                 if frame["op"] == "shutdown":
@@ -168,7 +169,7 @@ class WorkerPipe:
         """Read one frame and route it (the caller holds the pipe): the call for ``owner``
         it carried, ``None``, or False once the pipe ended (or said ``shutdown``)."""
         try:
-            frame = unpack(self.conn.recv_bytes())
+            frame = unpack(read_frame(self.conn))
         except (EOFError, OSError):
             self._end(None)
             return False

@@ -1,19 +1,116 @@
-"""``_protocol.pack`` reuses its packers, safely: a ``repr`` that packs again while its
-caller packs, a pack that fails, and threads packing at once all get whole frames, the
-bytes ``msgpack.packb`` would give.
+"""Frames on a worker's pipe: ``_frames`` reads and writes ``multiprocessing.Connection``'s own
+format straight on the descriptor, and ``_protocol.pack`` reuses its packers safely.
+
+The two ends interoperate with ``Connection.send_bytes``/``recv_bytes`` both ways,
+for small frames and for frames long enough to arrive in several reads; the end
+of the pipe, at a frame's start or within one, is ``EOFError``; a closed
+connection is ``OSError``, as with ``Connection``.
 """
 
 from __future__ import annotations
 
+import os
+import struct
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 
 import msgpack
 import pytest
 
+from supervisor.workers._frames import frame_header, read_frame, write_frame
 from supervisor.workers._protocol import pack, pack_escaped, unpack
 
 WAIT = 10.0
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[Connection, Connection]]:
+    """Both ends of a duplex pipe, as a worker's (a socket pair on POSIX)."""
+    a, b = Pipe(duplex=True)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 300, 16384, 16385, 3_000_000])
+def test_frames_interoperate_with_connection_both_ways(
+    pipe: tuple[Connection, Connection], size: int
+) -> None:
+    a, b = pipe
+    data = os.urandom(size)
+    # A large frame fills the socket's buffer: the other end reads it meanwhile.
+    with ThreadPoolExecutor(1) as reader:
+        got = reader.submit(b.recv_bytes)
+        write_frame(a, data)
+        assert got.result(WAIT) == data
+        back = reader.submit(read_frame, a)
+        b.send_bytes(data)
+        assert back.result(WAIT) == data
+        ours = reader.submit(read_frame, b)
+        write_frame(a, data)
+        assert ours.result(WAIT) == data
+
+
+def test_a_frame_that_arrives_in_pieces_is_read_whole(pipe: tuple[Connection, Connection]) -> None:
+    a, b = pipe
+    data = b"0123456789" * 10
+    wire = frame_header(len(data)) + data
+    with ThreadPoolExecutor(1) as reader:
+        got = reader.submit(read_frame, b)
+        for start in range(0, len(wire), 7):  # the header too is split
+            os.write(a.fileno(), wire[start : start + 7])
+        assert got.result(WAIT) == data
+
+
+def test_the_header_is_connections_own_format() -> None:
+    assert frame_header(5) == struct.pack("!i", 5)
+    assert frame_header(0x7FFFFFFF) == struct.pack("!i", 0x7FFFFFFF)
+    assert frame_header(0x80000000) == struct.pack("!i", -1) + struct.pack("!Q", 0x80000000)
+
+
+def test_the_end_of_the_pipe_is_eof_at_a_frame_start_or_within_one(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    a, b = pipe
+    write_frame(a, b"whole")
+    os.write(a.fileno(), frame_header(10) + b"cut")
+    a.close()
+    assert read_frame(b) == b"whole"
+    with pytest.raises(EOFError, match="within a frame"):
+        read_frame(b)
+    c, d = Pipe(duplex=True)
+    c.close()
+    with pytest.raises(EOFError, match="closed by the other end"):
+        read_frame(d)
+    d.close()
+
+
+def test_a_malformed_length_is_an_oserror(pipe: tuple[Connection, Connection]) -> None:
+    a, b = pipe
+    os.write(a.fileno(), struct.pack("!i", -7))
+    with pytest.raises(OSError, match="length -7"):
+        read_frame(b)
+
+
+def test_a_closed_connection_is_an_oserror_as_with_connection(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    a, b = pipe
+    b.close()
+    with pytest.raises(OSError, match="handle is closed"):
+        read_frame(b)
+    with pytest.raises(OSError, match="handle is closed"):
+        write_frame(b, b"x")
+    with pytest.raises(BrokenPipeError):  # the other end is gone
+        write_frame(a, b"x")
+
+
+# -- pack -----------------------------------------------------------------------
 
 
 def _reference(frame: object) -> bytes:

@@ -51,6 +51,10 @@ logger = logging.getLogger("supervisor.workers")
 
 _JOIN_TIMEOUT = 5.0
 
+_LEAD_LIMIT = 65536
+"""``ask`` takes the pipe before writing only requests up to this size: a socket pair's
+buffer (over 200 KiB on Linux) takes them at once, so the write does not block."""
+
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
 
@@ -177,7 +181,12 @@ class WorkerClient:
         # Who reads the pipe: ``_holder`` is the ident of the thread reading it
         # (the reader thread for one frame at a time, or a caller in ``wait``),
         # or None. A caller takes the pipe out of ``_epoll`` while it reads.
-        self._pipe = threading.Condition()  # guards _holder, _depth, _ending, _epoll changes
+        # ``_pipe_lock`` guards _holder, _depth, _ending and _epoll changes; ``_pipe`` (on
+        # it) is waited on only by the reader thread once ``_ending``, so a caller stepping
+        # down notifies it only then.
+        self._pipe_lock = threading.Lock()
+        self._pipe = threading.Condition(self._pipe_lock)
+        self._fd = parent_conn.fileno()
         self._holder: int | None = None
         self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
         self._ending = False  # the reader is burying the worker: nobody else reads
@@ -219,17 +228,53 @@ class WorkerClient:
         raises becomes the ``Reply``'s error. It runs even when nobody waits any
         more (the caller timed out).
         """
+        call_id = next(self._ids)  # atomic; replies are matched by id, not by order
+        return self._write(call_id, pack({"id": call_id, "op": op, "payload": payload}), on_reply)
+
+    def ask(
+        self,
+        op: str,
+        payload: Any = None,
+        on_reply: Callable[[Any], Any] | None = None,
+        timeout: float | None = None,
+    ) -> Reply:
+        """``submit``, then read the pipe on this thread (as ``wait`` does) until the reply
+        is in or ``timeout`` passes; returns the ``Reply``, settled unless the time ran
+        out or another thread was reading the pipe (``wait`` for it then). Any thread.
+
+        Unlike ``submit`` then ``wait``, this takes the pipe *before* it writes the
+        request: the reply cannot then be read by the reader thread, which would hand
+        it over (a thread switch dearer than the round trip's own work) whenever this
+        thread lost the processor between writing and taking the pipe, as it does when
+        the woken worker preempts it. A request too large to go into the socket's
+        buffer at once (``_LEAD_LIMIT``) is written first, as ``submit`` does: while a
+        write blocks, the reader thread must stay free to read what the worker writes.
+        """
+        call_id = next(self._ids)
+        data = pack({"id": call_id, "op": op, "payload": payload})
+        if len(data) > _LEAD_LIMIT or not self._lead():
+            return self._write(call_id, data, on_reply)
+        try:
+            reply = self._write(call_id, data, on_reply)
+            self._read_until(reply, None if timeout is None else time.monotonic() + timeout)
+        finally:
+            self._step_down()
+        return reply
+
+    def _write(self, call_id: int, data: bytes, on_reply: Callable[[Any], Any] | None) -> Reply:
+        """Register the reply of request ``call_id`` and write the request (``data``)."""
         future = Reply(on_reply)
         with self._lock:
             if self._dead:
                 future._settle(None, self._crashed())
                 return future
-            call_id = next(self._ids)
             self._futures[call_id] = future
             # A broken pipe means the worker died: the reader fails this future
             # with its exit status when it buries it (it takes this lock first).
-            with contextlib.suppress(OSError):
-                write_frame(self._conn, pack({"id": call_id, "op": op, "payload": payload}))
+            try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per request)
+                write_frame(self._conn, data)
+            except OSError:
+                pass
         return future
 
     def call(self, op: str, payload: Any = None, timeout: float | None = None) -> Any:
@@ -348,7 +393,7 @@ class WorkerClient:
     def _lead(self) -> bool:
         """Hold the pipe for this thread if nobody else does (again, if it already does)."""
         me = threading.get_ident()
-        with self._pipe:
+        with self._pipe_lock:
             if self._holder == me:
                 self._depth += 1  # a callback run by this thread's delivery waits in turn
                 return True
@@ -356,24 +401,25 @@ class WorkerClient:
                 return False
             self._holder = me
             self._depth = 1
-            self._epoll.pause(self._conn.fileno())  # the reader thread stays asleep
+            self._epoll.pause(self._fd)  # the reader thread stays asleep
             return True
 
     def _step_down(self) -> None:
-        with self._pipe:
+        with self._pipe_lock:
             self._depth -= 1
             if self._depth:
                 return
             self._holder = None
-            if not self._ending:
+            if self._ending:
+                self._pipe.notify_all()  # the reader thread waits to bury the worker
+            else:
                 # Level-triggered: this wakes the reader thread only if a frame waits.
-                self._epoll.resume(self._conn.fileno())
-            self._pipe.notify_all()
+                self._epoll.resume(self._fd)
 
     def _read_until(self, reply: Reply, deadline: float | None) -> None:
         """Deliver frames until ``reply`` is settled, the deadline passes, or the pipe ends
         (the reader thread then buries the worker, which settles ``reply``)."""
-        fd = self._conn.fileno()
+        fd = self._fd
         poller = self._lead_poll
         while not reply._done:
             if deadline is None:

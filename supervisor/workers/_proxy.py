@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,10 +83,8 @@ class SessionLink:
                 worker and its checkpoint is saved when it ends.
             Exception: what the turn raised, as in thread mode.
         """
-        reply = self.client.submit(
-            "send", {"session": self.session_id, "text": text}, on_reply=self.finish_send
-        )
-        answer: Message = self._await("send", reply, timeout)
+        payload = {"session": self.session_id, "text": text}
+        answer: Message = self._call("send", payload, timeout, self.finish_send)
         return answer
 
     def history(self, timeout: float) -> list[Message]:
@@ -104,22 +103,36 @@ class SessionLink:
 
     def _ask(self, op: str, payload: dict[str, Any], timeout: float) -> Any:
         try:
-            return self._await(op, self.client.submit(op, payload), timeout)
+            return self._call(op, payload, timeout)
         except SessionCrashed as exc:  # WorkerCrashed too
             raise NotDelivered(str(exc)) from exc
 
-    def _await(self, op: str, reply: Reply, timeout: float) -> Any:
-        """The reply's payload; a worker that does not answer within ``call_timeout`` is
+    def _call(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        timeout: float,
+        on_reply: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The reply's payload, read on this thread if no other reads the pipe
+        (``WorkerClient.ask``); a worker that does not answer within ``call_timeout`` is
         killed (so the call fails with ``WorkerCrashed``), as in ``WorkerClient.call``.
 
         Raises:
             WorkerCrashed, SessionCrashed, NotDelivered, TimeoutError: as ``send`` says.
         """
         limit = self.call_timeout
+        kills = limit is not None and limit <= timeout
+        bound = limit if kills and limit is not None else timeout
+        deadline = time.monotonic() + bound
+        reply = self.client.ask(op, payload, on_reply, bound)
         try:
-            if limit is not None and limit <= timeout:
-                return self._result_or_kill(op, reply, limit)
-            return self.client.wait(reply, timeout)
+            if reply.done():  # the usual case: read on this thread, in ``ask``
+                return reply.result()
+            left = max(deadline - time.monotonic(), 0.0)
+            if kills:
+                return self._result_or_kill(op, reply, left)
+            return self.client.wait(reply, left)
         except WorkerCrashed as exc:
             raise WorkerCrashed(exc.pid, exc.exit_status, self.session_id) from exc
         except SessionDown as exc:
@@ -129,19 +142,22 @@ class SessionLink:
             raise SessionCrashed(self.session_id, detail) from exc
         except TimeoutError:
             if reply.done():
-                raise
+                raise  # the error *is* the reply
             raise TimeoutError(
                 f"session {self.session_id!r} did not answer within {timeout} s"
             ) from None
 
-    def _result_or_kill(self, op: str, reply: Reply, limit: float) -> Any:
+    def _result_or_kill(self, op: str, reply: Reply, left: float) -> Any:
         try:
-            return self.client.wait(reply, limit)
+            return self.client.wait(reply, left)
         except TimeoutError:
             if reply.done():
                 raise
         logger.error(
-            "worker pid %s did not answer %r within %s s; killing it", self.client.pid, op, limit
+            "worker pid %s did not answer %r within %s s; killing it",
+            self.client.pid,
+            op,
+            self.call_timeout,
         )
         self.client.kill()
         return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)

@@ -135,7 +135,9 @@ class WorkerClient:
 
     Args:
         context: The multiprocessing context (``forkserver`` or ``spawn``).
-        on_push: Called with every unsolicited frame, in the pipe's order.
+        on_push: Called with every unsolicited frame, in the pipe's order, and with
+            every reply that carries its call's events (``"events"``), before the
+            reply is delivered.
         on_death: Called once on the reader thread when the worker has died or
             was shut down, after every in-flight call has failed.
         setup: What the worker applies before it serves (memory limit, initializer).
@@ -448,7 +450,7 @@ class WorkerClient:
             self._push(frame)
             return
         if "events" in frame:  # events the call published, before its reply
-            self._push({"op": "events", "session": frame.get("session"), "events": frame["events"]})
+            self._push(frame)
         with self._lock:
             future = self._futures.pop(call_id, None)
         if future is None:

@@ -355,23 +355,28 @@ class WorkerPool:
                 self._changed.notify_all()  # wake placements waiting for a worker
 
     def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
-        if frame.get("op") == "ready":  # a worker started: starting works
+        """An unsolicited frame of ``client``, or a reply that carries its call's events (on
+        the thread reading the pipe, before the reply is delivered)."""
+        op = frame.get("op")
+        if op == "ready":  # a worker started: starting works
             with self._changed:
                 self._start_failures = 0
                 self._changed.notify_all()
             return
         session_id = frame.get("session")
-        with self._lock:
-            placement = self._placements.get(session_id) if isinstance(session_id, str) else None
+        # Read without the lock (one dict lookup is atomic): on every reply of a turn, and
+        # an answer taken under the lock could be stale the moment it was released anyway.
+        placement = self._placements.get(session_id) if isinstance(session_id, str) else None
         if placement is None or placement.client is not client:
             return
-        op = frame.get("op")
-        if op == "event":
+        events = frame.get("events")
+        if isinstance(events, list):  # an ``events`` frame, or a reply's held-back events
+            placement.events.publish_all(
+                (kind, data) for kind, data in events if type(kind) is str and type(data) is dict
+            )
+        elif op == "event":
             data = frame.get("data") or {}
             placement.events.publish(str(frame.get("type")), **data)
-        elif op == "events":
-            for kind, data in frame.get("events") or ():
-                placement.events.publish(str(kind), **(data or {}))
         elif op == "down" and placement.ref is not None:
             kill(placement.ref, f"died in worker pid {client.pid}: {frame.get('reason')}")
 

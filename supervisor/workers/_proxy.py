@@ -250,6 +250,12 @@ class _Steer:
         self.queue.requeue(unused)
 
     def _observe(self, event: Event) -> None:
+        # While no taken text waits (the usual case: nothing was steered), only a
+        # ``steered`` event changes anything; skip the lock for the rest. Both lists
+        # change only here, on the one thread that delivers this session's events, and in
+        # ``release``, which empties them.
+        if not self._taken and not self._finished and event.type != "steered":
+            return
         with self._lock:
             if event.type == "steered":
                 text = event.data.get("text")

@@ -38,7 +38,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
@@ -193,6 +193,10 @@ class _Relay(EventBuffer):
     def publish(self, type_: str, **data: Any) -> Event:
         self._worker.relay(self._hosted, type_, data)
         return Event(0, type_, data, time.time())
+
+    def publish_all(self, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        for type_, data in events:
+            self._worker.relay(self._hosted, type_, data)
 
 
 class _Worker:

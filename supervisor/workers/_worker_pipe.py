@@ -68,6 +68,7 @@ class WorkerPipe:
 
     def __init__(self, conn: Connection, route: Route, io: PipeIO) -> None:
         self.conn = conn
+        self._fd = conn.fileno()
         self._io = io
         self._route = route
         self.lock = threading.Lock()
@@ -109,7 +110,8 @@ class WorkerPipe:
             finally:
                 with self.lock:
                     self.holder = None
-                    self._released.notify_all()
+                    if self._ending:
+                        self._released.notify_all()  # ``close`` waits (it set ``_ending``)
 
     def wake_reader(self) -> None:
         """Wake the session reading the pipe (a message reached its inbox)."""
@@ -120,13 +122,13 @@ class WorkerPipe:
         if self._epoll is None or self.holder is not None or self._ending:
             return False
         self.holder = inbox
-        self._epoll.pause(self.conn.fileno())  # the main thread stays asleep
+        self._epoll.pause(self._fd)  # the main thread stays asleep
         return True
 
     def read_for(self, inbox: PipeInbox) -> Any:
         """Read frames for ``inbox``'s session (holding the pipe) until one is its call
         (returned), a message reaches its inbox or the worker stops (``None``); then let go."""
-        fd = self.conn.fileno()
+        fd = self._fd
         try:
             while True:
                 ready = _wait(self._io, self._session_poll, self.session_wake)
@@ -147,9 +149,10 @@ class WorkerPipe:
         """The holding session stops reading (caller holds ``lock``): the main thread reads
         again, and is woken at once if a frame waits (level-triggered)."""
         self.holder = None
-        if not self._ending and self._epoll is not None:
-            self._epoll.resume(self.conn.fileno())
-        self._released.notify_all()
+        if self._ending:
+            self._released.notify_all()  # ``close`` waits (it set ``_ending`` first)
+        elif self._epoll is not None:
+            self._epoll.resume(self._fd)
 
     def close(self) -> None:
         """Stop reading (waking a reading session) and close the pipe."""
@@ -201,6 +204,8 @@ class PipeInbox:
         self._pipe: WorkerPipe | None = None
         self.owner: Any = None
         self._put = threading.Condition()  # on the pipe's lock once bound
+        self._mutex: Any = self._put  # what ``_put`` waits on: entered directly where no
+        # wait or notify follows (a Condition's ``with`` costs two Python calls)
         self._held = False  # took the pipe in ``hold_next`` and has not read it yet
 
     def bind(self, pipe: WorkerPipe, owner: Any) -> None:
@@ -209,6 +214,7 @@ class PipeInbox:
         self._pipe = pipe
         self.owner = owner
         self._put = threading.Condition(pipe.lock)
+        self._mutex = pipe.lock
 
     def put(self, envelope: Any, block: bool = True, timeout: float | None = None) -> None:
         pipe = self._pipe
@@ -235,7 +241,7 @@ class PipeInbox:
         pipe = self._pipe
         if pipe is None:
             return
-        with self._put:
+        with self._mutex:
             if not self._items and not self._held:
                 self._held = pipe.hold(self)
 
@@ -244,7 +250,7 @@ class PipeInbox:
         pipe = self._pipe
         if pipe is None:
             return
-        with self._put:
+        with self._mutex:
             if self._held:
                 self._held = False
                 pipe.let_go()
@@ -252,7 +258,7 @@ class PipeInbox:
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         pipe = self._pipe
         while True:
-            with self._put:
+            with self._mutex:  # ``_put``'s lock: ``_put.wait`` below is within it
                 held, self._held = self._held, False
                 if self._items:
                     if held:
@@ -263,4 +269,5 @@ class PipeInbox:
                     continue
             call = pipe.read_for(self)  # type: ignore[union-attr]  # held: bound to a pipe
             if call is not None:
-                return _Read(call)
+                read: _Read = tuple.__new__(_Read, (call, None))  # no Python-level __new__
+                return read

@@ -302,12 +302,13 @@ class WorkerPool:
 
     def link_of(self, session_id: str, ref: pykka.ActorRef[Any]) -> Any:
         """The ``SessionLink`` of the incarnation whose proxy is ``ref``, or ``None``
-        (released, or another incarnation's). Thread-safe."""
-        with self._lock:
-            placement = self._placements.get(session_id)
-            if placement is None or placement.ref is not ref:
-                return None
-            return placement.link
+        (released, or another incarnation's). Thread-safe: read without the lock (one
+        dict lookup is atomic), as the answer may be stale once any lock is released
+        anyway; a call on a link whose session has left fails with ``NotDelivered``."""
+        placement = self._placements.get(session_id)
+        if placement is None or placement.ref is not ref:
+            return None
+        return placement.link
 
     def _on_death(self, client: WorkerClient) -> None:
         """A worker died (on its reader thread): replace it, crash its sessions' proxies."""
@@ -418,8 +419,8 @@ class WorkerPool:
         with self._lock:
             placement = self._placements.get(session_id)
             if placement is not None and placement.client is client:
+                placement.link = link  # before ``ref``: ``link_of`` reads without the lock
                 placement.ref = ref
-                placement.link = link
         if not client.alive:
             kill(ref, f"worker pid {client.pid} died ({client.exit_status})")
 

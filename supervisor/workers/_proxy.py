@@ -198,32 +198,49 @@ class _Steer:
     crash of its worker or a stop, ``release`` puts them back at the front of
     the host's queue for the next incarnation: nothing steered is lost with a
     worker, as nothing is lost with a session thread in thread mode.
+
+    It watches the session's events only while it keeps a text (``_watch``), so a
+    session nobody steers costs no subscriber call per event.
     """
 
     def __init__(self, client: WorkerClient, session_id: str, queue: SteeringQueue) -> None:
         self.client = client
         self.session_id = session_id
         self.queue = queue
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the lists, _unsubscribe and _released
         self._sent: list[str] = []  # in the worker's queue, oldest first
         self._taken: list[str] = []  # taken by the turn running there
         self._finished: list[str] = []  # taken by the turn that finished last (not yet saved)
+        self._events: EventBuffer | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._released = False
 
     def start(self, events: EventBuffer) -> list[str]:
         """Forward from now on; return the texts that were waiting (they go with the start)."""
-        self._unsubscribe = events.subscribe(self._observe)
+        self._events = events
         queued = self.queue.forward_to(self)
         with self._lock:
             self._sent[:0] = queued
+            self._watch()
         return queued
+
+    def _watch(self) -> None:
+        """Subscribe to the session's events while a text is kept (caller holds ``_lock``):
+        before it is sent, so its ``steered`` event is seen; until nothing is kept."""
+        kept = self._sent or self._taken or self._finished
+        events = self._events
+        if kept and self._unsubscribe is None and not self._released and events is not None:
+            self._unsubscribe = events.subscribe(self._observe)
+        elif not kept and self._unsubscribe is not None:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            unsubscribe()
 
     def __call__(self, text: str) -> None:
         with self._lock:
             late = self._released
             if not late:
                 self._sent.append(text)
+                self._watch()
         if late:  # released while ``put`` was handing it here: queue it the usual way
             self.queue.put(text)
             return
@@ -241,21 +258,15 @@ class _Steer:
     def release(self) -> None:
         """Stop forwarding; queue again here what the worker never used in a finished turn."""
         self.queue.stop_forwarding(self)
-        unsubscribe, self._unsubscribe = self._unsubscribe, None
-        if unsubscribe is not None:
-            unsubscribe()
         with self._lock:
             self._released = True
             unused, self._sent, self._taken = self._taken + self._sent, [], []
+            if self._unsubscribe is not None:
+                unsubscribe, self._unsubscribe = self._unsubscribe, None
+                unsubscribe()
         self.queue.requeue(unused)
 
     def _observe(self, event: Event) -> None:
-        # While no taken text waits (the usual case: nothing was steered), only a
-        # ``steered`` event changes anything; skip the lock for the rest. Both lists
-        # change only here, on the one thread that delivers this session's events, and in
-        # ``release``, which empties them.
-        if not self._taken and not self._finished and event.type != "steered":
-            return
         with self._lock:
             if event.type == "steered":
                 text = event.data.get("text")
@@ -270,6 +281,7 @@ class _Steer:
                 # so ``finish_send`` has it rolled back) those of the finished turn.
                 self._sent[:0] = self._taken or self._finished
                 self._taken, self._finished = [], []
+            self._watch()
 
     def _forget_sent(self, text: object) -> bool:
         if text in self._sent:

@@ -9,9 +9,10 @@ without polling: every call still in flight then fails with ``WorkerCrashed``
 naming the pid and the exit code or signal, and the death callback runs.
 
 A caller waiting for its reply reads the pipe itself when no other thread is
-reading it (``wait``): it takes the pipe out of the reader thread's ``epoll``
-set, reads and delivers frames (anyone's) until its own reply is in, and puts
-the pipe back. The reader thread is not woken at all, so an uncontended call
+reading it (``wait``; ``ask`` takes the pipe before it even writes the
+request): it takes the pipe out of the reader thread's ``epoll`` set, reads
+and delivers frames (anyone's) until its own reply is in, and puts the pipe
+back. The reader thread is not woken at all, so an uncontended call
 costs no thread hand-off in this process; with several callers, one reads and
 the others are handed their replies as before. Frames are read and delivered by
 one thread at a time, in order.

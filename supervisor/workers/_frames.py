@@ -9,11 +9,13 @@ cost: ``recv_bytes`` goes through half a dozen Python calls and two
 ``send`` round trip to a worker passes four of them, on its critical path.
 Here a small frame is one ``os.write`` and two ``os.read`` calls.
 
-Nothing is buffered: a frame is read exactly, so the descriptor's readiness
-(``epoll``) says whether a frame waits, as with ``Connection``. Both functions
-go through ``Connection.fileno``, which raises ``OSError`` once the connection
-is closed, as ``Connection``'s own methods do. Neither takes a lock: the
-callers see to it that one thread at a time reads, and one writes.
+POSIX only, as worker mode is (the pipe is a socket pair; ``os.read``,
+``os.write`` and ``os.writev`` work on its descriptor). Nothing is buffered: a
+frame is read exactly, so the descriptor's readiness (``epoll``) says whether a
+frame waits, as with ``Connection``. Both functions go through
+``Connection.fileno``, which raises ``OSError`` once the connection is closed,
+as ``Connection``'s own methods do. Neither takes a lock: the callers see to it
+that one thread at a time reads, and one writes.
 """
 
 from __future__ import annotations

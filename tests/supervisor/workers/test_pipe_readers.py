@@ -23,7 +23,7 @@ import pytest
 
 from actors import AgentTemplate, Event
 from supervisor import AgentHost, MemoryCheckpointStore
-from supervisor.workers._client import WorkerClient
+from supervisor.workers._client import _LEAD_LIMIT, WorkerClient
 from supervisor.workers._io import DEFAULT
 from tests.supervisor.host_helpers import MODES, WAIT, host_options, template, watch_events
 from tests.supervisor.workers.worker_tools import FifoModel
@@ -196,3 +196,12 @@ def test_a_caller_reads_its_reply_even_when_it_came_before_the_caller_got_to_rea
         monkeypatch.setattr(WorkerClient, "_write", preempted)
         assert host.send(sid, "hi", timeout=WAIT).content == "echo: hi"
     assert readers == [threading.get_ident()] * 3  # its events too, on the caller's thread
+
+
+def test_a_request_too_large_to_take_the_pipe_first_is_answered_too(host: AgentHost) -> None:
+    """A request over ``_LEAD_LIMIT`` is written before its caller takes the pipe (its write
+    may block, and the reader must stay free meanwhile); its answer still comes back whole."""
+    sid = host.start_session(AgentTemplate())
+    text = "large " * (_LEAD_LIMIT // 3)  # about twice the limit
+    assert host.send(sid, text, timeout=WAIT).content == f"echo: {text}"
+    assert host.send(sid, "small", timeout=WAIT).content == "echo: small"

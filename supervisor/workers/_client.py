@@ -280,8 +280,15 @@ class WorkerClient:
                 pass
         return future
 
-    def call(self, op: str, payload: Any = None, timeout: float | None = None) -> Any:
-        """Send a request and wait for its reply.
+    def call(
+        self,
+        op: str,
+        payload: Any = None,
+        timeout: float | None = None,
+        written: Callable[[], None] | None = None,
+    ) -> Any:
+        """Send a request and wait for its reply; ``written``, if given, is called once the
+        request is on the pipe (frames written after it reach the worker after it).
 
         Raises:
             WorkerCrashed: the worker died before answering (or was dead).
@@ -292,6 +299,8 @@ class WorkerClient:
                 ``_protocol.decode_error``).
         """
         future = self.submit(op, payload)
+        if written is not None:
+            written()
         try:
             return self.wait(future, timeout)
         except TimeoutError:

@@ -41,6 +41,9 @@ logger = logging.getLogger("supervisor.workers")
 
 Checkpointer = Callable[[Snapshot], object]
 _START_ATTEMPTS = 3
+_START_WRITE_WAIT = 30.0
+"""Seconds a steering text waits for its session's ``start`` frame to be written (a bound
+on a wait that normally lasts microseconds; past it the text is sent anyway)."""
 
 
 class SessionLink:
@@ -201,6 +204,11 @@ class _Steer:
 
     It watches the session's events only while it keeps a text (``_watch``), so a
     session nobody steers costs no subscriber call per event.
+
+    A text forwarded while the session is being started waits until the ``start``
+    frame is on the pipe (``start_written``): the worker refuses steering for a
+    session it has not heard of, and a refused text would stay here, unused, for
+    as long as the incarnation lives.
     """
 
     def __init__(self, client: WorkerClient, session_id: str, queue: SteeringQueue) -> None:
@@ -214,6 +222,7 @@ class _Steer:
         self._events: EventBuffer | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._released = False
+        self._start_written = threading.Event()  # set once steering may go to the worker
 
     def start(self, events: EventBuffer) -> list[str]:
         """Forward from now on; return the texts that were waiting (they go with the start)."""
@@ -223,6 +232,10 @@ class _Steer:
             self._sent[:0] = queued
             self._watch()
         return queued
+
+    def start_written(self) -> None:
+        """The session's ``start`` frame is on the worker's pipe: send steering from now on."""
+        self._start_written.set()
 
     def _watch(self) -> None:
         """Subscribe to the session's events while a text is kept (caller holds ``_lock``):
@@ -244,6 +257,11 @@ class _Steer:
         if late:  # released while ``put`` was handing it here: queue it the usual way
             self.queue.put(text)
             return
+        self._start_written.wait(_START_WRITE_WAIT)  # at once, but during a start
+        with self._lock:
+            if self._released:  # the start failed, or the session ended: ``release``
+                # requeued the text
+                return
         try:
             self.client.call("steer", {"session": self.session_id, "text": text}, 10.0)
         except SteeringQueueFull:
@@ -264,6 +282,7 @@ class _Steer:
             if self._unsubscribe is not None:
                 unsubscribe, self._unsubscribe = self._unsubscribe, None
                 unsubscribe()
+        self._start_written.set()  # a text waiting for the start is among ``unused``
         self.queue.requeue(unused)
 
     def _observe(self, event: Event) -> None:
@@ -334,7 +353,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "steering": queued,
             },
         }
-        client.call("start", payload, launch.timeout)
+        client.call("start", payload, launch.timeout, written=forward.start_written)
     except BaseException:
         forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)

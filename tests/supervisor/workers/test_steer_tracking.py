@@ -1,5 +1,6 @@
 """The proxy's steering forwarder (``_Steer``) watches a session's events only while it keeps
-a text the worker has not used in a finished turn, and keeps exactly those texts.
+a text the worker has not used in a finished turn, and keeps exactly those texts; a text
+steered while the session starts goes to the worker only once the ``start`` frame has.
 
 Driven directly with a real ``EventBuffer`` and ``SteeringQueue`` and a stand-in for the
 worker's client that accepts every ``steer``; the events are the ones a worker relays.
@@ -7,10 +8,18 @@ worker's client that accepts every ``steer``; the events are the ones a worker r
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from actors import EventBuffer, SteeringQueue
+import pytest
+
+from actors import AgentTemplate, EventBuffer, SteeringQueue
+from supervisor import AgentHost, MemoryCheckpointStore
+from supervisor.workers import _proxy
 from supervisor.workers._proxy import _Steer
+from tests.supervisor.host_helpers import MODES, host_options
+
+WAIT = 10.0
 
 
 class _AcceptingClient:
@@ -18,16 +27,19 @@ class _AcceptingClient:
 
     def __init__(self) -> None:
         self.steered: list[str] = []
+        self.called = threading.Event()
 
     def call(self, op: str, payload: Any = None, timeout: float | None = None) -> None:
         assert op == "steer"
         self.steered.append(payload["text"])
+        self.called.set()
 
 
 def _forwarder() -> tuple[_Steer, EventBuffer, SteeringQueue, _AcceptingClient]:
     events, queue, client = EventBuffer(), SteeringQueue(8), _AcceptingClient()
     steer = _Steer(client, "s", queue)  # type: ignore[arg-type]  # a stand-in client
     steer.start(events)
+    steer.start_written()
     return steer, events, queue, client
 
 
@@ -87,3 +99,64 @@ def test_texts_waiting_at_the_start_are_watched_from_the_start() -> None:
     assert len(events._subscribers) == 1
     steer.release()
     assert queue.drain() == ["early"]
+
+
+def test_a_text_steered_during_the_start_waits_for_the_start_frame() -> None:
+    """The worker refuses steering for a session whose ``start`` it has not read yet."""
+    events, queue, client = EventBuffer(), SteeringQueue(8), _AcceptingClient()
+    steer = _Steer(client, "s", queue)  # type: ignore[arg-type]  # a stand-in client
+    steer.start(events)
+    putter = threading.Thread(target=queue.put, args=("during the start",))
+    putter.start()
+    try:
+        assert not client.called.wait(0.2)  # held back: no ``start`` frame yet
+        steer.start_written()
+        assert client.called.wait(WAIT)
+    finally:
+        putter.join(WAIT)
+    assert client.steered == ["during the start"]
+    steer.release()
+    assert queue.drain() == ["during the start"]  # kept until a turn used it
+
+
+def test_a_text_steered_during_a_start_that_fails_goes_back_to_the_queue() -> None:
+    events, queue, client = EventBuffer(), SteeringQueue(8), _AcceptingClient()
+    steer = _Steer(client, "s", queue)  # type: ignore[arg-type]  # a stand-in client
+    steer.start(events)
+    putter = threading.Thread(target=queue.put, args=("during the start",))
+    putter.start()
+    try:
+        assert not client.called.wait(0.2)
+        steer.release()  # the start failed
+    finally:
+        putter.join(WAIT)
+    assert not putter.is_alive()
+    assert client.steered == []
+    assert queue.drain() == ["during the start"]
+
+
+@pytest.mark.parametrize("mode", MODES[1:])
+def test_steering_while_a_session_starts_reaches_its_first_turn(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text steered between the forwarder's start and the ``start`` frame (another
+    thread's ``steer``) is not refused by the worker, which would strand it."""
+    start = _Steer.start
+    putters: list[threading.Thread] = []
+
+    def steered_meanwhile(self: _Steer, events: EventBuffer) -> list[str]:
+        queued = start(self, events)
+        putter = threading.Thread(target=self.queue.put, args=("during the start",))
+        putter.start()
+        putters.append(putter)
+        return queued
+
+    monkeypatch.setattr(_proxy._Steer, "start", steered_meanwhile)
+    with AgentHost(MemoryCheckpointStore(), **host_options(mode)) as host:
+        sid = host.start_session(AgentTemplate())
+        [putter] = putters
+        putter.join(WAIT)  # the worker has answered its steer
+        assert not putter.is_alive()
+        host.send(sid, "hi")
+        users = [m.content for m in host.history(sid) if m.role == "user"]
+    assert users == ["hi", "during the start"]

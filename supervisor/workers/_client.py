@@ -31,7 +31,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import signal
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +54,10 @@ __all__ = ["Reply", "WorkerClient", "describe_exit"]
 logger = logging.getLogger("supervisor.workers")
 
 _JOIN_TIMEOUT = 5.0
+
+_READ_SLICE = 1.0
+"""Longest receive timeout a reading caller sets on the socket: a deadline further off is
+waited for in slices, so the timeout changes (a system call) only near a deadline."""
 
 _LEAD_LIMIT = 65536
 """``ask`` takes the pipe before writing only requests up to this size: a socket pair's
@@ -194,12 +201,14 @@ class WorkerClient:
         self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
         self._ending = False  # the reader is burying the worker: nobody else reads
         # The reader thread's wait: pipe and sentinel. With a shared backend a caller
-        # pauses the pipe in it while the caller reads, and waits on its own poller.
+        # pauses the pipe in it while the caller reads.
         self._io = io
         self._epoll = io.poller(parent_conn.fileno(), process.sentinel)
-        # The holding thread's own wait: a caller's, or the reader thread's when a callback
-        # it runs while delivering calls the worker again (nested).
-        self._lead_poll = io.poller(parent_conn.fileno(), process.sentinel)
+        # The holding thread's own wait (a caller's, or the reader thread's when a callback
+        # it runs while delivering calls the worker again): a blocking ``read`` on the
+        # socket itself, bounded by its receive timeout (see ``_read_until``).
+        self._sock = socket.socket(fileno=os.dup(self._fd))  # a socket pair (POSIX)
+        self._read_timeout = -1.0  # the socket's SO_RCVTIMEO, in seconds (0: none)
         self._reader = threading.Thread(
             target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
         )
@@ -379,6 +388,7 @@ class WorkerClient:
                         self._pipe.notify_all()
             with self._pipe:  # nobody else reads from now on
                 self._ending = True
+                self._wake_holder()
                 self._pipe.wait_for(lambda: self._holder is None)
                 self._holder, self._depth = me, 1
             while self._conn.poll() and self._read_one():
@@ -391,10 +401,24 @@ class WorkerClient:
                 self._pipe.wait_for(lambda: self._holder in (None, me))
             self._bury()
 
+    def _wake_holder(self) -> None:
+        """End the reading side of the socket (the worker's process has ended): a caller
+        blocked reading it gets what the worker wrote, then the end of the pipe, at once,
+        even when the worker's socket is still open elsewhere (a child the worker forked
+        inherited it), which would otherwise keep the caller waiting for its timeout."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RD)
+
     def _read_one(self) -> bool:
-        """Read and deliver one frame (the caller holds the pipe); False at the pipe's end."""
+        """Read and deliver one frame (the caller holds the pipe); False at the pipe's end.
+
+        Raises:
+            BlockingIOError: no frame began within the socket's receive timeout.
+        """
         try:
             data = read_frame(self._conn)
+        except BlockingIOError:
+            raise  # a bounded read by a caller timed out: not the pipe's end
         except (EOFError, OSError):
             return False
         self._deliver(unpack(data))
@@ -430,26 +454,46 @@ class WorkerClient:
 
     def _read_until(self, reply: Reply, deadline: float | None) -> None:
         """Deliver frames until ``reply`` is settled, the deadline passes, or the pipe ends
-        (the reader thread then buries the worker, which settles ``reply``)."""
-        fd = self._fd
-        poller = self._lead_poll
+        (the reader thread then buries the worker, which settles ``reply``).
+
+        The wait is a blocking ``read`` on the socket, bounded by its receive timeout,
+        not a poller: the kernel wakes a reader blocked in ``read`` as the synchronous
+        partner of the writer, which a waiter in ``epoll_wait`` is not, and on this
+        kind of machine that is ~10 us per round trip and lets the scheduler run both
+        ends on one CPU, as it does for a plain ``Pipe``. The worker's death ends the
+        read: its socket closes, or the reader thread, woken by the process sentinel,
+        shuts the reading side down (``_wake_holder``).
+        """
         while not reply._done:
             if deadline is None:
-                ready = poller.poll()
+                wait = 0.0  # no receive timeout
             else:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
-                ready = poller.poll(left)
-            if fd not in ready:
-                return  # timed out, or only the sentinel: the worker is dead
+                wait = min(left, _READ_SLICE)
+            if wait != self._read_timeout:
+                self._set_read_timeout(wait)
             try:
                 if not self._read_one():
                     return
+            except BlockingIOError:
+                continue  # no frame within ``wait``: look at the deadline again
             except Exception:  # pragma: no cover - a bug; never leave calls hanging
                 logger.exception("reading worker pid %s failed; killing it", self.pid)
                 self.kill()
                 return
+
+    def _set_read_timeout(self, seconds: float) -> None:
+        """Set the socket's receive timeout (0: none); a blocking ``read`` of a frame's
+        start then fails with ``BlockingIOError`` after ``seconds``."""
+        whole = int(seconds)
+        micros = int((seconds - whole) * 1_000_000)
+        if seconds > 0 and not whole and not micros:
+            micros = 1  # (0, 0) would mean no timeout at all
+        timeval = struct.pack("@ll", whole, micros)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        self._read_timeout = seconds
 
     def _deliver(self, frame: dict[str, Any]) -> None:
         call_id = frame.get("id")
@@ -492,7 +536,7 @@ class WorkerClient:
         self._settled.set()
         self._conn.close()
         self._epoll.close()
-        self._lead_poll.close()
+        self._sock.close()
         with contextlib.suppress(ValueError):
             self.process.close()
         if not self._closing:

@@ -71,12 +71,16 @@ def _write_all(fd: int, rest: memoryview) -> None:
 def read_frame(conn: Connection) -> bytes:
     """Read one frame (blocking until it is all in).
 
+    A receive timeout set on the socket (``SO_RCVTIMEO``) bounds the wait for a
+    frame's first byte only: once a frame has begun, its rest is waited for.
+
     Raises:
         EOFError: the other end closed the pipe (at a frame's start or within one).
+        BlockingIOError: no frame began within the socket's receive timeout.
         OSError: the connection is closed, a read failed, or the header is malformed.
     """
     fd = conn.fileno()
-    (length,) = _LENGTH.unpack(_read_exactly(fd, 4))
+    (length,) = _LENGTH.unpack(_read_exactly(fd, 4, begun=False))
     if length == -1:
         (length,) = _LONG_LENGTH.unpack(_read_exactly(fd, 8))
     elif length < 0:
@@ -84,8 +88,9 @@ def read_frame(conn: Connection) -> bytes:
     return _read_exactly(fd, length)
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    data = os.read(fd, size)
+def _read_exactly(fd: int, size: int, *, begun: bool = True) -> bytes:
+    """``size`` bytes; ``begun``: a frame is under way (a receive timeout does not end it)."""
+    data = _read(fd, size, begun)
     if len(data) == size:  # the usual case: the whole frame was there
         return data
     if not data:
@@ -93,9 +98,19 @@ def _read_exactly(fd: int, size: int) -> bytes:
     parts = [data]
     left = size - len(data)
     while left:
-        chunk = os.read(fd, left)
+        chunk = _read(fd, left, True)
         if not chunk:
             raise EOFError("the worker pipe was closed by the other end within a frame")
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
+
+
+def _read(fd: int, size: int, begun: bool) -> bytes:
+    if not begun:
+        return os.read(fd, size)  # a receive timeout raises BlockingIOError: nothing began
+    while True:
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            continue  # within a frame: the writer is still writing it

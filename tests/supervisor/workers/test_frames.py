@@ -10,10 +10,11 @@ connection is ``OSError``, as with ``Connection``.
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
@@ -65,6 +66,28 @@ def test_a_frame_that_arrives_in_pieces_is_read_whole(pipe: tuple[Connection, Co
         for start in range(0, len(wire), 7):  # the header too is split
             os.write(a.fileno(), wire[start : start + 7])
         assert got.result(WAIT) == data
+
+
+def test_a_receive_timeout_bounds_the_wait_for_a_frame_not_a_frame_under_way(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """A caller waits for its reply with the socket's receive timeout as the bound: a
+    frame that has not begun is ``BlockingIOError``; one that has is read to its end."""
+    a, b = pipe
+    with socket.socket(fileno=os.dup(b.fileno())) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", 0, 50_000))
+        with pytest.raises(BlockingIOError):
+            read_frame(b)
+        data = b"0123456789" * 10
+        wire = frame_header(len(data)) + data
+        os.write(a.fileno(), wire[:2])  # half a header
+        with ThreadPoolExecutor(1) as reader:
+            got = reader.submit(read_frame, b)
+            assert not wait([got], timeout=0.3).done  # past several timeouts: still reading
+            os.write(a.fileno(), wire[2:50])
+            assert not wait([got], timeout=0.3).done
+            os.write(a.fileno(), wire[50:])
+            assert got.result(WAIT) == data
 
 
 def test_the_header_is_connections_own_format() -> None:

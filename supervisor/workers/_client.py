@@ -46,7 +46,7 @@ from typing import Any
 from supervisor.errors import WorkerCrashed
 from supervisor.workers._frames import read_frame, write_frame
 from supervisor.workers._io import DEFAULT, PipeIO
-from supervisor.workers._protocol import decode_error, pack, unpack
+from supervisor.workers._protocol import POKE, decode_error, pack, unpack
 from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
 
 __all__ = ["Reply", "WorkerClient", "describe_exit"]
@@ -54,6 +54,8 @@ __all__ = ["Reply", "WorkerClient", "describe_exit"]
 logger = logging.getLogger("supervisor.workers")
 
 _JOIN_TIMEOUT = 5.0
+
+_POKE = pack({"op": POKE})
 
 _READ_SLICE = 1.0
 """Longest receive timeout a reading caller sets on the socket: a deadline further off is
@@ -498,6 +500,9 @@ class WorkerClient:
     def _deliver(self, frame: dict[str, Any]) -> None:
         call_id = frame.get("id")
         if call_id is None:
+            if frame.get("op") == POKE:  # a session in the worker waits to be woken
+                self._poke_back()
+                return
             if frame.get("op") == "ready":
                 self.ready = True
                 self._settled.set()
@@ -513,6 +518,16 @@ class WorkerClient:
             future._deliver(frame.get("payload"))
         else:
             future._settle(None, decode_error(frame.get("error") or {}))
+
+    def _poke_back(self) -> None:
+        """Answer the worker's ``poke``: the frame ends a session's read of its pipe."""
+        with self._lock:
+            if self._dead:
+                return
+            try:  # noqa: SIM105 (as in ``_write``)
+                write_frame(self._conn, _POKE)
+            except OSError:
+                pass  # the worker died: the reader buries it
 
     def _push(self, frame: dict[str, Any]) -> None:
         try:

@@ -24,6 +24,8 @@ Parent -> worker (requests)::
     stop            {"session": sid}                                    None
     shutdown        None                                                None (then the worker exits)
 
+    {"op": "poke"}    the answer to the worker's ``poke`` (below); no reply
+
 Worker -> parent::
 
     {"op": "ready"}                                       first frame: the worker serves
@@ -32,6 +34,12 @@ Worker -> parent::
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
     {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
     {"op": "down", "session": sid, "reason": str}         a session died in the worker
+    {"op": "poke"}                                        write a ``poke`` back, at once
+
+An idle session in a worker waits for its next call in a blocking read of the
+pipe, which nothing in the worker can interrupt; when a message reaches its
+inbox (a stop, a kill) or the worker stops, the worker writes ``poke`` and the
+parent's answering ``poke`` ends that read.
 
 A reply may also carry ``"session": sid, "events": [[type, data], ...]``: the
 events its call published and held back, to publish before the reply. The
@@ -85,6 +93,7 @@ import msgpack
 from supervisor.errors import RemoteError
 
 __all__ = [
+    "POKE",
     "SESSION_DOWN",
     "RemoteTraceback",
     "SessionDown",
@@ -94,6 +103,9 @@ __all__ = [
     "pack_escaped",
     "unpack",
 ]
+
+POKE = "poke"
+"""The op of the frame a worker writes to have the parent write one back (see above)."""
 
 SESSION_DOWN = "SessionDown"
 """Error type of a reply to a call whose session died in the worker while it waited."""

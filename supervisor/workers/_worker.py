@@ -63,7 +63,7 @@ from supervisor.monitors import monitor
 from supervisor.workers._frames import write_frame
 from supervisor.workers._io import PipeIO
 from supervisor.workers._io import named as io_named
-from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, pack_escaped
+from supervisor.workers._protocol import POKE, SESSION_DOWN, encode_error, pack, pack_escaped
 from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
 __all__ = ["HOST_LOST", "MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
@@ -85,6 +85,8 @@ that no final checkpoint was taken, unlike ``normal``."""
 
 
 _SESSION_CALLS = frozenset({"send", "snapshot", "history", "rollback"})
+
+_POKE = pack({"op": POKE})
 
 
 class _Call(NamedTuple):
@@ -220,7 +222,7 @@ class _Worker:
         self._starting: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
-        self.pipe = WorkerPipe(conn, self.route, io)
+        self.pipe = WorkerPipe(conn, self.route, io, self._poke)
 
     # -- the pipe ------------------------------------------------------------
 
@@ -235,6 +237,10 @@ class _Worker:
                 write_frame(self.conn, data)
             except OSError:  # parent gone: nobody to tell
                 pass
+
+    def _poke(self) -> None:
+        """Have the parent write a ``poke`` back: it ends a session's read of the pipe."""
+        self._send(_POKE)
 
     def reply(self, call_id: int, payload: Any) -> None:
         """Answer a call that belongs to no session (or whose session has gone)."""

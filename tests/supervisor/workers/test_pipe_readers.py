@@ -205,3 +205,24 @@ def test_a_request_too_large_to_take_the_pipe_first_is_answered_too(host: AgentH
     text = "large " * (_LEAD_LIMIT // 3)  # about twice the limit
     assert host.send(sid, text, timeout=WAIT).content == f"echo: {text}"
     assert host.send(sid, "small", timeout=WAIT).content == "echo: small"
+
+
+@pytest.mark.skipif(not DEFAULT.shared, reason="idle sessions read their pipes only with epoll")
+@pytest.mark.parametrize("stop", ["stop_session", "kill", "hibernate"])
+def test_an_idle_session_reading_its_workers_pipe_is_woken_for_its_end(stop: str) -> None:
+    """An idle session waits in a read of the pipe that nothing in its worker can end:
+    a stop or kill put in its inbox has the host write a ``poke`` frame, which does
+    (without it the stop would wait out the worker's 10 s stop timeout)."""
+    with AgentHost(MemoryCheckpointStore(), workers=1) as host:
+        sid = host.start_session(AgentTemplate())
+        assert host.send(sid, "hi").content == "echo: hi"  # then it reads the pipe, idle
+        waiter = watch_events(host, sid)
+        with ThreadPoolExecutor(1) as pool:
+            ended = pool.submit(getattr(host, stop), sid)
+            ended.result(WAIT)
+        if stop == "stop_session":
+            assert sid not in [info.session_id for info in host.list_sessions()]
+            return
+        if stop == "kill":
+            waiter.wait_for("resumed")
+        assert host.send(sid, "again", timeout=WAIT).content == "echo: again"

@@ -13,10 +13,14 @@
    worker restart intensity is raised to allow them all; the default, 50 deaths
    in 10 s, would stop replacing workers halfway).
 3. Wall time of 8 CPU-bound tool calls across 8 sessions: threads vs 2 workers.
+
+``--only round-trips`` (or ``kills``, ``cpu``) runs one of them (a few seconds for
+benchmark 1, when comparing two versions back to back).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import multiprocessing
 import os
@@ -175,20 +179,27 @@ def bench_cpu() -> tuple[float, float]:
     return walls[0], walls[1]
 
 
-def main() -> None:
-    trips = bench_round_trips()
-    evicted, answering = bench_kills()
-    threads, procs = bench_cpu()
-    ms = 1000
-    print_table(
-        "workers",
-        [
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--only", choices=("round-trips", "kills", "cpu"), help="run one benchmark only"
+    )
+    only = parser.parse_args(argv).only
+    rows: list[tuple[str, str]] = []
+    if only in (None, "round-trips"):
+        trips = bench_round_trips()
+        rows += [
             ("send round trips/s (worker, echo, no ckpt)", f"{trips['subject']:,.0f}"),
             ("bare Pipe msgpack echo round trips/s", f"{trips['base']:,.0f}"),
             ("send (worker) / same echo", f"{trips['ratio']:.2f}"),
             ("context: thread-mode send / same echo", f"{trips['threads']:.2f}"),
             ("ceiling: bare AgentSession turn over a Pipe / same echo", f"{trips['ceiling']:.2f}"),
             ("send (worker) / that ceiling (goal >= 0.5)", f"{trips['of_ceiling']:.2f}"),
+        ]
+    if only in (None, "kills"):
+        evicted, answering = bench_kills()
+        ms = 1000
+        rows += [
             (
                 f"SIGKILL -> eviction p50/p99 ({KILLS} kills)",
                 f"{percentile(evicted, 50) * ms:.1f} / {percentile(evicted, 99) * ms:.1f} ms",
@@ -197,11 +208,15 @@ def main() -> None:
                 "SIGKILL -> resumed and answering p50/p99",
                 f"{percentile(answering, 50) * ms:.1f} / {percentile(answering, 99) * ms:.1f} ms",
             ),
+            ("median eviction", f"{statistics.median(evicted) * ms:.1f} ms"),
+        ]
+    if only in (None, "cpu"):
+        threads, procs = bench_cpu()
+        rows += [
             ("8 CPU-bound calls, threads", f"{threads:.2f} s"),
             ("8 CPU-bound calls, 2 workers", f"{procs:.2f} s (x{threads / procs:.2f})"),
-            ("median eviction", f"{statistics.median(evicted) * ms:.1f} ms"),
-        ],
-    )
+        ]
+    print_table("workers", rows)
 
 
 if __name__ == "__main__":

@@ -133,7 +133,8 @@ class SessionTable:
         Raises:
             SessionNotFound: no such session (for that tenant).
         """
-        record = self.get(session_id)
+        # Without the lock: one dict lookup is atomic, and this runs on every call.
+        record = self._records.get(session_id)
         if record is None or record.status == "stopped":
             raise SessionNotFound(session_id)
         require_tenant(session_id, record.tenant_id, tenant_id)

@@ -9,9 +9,10 @@ without polling: every call still in flight then fails with ``WorkerCrashed``
 naming the pid and the exit code or signal, and the death callback runs.
 
 A caller waiting for its reply reads the pipe itself when no other thread is
-reading it (``wait``): it takes the pipe out of the reader thread's ``epoll``
-set, reads and delivers frames (anyone's) until its own reply is in, and puts
-the pipe back. The reader thread is not woken at all, so an uncontended call
+reading it (``wait``; ``ask`` takes the pipe before it even writes the
+request): it takes the pipe out of the reader thread's ``epoll`` set, reads
+and delivers frames (anyone's) until its own reply is in, and puts the pipe
+back. The reader thread is not woken at all, so an uncontended call
 costs no thread hand-off in this process; with several callers, one reads and
 the others are handed their replies as before. Frames are read and delivered by
 one thread at a time, in order.
@@ -30,7 +31,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import signal
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -40,8 +44,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from supervisor.errors import WorkerCrashed
+from supervisor.workers._frames import read_frame, write_frame
 from supervisor.workers._io import DEFAULT, PipeIO
-from supervisor.workers._protocol import decode_error, pack, unpack
+from supervisor.workers._protocol import POKE, decode_error, pack, unpack
 from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
 
 __all__ = ["Reply", "WorkerClient", "describe_exit"]
@@ -49,6 +54,16 @@ __all__ = ["Reply", "WorkerClient", "describe_exit"]
 logger = logging.getLogger("supervisor.workers")
 
 _JOIN_TIMEOUT = 5.0
+
+_POKE = pack({"op": POKE})
+
+_READ_SLICE = 1.0
+"""Longest receive timeout a reading caller sets on the socket: a deadline further off is
+waited for in slices, so the timeout changes (a system call) only near a deadline."""
+
+_LEAD_LIMIT = 65536
+"""``ask`` takes the pipe before writing only requests up to this size: a socket pair's
+buffer (over 200 KiB on Linux) takes them at once, so the write does not block."""
 
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
@@ -130,7 +145,9 @@ class WorkerClient:
 
     Args:
         context: The multiprocessing context (``forkserver`` or ``spawn``).
-        on_push: Called with every unsolicited frame, in the pipe's order.
+        on_push: Called with every unsolicited frame, in the pipe's order, and with
+            every reply that carries its call's events (``"events"``), before the
+            reply is delivered.
         on_death: Called once on the reader thread when the worker has died or
             was shut down, after every in-flight call has failed.
         setup: What the worker applies before it serves (memory limit, initializer).
@@ -176,17 +193,24 @@ class WorkerClient:
         # Who reads the pipe: ``_holder`` is the ident of the thread reading it
         # (the reader thread for one frame at a time, or a caller in ``wait``),
         # or None. A caller takes the pipe out of ``_epoll`` while it reads.
-        self._pipe = threading.Condition()  # guards _holder, _depth, _ending, _epoll changes
+        # ``_pipe_lock`` guards _holder, _depth, _ending and _epoll changes; ``_pipe`` (on
+        # it) is waited on only by the reader thread once ``_ending``, so a caller stepping
+        # down notifies it only then.
+        self._pipe_lock = threading.Lock()
+        self._pipe = threading.Condition(self._pipe_lock)
+        self._fd = parent_conn.fileno()
         self._holder: int | None = None
         self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
         self._ending = False  # the reader is burying the worker: nobody else reads
         # The reader thread's wait: pipe and sentinel. With a shared backend a caller
-        # pauses the pipe in it while the caller reads, and waits on its own poller.
+        # pauses the pipe in it while the caller reads.
         self._io = io
         self._epoll = io.poller(parent_conn.fileno(), process.sentinel)
-        # The holding thread's own wait: a caller's, or the reader thread's when a callback
-        # it runs while delivering calls the worker again (nested).
-        self._lead_poll = io.poller(parent_conn.fileno(), process.sentinel)
+        # The holding thread's own wait (a caller's, or the reader thread's when a callback
+        # it runs while delivering calls the worker again): a blocking ``read`` on the
+        # socket itself, bounded by its receive timeout (see ``_read_until``).
+        self._sock = socket.socket(fileno=os.dup(self._fd))  # a socket pair (POSIX)
+        self._read_timeout = -1.0  # the socket's SO_RCVTIMEO, in seconds (0: none)
         self._reader = threading.Thread(
             target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
         )
@@ -218,21 +242,64 @@ class WorkerClient:
         raises becomes the ``Reply``'s error. It runs even when nobody waits any
         more (the caller timed out).
         """
+        call_id = next(self._ids)  # atomic; replies are matched by id, not by order
+        return self._write(call_id, pack({"id": call_id, "op": op, "payload": payload}), on_reply)
+
+    def ask(
+        self,
+        op: str,
+        payload: Any = None,
+        on_reply: Callable[[Any], Any] | None = None,
+        timeout: float | None = None,
+    ) -> Reply:
+        """``submit``, then read the pipe on this thread (as ``wait`` does) until the reply
+        is in or ``timeout`` passes; returns the ``Reply``, settled unless the time ran
+        out or another thread was reading the pipe (``wait`` for it then). Any thread.
+
+        Unlike ``submit`` then ``wait``, this takes the pipe *before* it writes the
+        request: the reply cannot then be read by the reader thread, which would hand
+        it over (a thread switch dearer than the round trip's own work) whenever this
+        thread lost the processor between writing and taking the pipe, as it does when
+        the woken worker preempts it. A request too large to go into the socket's
+        buffer at once (``_LEAD_LIMIT``) is written first, as ``submit`` does: while a
+        write blocks, the reader thread must stay free to read what the worker writes.
+        """
+        call_id = next(self._ids)
+        data = pack({"id": call_id, "op": op, "payload": payload})
+        if len(data) > _LEAD_LIMIT or not self._lead():
+            return self._write(call_id, data, on_reply)
+        try:
+            reply = self._write(call_id, data, on_reply)
+            self._read_until(reply, None if timeout is None else time.monotonic() + timeout)
+        finally:
+            self._step_down()
+        return reply
+
+    def _write(self, call_id: int, data: bytes, on_reply: Callable[[Any], Any] | None) -> Reply:
+        """Register the reply of request ``call_id`` and write the request (``data``)."""
         future = Reply(on_reply)
         with self._lock:
             if self._dead:
                 future._settle(None, self._crashed())
                 return future
-            call_id = next(self._ids)
             self._futures[call_id] = future
             # A broken pipe means the worker died: the reader fails this future
             # with its exit status when it buries it (it takes this lock first).
-            with contextlib.suppress(OSError):
-                self._conn.send_bytes(pack({"id": call_id, "op": op, "payload": payload}))
+            try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per request)
+                write_frame(self._conn, data)
+            except OSError:
+                pass
         return future
 
-    def call(self, op: str, payload: Any = None, timeout: float | None = None) -> Any:
-        """Send a request and wait for its reply.
+    def call(
+        self,
+        op: str,
+        payload: Any = None,
+        timeout: float | None = None,
+        written: Callable[[], None] | None = None,
+    ) -> Any:
+        """Send a request and wait for its reply; ``written``, if given, is called once the
+        request is on the pipe (frames written after it reach the worker after it).
 
         Raises:
             WorkerCrashed: the worker died before answering (or was dead).
@@ -243,6 +310,8 @@ class WorkerClient:
                 ``_protocol.decode_error``).
         """
         future = self.submit(op, payload)
+        if written is not None:
+            written()
         try:
             return self.wait(future, timeout)
         except TimeoutError:
@@ -321,6 +390,7 @@ class WorkerClient:
                         self._pipe.notify_all()
             with self._pipe:  # nobody else reads from now on
                 self._ending = True
+                self._wake_holder()
                 self._pipe.wait_for(lambda: self._holder is None)
                 self._holder, self._depth = me, 1
             while self._conn.poll() and self._read_one():
@@ -333,10 +403,24 @@ class WorkerClient:
                 self._pipe.wait_for(lambda: self._holder in (None, me))
             self._bury()
 
+    def _wake_holder(self) -> None:
+        """End the reading side of the socket (the worker's process has ended): a caller
+        blocked reading it gets what the worker wrote, then the end of the pipe, at once,
+        even when the worker's socket is still open elsewhere (a child the worker forked
+        inherited it), which would otherwise keep the caller waiting for its timeout."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RD)
+
     def _read_one(self) -> bool:
-        """Read and deliver one frame (the caller holds the pipe); False at the pipe's end."""
+        """Read and deliver one frame (the caller holds the pipe); False at the pipe's end.
+
+        Raises:
+            BlockingIOError: no frame began within the socket's receive timeout.
+        """
         try:
-            data = self._conn.recv_bytes()
+            data = read_frame(self._conn)
+        except BlockingIOError:
+            raise  # a bounded read by a caller timed out: not the pipe's end
         except (EOFError, OSError):
             return False
         self._deliver(unpack(data))
@@ -347,7 +431,7 @@ class WorkerClient:
     def _lead(self) -> bool:
         """Hold the pipe for this thread if nobody else does (again, if it already does)."""
         me = threading.get_ident()
-        with self._pipe:
+        with self._pipe_lock:
             if self._holder == me:
                 self._depth += 1  # a callback run by this thread's delivery waits in turn
                 return True
@@ -355,53 +439,77 @@ class WorkerClient:
                 return False
             self._holder = me
             self._depth = 1
-            self._epoll.pause(self._conn.fileno())  # the reader thread stays asleep
+            self._epoll.pause(self._fd)  # the reader thread stays asleep
             return True
 
     def _step_down(self) -> None:
-        with self._pipe:
+        with self._pipe_lock:
             self._depth -= 1
             if self._depth:
                 return
             self._holder = None
-            if not self._ending:
+            if self._ending:
+                self._pipe.notify_all()  # the reader thread waits to bury the worker
+            else:
                 # Level-triggered: this wakes the reader thread only if a frame waits.
-                self._epoll.resume(self._conn.fileno())
-            self._pipe.notify_all()
+                self._epoll.resume(self._fd)
 
     def _read_until(self, reply: Reply, deadline: float | None) -> None:
         """Deliver frames until ``reply`` is settled, the deadline passes, or the pipe ends
-        (the reader thread then buries the worker, which settles ``reply``)."""
-        fd = self._conn.fileno()
-        poller = self._lead_poll
+        (the reader thread then buries the worker, which settles ``reply``).
+
+        The wait is a blocking ``read`` on the socket, bounded by its receive timeout,
+        not a poller: the kernel wakes a reader blocked in ``read`` as the synchronous
+        partner of the writer, which a waiter in ``epoll_wait`` is not, and on this
+        kind of machine that is ~10 us per round trip and lets the scheduler run both
+        ends on one CPU, as it does for a plain ``Pipe``. The worker's death ends the
+        read: its socket closes, or the reader thread, woken by the process sentinel,
+        shuts the reading side down (``_wake_holder``).
+        """
         while not reply._done:
             if deadline is None:
-                ready = poller.poll()
+                wait = 0.0  # no receive timeout
             else:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
-                ready = poller.poll(left)
-            if fd not in ready:
-                return  # timed out, or only the sentinel: the worker is dead
+                wait = min(left, _READ_SLICE)
+            if wait != self._read_timeout:
+                self._set_read_timeout(wait)
             try:
                 if not self._read_one():
                     return
+            except BlockingIOError:
+                continue  # no frame within ``wait``: look at the deadline again
             except Exception:  # pragma: no cover - a bug; never leave calls hanging
                 logger.exception("reading worker pid %s failed; killing it", self.pid)
                 self.kill()
                 return
 
+    def _set_read_timeout(self, seconds: float) -> None:
+        """Set the socket's receive timeout (0: none); a blocking ``read`` of a frame's
+        start then fails with ``BlockingIOError`` after ``seconds``."""
+        whole = int(seconds)
+        micros = int((seconds - whole) * 1_000_000)
+        if seconds > 0 and not whole and not micros:
+            micros = 1  # (0, 0) would mean no timeout at all
+        timeval = struct.pack("@ll", whole, micros)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        self._read_timeout = seconds
+
     def _deliver(self, frame: dict[str, Any]) -> None:
         call_id = frame.get("id")
         if call_id is None:
+            if frame.get("op") == POKE:  # a session in the worker waits to be woken
+                self._poke_back()
+                return
             if frame.get("op") == "ready":
                 self.ready = True
                 self._settled.set()
             self._push(frame)
             return
         if "events" in frame:  # events the call published, before its reply
-            self._push({"op": "events", "session": frame.get("session"), "events": frame["events"]})
+            self._push(frame)
         with self._lock:
             future = self._futures.pop(call_id, None)
         if future is None:
@@ -410,6 +518,16 @@ class WorkerClient:
             future._deliver(frame.get("payload"))
         else:
             future._settle(None, decode_error(frame.get("error") or {}))
+
+    def _poke_back(self) -> None:
+        """Answer the worker's ``poke``: the frame ends a session's read of its pipe."""
+        with self._lock:
+            if self._dead:
+                return
+            try:  # noqa: SIM105 (as in ``_write``)
+                write_frame(self._conn, _POKE)
+            except OSError:
+                pass  # the worker died: the reader buries it
 
     def _push(self, frame: dict[str, Any]) -> None:
         try:
@@ -433,7 +551,7 @@ class WorkerClient:
         self._settled.set()
         self._conn.close()
         self._epoll.close()
-        self._lead_poll.close()
+        self._sock.close()
         with contextlib.suppress(ValueError):
             self.process.close()
         if not self._closing:

@@ -302,12 +302,13 @@ class WorkerPool:
 
     def link_of(self, session_id: str, ref: pykka.ActorRef[Any]) -> Any:
         """The ``SessionLink`` of the incarnation whose proxy is ``ref``, or ``None``
-        (released, or another incarnation's). Thread-safe."""
-        with self._lock:
-            placement = self._placements.get(session_id)
-            if placement is None or placement.ref is not ref:
-                return None
-            return placement.link
+        (released, or another incarnation's). Thread-safe: read without the lock (one
+        dict lookup is atomic), as the answer may be stale once any lock is released
+        anyway; a call on a link whose session has left fails with ``NotDelivered``."""
+        placement = self._placements.get(session_id)
+        if placement is None or placement.ref is not ref:
+            return None
+        return placement.link
 
     def _on_death(self, client: WorkerClient) -> None:
         """A worker died (on its reader thread): replace it, crash its sessions' proxies."""
@@ -355,23 +356,28 @@ class WorkerPool:
                 self._changed.notify_all()  # wake placements waiting for a worker
 
     def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
-        if frame.get("op") == "ready":  # a worker started: starting works
+        """An unsolicited frame of ``client``, or a reply that carries its call's events (on
+        the thread reading the pipe, before the reply is delivered)."""
+        op = frame.get("op")
+        if op == "ready":  # a worker started: starting works
             with self._changed:
                 self._start_failures = 0
                 self._changed.notify_all()
             return
         session_id = frame.get("session")
-        with self._lock:
-            placement = self._placements.get(session_id) if isinstance(session_id, str) else None
+        # Read without the lock (one dict lookup is atomic): on every reply of a turn, and
+        # an answer taken under the lock could be stale the moment it was released anyway.
+        placement = self._placements.get(session_id) if isinstance(session_id, str) else None
         if placement is None or placement.client is not client:
             return
-        op = frame.get("op")
-        if op == "event":
+        events = frame.get("events")
+        if isinstance(events, list):  # an ``events`` frame, or a reply's held-back events
+            placement.events.publish_all(
+                (kind, data) for kind, data in events if type(kind) is str and type(data) is dict
+            )
+        elif op == "event":
             data = frame.get("data") or {}
             placement.events.publish(str(frame.get("type")), **data)
-        elif op == "events":
-            for kind, data in frame.get("events") or ():
-                placement.events.publish(str(kind), **(data or {}))
         elif op == "down" and placement.ref is not None:
             kill(placement.ref, f"died in worker pid {client.pid}: {frame.get('reason')}")
 
@@ -413,8 +419,8 @@ class WorkerPool:
         with self._lock:
             placement = self._placements.get(session_id)
             if placement is not None and placement.client is client:
+                placement.link = link  # before ``ref``: ``link_of`` reads without the lock
                 placement.ref = ref
-                placement.link = link
         if not client.alive:
             kill(ref, f"worker pid {client.pid} died ({client.exit_status})")
 

@@ -1,8 +1,9 @@
 """The msgpack frames exchanged between the host and a worker process, and error transport.
 
 One ``multiprocessing.Pipe`` per worker carries every frame, each one msgpack
-map sent with ``send_bytes``. Many calls may be in flight at once; replies are
-matched to requests by ``id``, never by order.
+map in ``Connection``'s own framing, written and read by ``_frames``. Many
+calls may be in flight at once; replies are matched to requests by ``id``,
+never by order.
 
 Parent -> worker (requests)::
 
@@ -23,6 +24,8 @@ Parent -> worker (requests)::
     stop            {"session": sid}                                    None
     shutdown        None                                                None (then the worker exits)
 
+    {"op": "poke"}    the answer to the worker's ``poke`` (below); no reply
+
 Worker -> parent::
 
     {"op": "ready"}                                       first frame: the worker serves
@@ -31,6 +34,12 @@ Worker -> parent::
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
     {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
     {"op": "down", "session": sid, "reason": str}         a session died in the worker
+    {"op": "poke"}                                        write a ``poke`` back, at once
+
+An idle session in a worker waits for its next call in a blocking read of the
+pipe, which nothing in the worker can interrupt; when a message reaches its
+inbox (a stop, a kill) or the worker stops, the worker writes ``poke`` and the
+parent's answering ``poke`` ends that read.
 
 A reply may also carry ``"session": sid, "events": [[type, data], ...]``: the
 events its call published and held back, to publish before the reply. The
@@ -84,6 +93,7 @@ import msgpack
 from supervisor.errors import RemoteError
 
 __all__ = [
+    "POKE",
     "SESSION_DOWN",
     "RemoteTraceback",
     "SessionDown",
@@ -93,6 +103,9 @@ __all__ = [
     "pack_escaped",
     "unpack",
 ]
+
+POKE = "poke"
+"""The op of the frame a worker writes to have the parent write one back (see above)."""
 
 SESSION_DOWN = "SessionDown"
 """Error type of a reply to a call whose session died in the worker while it waited."""
@@ -133,9 +146,21 @@ class RemoteTraceback(Exception):
         self.text = text
 
 
+_packers: list[msgpack.Packer] = []
+"""Idle packers, reused: ``msgpack.packb`` builds a new ``Packer`` (and its buffer) per
+call, a third of the cost of packing a small frame. A thread takes one with ``pop`` and
+puts it back with ``append`` (both atomic), so no two threads, nor a ``repr`` that packs
+again while its caller is packing, ever share one."""
+
+
 def pack(frame: dict[str, Any]) -> bytes:
-    """Encode a frame; values msgpack cannot carry are sent as their ``repr``."""
-    data: bytes = msgpack.packb(frame, use_bin_type=True, default=repr)
+    """Encode a frame; values msgpack cannot carry are sent as their ``repr``. Thread-safe."""
+    try:
+        packer = _packers.pop()
+    except IndexError:
+        packer = msgpack.Packer(use_bin_type=True, default=repr)
+    data: bytes = packer.pack(frame)
+    _packers.append(packer)  # not after a failure: that packer is simply dropped
     return data
 
 

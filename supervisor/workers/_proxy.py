@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,9 @@ logger = logging.getLogger("supervisor.workers")
 
 Checkpointer = Callable[[Snapshot], object]
 _START_ATTEMPTS = 3
+_START_WRITE_WAIT = 30.0
+"""Seconds a steering text waits for its session's ``start`` frame to be written (a bound
+on a wait that normally lasts microseconds; past it the text is sent anyway)."""
 
 
 class SessionLink:
@@ -82,10 +86,8 @@ class SessionLink:
                 worker and its checkpoint is saved when it ends.
             Exception: what the turn raised, as in thread mode.
         """
-        reply = self.client.submit(
-            "send", {"session": self.session_id, "text": text}, on_reply=self.finish_send
-        )
-        answer: Message = self._await("send", reply, timeout)
+        payload = {"session": self.session_id, "text": text}
+        answer: Message = self._call("send", payload, timeout, self.finish_send)
         return answer
 
     def history(self, timeout: float) -> list[Message]:
@@ -104,22 +106,36 @@ class SessionLink:
 
     def _ask(self, op: str, payload: dict[str, Any], timeout: float) -> Any:
         try:
-            return self._await(op, self.client.submit(op, payload), timeout)
+            return self._call(op, payload, timeout)
         except SessionCrashed as exc:  # WorkerCrashed too
             raise NotDelivered(str(exc)) from exc
 
-    def _await(self, op: str, reply: Reply, timeout: float) -> Any:
-        """The reply's payload; a worker that does not answer within ``call_timeout`` is
+    def _call(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        timeout: float,
+        on_reply: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The reply's payload, read on this thread if no other reads the pipe
+        (``WorkerClient.ask``); a worker that does not answer within ``call_timeout`` is
         killed (so the call fails with ``WorkerCrashed``), as in ``WorkerClient.call``.
 
         Raises:
             WorkerCrashed, SessionCrashed, NotDelivered, TimeoutError: as ``send`` says.
         """
         limit = self.call_timeout
+        kills = limit is not None and limit <= timeout
+        bound = limit if kills and limit is not None else timeout
+        deadline = time.monotonic() + bound
+        reply = self.client.ask(op, payload, on_reply, bound)
         try:
-            if limit is not None and limit <= timeout:
-                return self._result_or_kill(op, reply, limit)
-            return self.client.wait(reply, timeout)
+            if reply.done():  # the usual case: read on this thread, in ``ask``
+                return reply.result()
+            left = max(deadline - time.monotonic(), 0.0)
+            if kills:
+                return self._result_or_kill(op, reply, left)
+            return self.client.wait(reply, left)
         except WorkerCrashed as exc:
             raise WorkerCrashed(exc.pid, exc.exit_status, self.session_id) from exc
         except SessionDown as exc:
@@ -129,19 +145,22 @@ class SessionLink:
             raise SessionCrashed(self.session_id, detail) from exc
         except TimeoutError:
             if reply.done():
-                raise
+                raise  # the error *is* the reply
             raise TimeoutError(
                 f"session {self.session_id!r} did not answer within {timeout} s"
             ) from None
 
-    def _result_or_kill(self, op: str, reply: Reply, limit: float) -> Any:
+    def _result_or_kill(self, op: str, reply: Reply, left: float) -> Any:
         try:
-            return self.client.wait(reply, limit)
+            return self.client.wait(reply, left)
         except TimeoutError:
             if reply.done():
                 raise
         logger.error(
-            "worker pid %s did not answer %r within %s s; killing it", self.client.pid, op, limit
+            "worker pid %s did not answer %r within %s s; killing it",
+            self.client.pid,
+            op,
+            self.call_timeout,
         )
         self.client.kill()
         return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
@@ -182,35 +201,67 @@ class _Steer:
     crash of its worker or a stop, ``release`` puts them back at the front of
     the host's queue for the next incarnation: nothing steered is lost with a
     worker, as nothing is lost with a session thread in thread mode.
+
+    It watches the session's events only while it keeps a text (``_watch``), so a
+    session nobody steers costs no subscriber call per event.
+
+    A text forwarded while the session is being started waits until the ``start``
+    frame is on the pipe (``start_written``): the worker refuses steering for a
+    session it has not heard of, and a refused text would stay here, unused, for
+    as long as the incarnation lives.
     """
 
     def __init__(self, client: WorkerClient, session_id: str, queue: SteeringQueue) -> None:
         self.client = client
         self.session_id = session_id
         self.queue = queue
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the lists, _unsubscribe and _released
         self._sent: list[str] = []  # in the worker's queue, oldest first
         self._taken: list[str] = []  # taken by the turn running there
         self._finished: list[str] = []  # taken by the turn that finished last (not yet saved)
+        self._events: EventBuffer | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._released = False
+        self._start_written = threading.Event()  # set once steering may go to the worker
 
     def start(self, events: EventBuffer) -> list[str]:
         """Forward from now on; return the texts that were waiting (they go with the start)."""
-        self._unsubscribe = events.subscribe(self._observe)
+        self._events = events
         queued = self.queue.forward_to(self)
         with self._lock:
             self._sent[:0] = queued
+            self._watch()
         return queued
+
+    def start_written(self) -> None:
+        """The session's ``start`` frame is on the worker's pipe: send steering from now on."""
+        self._start_written.set()
+
+    def _watch(self) -> None:
+        """Subscribe to the session's events while a text is kept (caller holds ``_lock``):
+        before it is sent, so its ``steered`` event is seen; until nothing is kept."""
+        kept = self._sent or self._taken or self._finished
+        events = self._events
+        if kept and self._unsubscribe is None and not self._released and events is not None:
+            self._unsubscribe = events.subscribe(self._observe)
+        elif not kept and self._unsubscribe is not None:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            unsubscribe()
 
     def __call__(self, text: str) -> None:
         with self._lock:
             late = self._released
             if not late:
                 self._sent.append(text)
+                self._watch()
         if late:  # released while ``put`` was handing it here: queue it the usual way
             self.queue.put(text)
             return
+        self._start_written.wait(_START_WRITE_WAIT)  # at once, but during a start
+        with self._lock:
+            if self._released:  # the start failed, or the session ended: ``release``
+                # requeued the text
+                return
         try:
             self.client.call("steer", {"session": self.session_id, "text": text}, 10.0)
         except SteeringQueueFull:
@@ -225,12 +276,13 @@ class _Steer:
     def release(self) -> None:
         """Stop forwarding; queue again here what the worker never used in a finished turn."""
         self.queue.stop_forwarding(self)
-        unsubscribe, self._unsubscribe = self._unsubscribe, None
-        if unsubscribe is not None:
-            unsubscribe()
         with self._lock:
             self._released = True
             unused, self._sent, self._taken = self._taken + self._sent, [], []
+            if self._unsubscribe is not None:
+                unsubscribe, self._unsubscribe = self._unsubscribe, None
+                unsubscribe()
+        self._start_written.set()  # a text waiting for the start is among ``unused``
         self.queue.requeue(unused)
 
     def _observe(self, event: Event) -> None:
@@ -248,6 +300,7 @@ class _Steer:
                 # so ``finish_send`` has it rolled back) those of the finished turn.
                 self._sent[:0] = self._taken or self._finished
                 self._taken, self._finished = [], []
+            self._watch()
 
     def _forget_sent(self, text: object) -> bool:
         if text in self._sent:
@@ -300,7 +353,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "steering": queued,
             },
         }
-        client.call("start", payload, launch.timeout)
+        client.call("start", payload, launch.timeout, written=forward.start_written)
     except BaseException:
         forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)

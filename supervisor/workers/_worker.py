@@ -30,7 +30,6 @@ no state to go on, and the parent resumes its sessions elsewhere.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -38,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
@@ -51,7 +50,9 @@ from actors import (
     AgentTemplate,
     Event,
     EventBuffer,
+    Message,
     Model,
+    ModelResponse,
     Snapshot,
     SteeringQueue,
     Tool,
@@ -59,9 +60,10 @@ from actors import (
 from supervisor._actor import SupervisedActor, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
+from supervisor.workers._frames import write_frame
 from supervisor.workers._io import PipeIO
 from supervisor.workers._io import named as io_named
-from supervisor.workers._protocol import SESSION_DOWN, encode_error, pack, pack_escaped
+from supervisor.workers._protocol import POKE, SESSION_DOWN, encode_error, pack, pack_escaped
 from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
 __all__ = ["HOST_LOST", "MEMORY_EXIT", "SLOW_STEP", "WorkerSetup", "worker_main"]
@@ -83,6 +85,8 @@ that no final checkpoint was taken, unlike ``normal``."""
 
 
 _SESSION_CALLS = frozenset({"send", "snapshot", "history", "rollback"})
+
+_POKE = pack({"op": POKE})
 
 
 class _Call(NamedTuple):
@@ -190,8 +194,20 @@ class _Relay(EventBuffer):
         self._hosted = hosted
 
     def publish(self, type_: str, **data: Any) -> Event:
-        self._worker.relay(self._hosted, type_, data)
-        return Event(0, type_, data, time.time())
+        hosted = self._hosted
+        with hosted.lock:  # ``_Worker.relay``'s usual case, inlined: several per turn
+            batch = hosted.batch
+            if batch is not None:
+                batch.append([type_, data])
+        if batch is None:
+            self._worker.relay(hosted, type_, data)
+        # ``Event(...)`` without the Python-level ``__new__`` of named tuples.
+        event: Event = tuple.__new__(Event, (0, type_, data, time.time()))
+        return event
+
+    def publish_all(self, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        for type_, data in events:
+            self._worker.relay(self._hosted, type_, data)
 
 
 class _Worker:
@@ -206,7 +222,7 @@ class _Worker:
         self._starting: dict[str, _Hosted] = {}
         self._templates: dict[str, tuple[AgentTemplate, Model]] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="worker-blocking")
-        self.pipe = WorkerPipe(conn, self.route, io)
+        self.pipe = WorkerPipe(conn, self.route, io, self._poke)
 
     # -- the pipe ------------------------------------------------------------
 
@@ -216,8 +232,15 @@ class _Worker:
         self._send(pack_escaped(frame))
 
     def _send(self, data: bytes) -> None:
-        with self._send_lock, contextlib.suppress(OSError):  # parent gone: nobody to tell
-            self.conn.send_bytes(data)
+        with self._send_lock:
+            try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per frame)
+                write_frame(self.conn, data)
+            except OSError:  # parent gone: nobody to tell
+                pass
+
+    def _poke(self) -> None:
+        """Have the parent write a ``poke`` back: it ends a session's read of the pipe."""
+        self._send(_POKE)
 
     def reply(self, call_id: int, payload: Any) -> None:
         """Answer a call that belongs to no session (or whose session has gone)."""
@@ -297,7 +320,8 @@ class _Worker:
             ):
                 with hosted.lock:
                     hosted.pending.add(call_id)
-                return _Call(call_id, op, payload)
+                call: _Call = tuple.__new__(_Call, (call_id, op, payload))  # no Python __new__
+                return call
             self._dispatch(call_id, op, payload)
         except Exception as exc:
             self.fail(call_id, exc)
@@ -494,7 +518,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         self._worker = worker
         self._hosted = hosted
         flush = functools.partial(worker.flush, hosted)
-        self.model = _TimedModel(self.model, _Step(self.model.generate, flush))
+        self.model = _TimedModel(self.model, flush)
         self.tools = {
             name: dataclasses.replace(t, fn=_Step(t.fn, flush)) for name, t in self.tools.items()
         }
@@ -512,10 +536,20 @@ class _RemoteSession(SupervisedActor, AgentSession):
         # when its host vanished).
         self.plugins.end(self._hosted.end_reason)
 
+    def _handle_receive(self, message: Any) -> Any:
+        # A ``_Call`` is nearly every message: answer it before Pykka's own checks (for
+        # its proxy messages and stop), four ``isinstance`` tests per call.
+        if message.__class__ is _Call:
+            return self._serve(message)
+        return super()._handle_receive(message)
+
     def on_receive(self, message: Any) -> Any:
-        if message.__class__ is not _Call:
-            return super().on_receive(message)
-        call: _Call = message
+        if message.__class__ is _Call:
+            return self._serve(message)
+        return super().on_receive(message)
+
+    def _serve(self, call: _Call) -> None:
+        """Run ``call`` and write its answer, with the events it held back."""
         hosted = self._hosted
         with hosted.lock:
             hosted.running = call.id
@@ -532,16 +566,15 @@ class _RemoteSession(SupervisedActor, AgentSession):
         except BaseException:
             self._inbox.let_go()  # it dies now: the worker's main thread reads again
             raise
-        return None
 
     def _answer(self, call: _Call) -> Any:
         if call.op == "send":
             self._captured, self._undo = None, None
-            mark = self._mark()
+            mark = None if self.checkpointer is None else self._mark()  # for ``rollback``
             answer = self.send(call.payload["text"])
             checkpoint, self._captured = self._captured, None
-            if checkpoint is not None:  # the parent may fail to save it: keep the way back
-                self._undo = (mark, self._captured_steered)
+            if mark is not None and checkpoint is not None:  # the parent may fail to save
+                self._undo = (mark, self._captured_steered)  # it: keep the way back
             return {"message": answer.to_dict(), "checkpoint": checkpoint}
         if call.op == "rollback":
             undo, self._undo = self._undo, None
@@ -576,11 +609,24 @@ class _Step:
 
 
 class _TimedModel:
-    """A session's model whose ``generate`` is a ``_Step``; other attributes pass through."""
+    """A session's model whose ``generate`` is timed as a ``_Step`` is (its own code, with
+    the model's signature: no ``*args`` repacking on every model call); other attributes
+    pass through. Used on one session's thread."""
 
-    def __init__(self, model: Model, generate: _Step) -> None:
+    def __init__(self, model: Model, flush: Callable[[], None]) -> None:
         self._model = model
-        self.generate = generate
+        self._generate = model.generate
+        self._flush = flush
+        self._slow = True  # unknown yet: assume slow
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        if self._slow:
+            self._flush()
+        started = time.perf_counter()
+        try:
+            return self._generate(messages, tools)
+        finally:
+            self._slow = time.perf_counter() - started > SLOW_STEP
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)

@@ -9,6 +9,7 @@ continues a stream ``after`` a persisted mark holds a history whose seqs
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -39,9 +40,10 @@ def _expected(published: list[Event], size: int, after: int, cursor: int | None)
     reseat=st.booleans(),
     steps=st.lists(st.integers(min_value=0, max_value=5), max_size=8),
     cursor=cursors,
+    batched=st.booleans(),
 )
-def test_since_matches_the_full_history(
-    size: int, after: int, reseat: bool, steps: list[int], cursor: int | None
+def test_since_matches_the_full_history(  # noqa: PLR0917 (hypothesis draws each argument)
+    size: int, after: int, reseat: bool, steps: list[int], cursor: int | None, batched: bool
 ) -> None:
     if reseat:  # created before the mark was known, then continued
         buffer = EventBuffer(size)
@@ -49,9 +51,16 @@ def test_since_matches_the_full_history(
     else:
         buffer = EventBuffer(size, after=after)
     published: list[Event] = []
+    buffer.subscribe(published.append)
     for burst in steps:  # read after every burst, so reads see the ring at every offset
-        published += [buffer.publish("tick", n=len(published)) for _ in range(burst)]
+        if batched:  # a relay's burst: one publish_all
+            base = len(published)
+            buffer.publish_all(("tick", {"n": base + i}) for i in range(burst))
+        else:
+            for _ in range(burst):
+                buffer.publish("tick", n=len(published))
         assert buffer.since(cursor) == _expected(published, size, after, cursor)
+    assert [e.data["n"] for e in published] == list(range(len(published)))
     assert [e.seq for e in published] == list(range(after + 1, after + 1 + len(published)))
     assert buffer.dropped == max(0, len(published) - size)
     assert buffer.last_seq == after + len(published)
@@ -73,6 +82,37 @@ def test_events_are_numbered_from_one_and_carry_their_data() -> None:
     assert seen == [first, second, third]
     assert first.at <= second.at <= third.at
     assert buffer.since().events == (second, third)
+
+
+def test_publish_all_is_publish_one_event_after_the_other_without_copies(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    buffer = EventBuffer(3)
+    datas: list[dict[str, Any]] = [{"x": 1}, {}, {"y": [2]}, {"z": 3}]
+    seen: list[tuple[Event, int]] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError(f"subscriber failed on {event.type}")
+
+    # Each event is appended and handed to every subscriber before the next is appended.
+    buffer.subscribe(lambda event: seen.append((event, buffer.last_seq)))
+    buffer.subscribe(broken)
+    buffer.subscribe(lambda event: seen.append((event, len(buffer.since().events))))
+    buffer.publish_all(zip("abcd", datas, strict=True))
+
+    assert [(e.seq, e.type, e.data) for e, _ in seen[::2]] == [
+        (1, "a", {"x": 1}),
+        (2, "b", {}),
+        (3, "c", {"y": [2]}),
+        (4, "d", {"z": 3}),
+    ]
+    assert [mark for _, mark in seen] == [1, 1, 2, 2, 3, 3, 4, 3]
+    assert all(e.data is data for (e, _), data in zip(seen[::2], datas, strict=True))
+    assert [e.at for e, _ in seen] == sorted(e.at for e, _ in seen)
+    assert buffer.since().events == tuple(e for e, _ in seen[2::2])
+    assert buffer.dropped == 1
+    failures = [r for r in caplog.records if "event subscriber" in r.getMessage()]
+    assert len(failures) == 4  # logged and skipped, once per event
 
 
 @pytest.mark.parametrize("size", [0, -1, True, 2.0])

@@ -11,6 +11,9 @@ are kept).
 from __future__ import annotations
 
 import os
+import select
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +23,8 @@ import pytest
 
 from actors import AgentTemplate, Event
 from supervisor import AgentHost, MemoryCheckpointStore
+from supervisor.workers._client import _LEAD_LIMIT, WorkerClient
+from supervisor.workers._io import DEFAULT
 from tests.supervisor.host_helpers import MODES, WAIT, host_options, template, watch_events
 from tests.supervisor.workers.worker_tools import FifoModel
 
@@ -163,3 +168,61 @@ def test_a_long_turn_does_not_hold_up_other_sessions_of_its_worker(
             assert blocked.result(WAIT).content == "echo: held"
     finally:
         os.close(gate)
+
+
+@pytest.mark.skipif(not DEFAULT.shared, reason="callers read their replies only with epoll")
+def test_a_caller_reads_its_reply_even_when_it_came_before_the_caller_got_to_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``send`` takes the pipe before it writes its request: a caller that loses the
+    processor right after writing (here: it stalls until the answer is in the socket,
+    where the reader thread would read it were the pipe still in its poll set) still
+    reads its answer itself, never handed over by the reader thread."""
+    write = WorkerClient._write
+
+    def preempted(client: WorkerClient, call_id: int, data: bytes, on_reply: Any) -> Any:
+        reply = write(client, call_id, data, on_reply)
+        if on_reply is not None:  # a send: stall until its answer waits in the socket
+            deadline = time.monotonic() + WAIT
+            while not reply.done() and time.monotonic() < deadline:
+                if select.select([client._fd], [], [], 0.001)[0] and client._holder is not None:
+                    break  # the answer is in, and the pipe is held (by this thread, or not)
+        return reply
+
+    with AgentHost(MemoryCheckpointStore(), workers=1) as host:
+        sid = host.start_session(AgentTemplate())
+        readers: list[int] = []
+        host.subscribe(sid, lambda _event: readers.append(threading.get_ident()))
+        monkeypatch.setattr(WorkerClient, "_write", preempted)
+        assert host.send(sid, "hi", timeout=WAIT).content == "echo: hi"
+    assert readers == [threading.get_ident()] * 3  # its events too, on the caller's thread
+
+
+def test_a_request_too_large_to_take_the_pipe_first_is_answered_too(host: AgentHost) -> None:
+    """A request over ``_LEAD_LIMIT`` is written before its caller takes the pipe (its write
+    may block, and the reader must stay free meanwhile); its answer still comes back whole."""
+    sid = host.start_session(AgentTemplate())
+    text = "large " * (_LEAD_LIMIT // 3)  # about twice the limit
+    assert host.send(sid, text, timeout=WAIT).content == f"echo: {text}"
+    assert host.send(sid, "small", timeout=WAIT).content == "echo: small"
+
+
+@pytest.mark.skipif(not DEFAULT.shared, reason="idle sessions read their pipes only with epoll")
+@pytest.mark.parametrize("stop", ["stop_session", "kill", "hibernate"])
+def test_an_idle_session_reading_its_workers_pipe_is_woken_for_its_end(stop: str) -> None:
+    """An idle session waits in a read of the pipe that nothing in its worker can end:
+    a stop or kill put in its inbox has the host write a ``poke`` frame, which does
+    (without it the stop would wait out the worker's 10 s stop timeout)."""
+    with AgentHost(MemoryCheckpointStore(), workers=1) as host:
+        sid = host.start_session(AgentTemplate())
+        assert host.send(sid, "hi").content == "echo: hi"  # then it reads the pipe, idle
+        waiter = watch_events(host, sid)
+        with ThreadPoolExecutor(1) as pool:
+            ended = pool.submit(getattr(host, stop), sid)
+            ended.result(WAIT)
+        if stop == "stop_session":
+            assert sid not in [info.session_id for info in host.list_sessions()]
+            return
+        if stop == "kill":
+            waiter.wait_for("resumed")
+        assert host.send(sid, "again", timeout=WAIT).content == "echo: again"

@@ -21,13 +21,14 @@ import pytest
 
 from actors import AgentTemplate, Message
 from supervisor import AgentHost, MemoryCheckpointStore, SessionCrashed, WorkerCrashed
-from tests.supervisor.host_helpers import pairs
+from tests.supervisor.host_helpers import MODES, host_options, pairs, poll_until, template
 from tests.supervisor.workers.worker_tools import (
     WAIT,
     burn_together,
     crash_template,
     evicted_or_resumed,
     fds,
+    forking_hang,
     sessions_on,
     watch_events,
     worker_pid,
@@ -112,6 +113,29 @@ def test_sigkill_evicts_every_session_of_the_worker_and_fails_calls_in_flight(
         assert host.send(sid, "again").content == "echo: again"
         assert pairs(host.history(sid))[0][0].startswith("first")
     assert victim not in [w.pid for w in host.workers()]
+
+
+@pytest.mark.parametrize("mode", MODES[1:])
+def test_a_call_fails_at_once_when_its_worker_dies_though_a_child_keeps_the_pipe_open(
+    mode: str, tmp_path: Path
+) -> None:
+    """The caller reading its reply is woken by the worker's death itself (its process
+    sentinel), not only by the end of the pipe, which a child the worker forked delays."""
+    host = AgentHost(MemoryCheckpointStore(), **{**host_options(mode), "workers": 1})
+    child = tmp_path / "child"
+    try:
+        sid = host.start_session(template(tools=[forking_hang(tmp_path)]))
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(host.send, sid, "/fork_and_hang {}")
+            assert poll_until(child.exists), "the tool did not fork"
+            try:
+                os.kill(worker_pid(host, sid), signal.SIGKILL)
+                with pytest.raises(WorkerCrashed, match="SIGKILL"):
+                    in_flight.result(WAIT)  # the call timeout is 120 s
+            finally:
+                os.kill(int(child.read_text()), signal.SIGKILL)
+    finally:
+        host.shutdown()
 
 
 def test_a_stuck_worker_is_killed_after_the_call_timeout() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "entry_escaping_off",
     "evicted_or_resumed",
     "fds",
+    "forking_hang",
     "hang",
     "hog",
     "quit_process",
@@ -106,6 +108,27 @@ def hang() -> str:
     """Block the session for a long time (the test kills the worker meanwhile)."""
     threading.Event().wait(30)
     return "woke up"
+
+
+def forking_hang(directory: Path) -> Tool:
+    """A tool ``fork_and_hang()`` that forks a child, which inherits the worker's end of
+    its pipe and keeps it open until it is killed, writes the child's pid to
+    ``directory/child``, then blocks as ``hang`` does."""
+
+    def fork_and_hang() -> str:
+        """Fork a child that keeps the worker's files open, then block."""
+        pid = os.fork()
+        if pid == 0:  # the child: only system calls here, then exit without cleanup
+            try:
+                signal.pause()
+            finally:
+                os._exit(0)
+        (directory / "child.tmp").write_text(str(pid))
+        (directory / "child.tmp").rename(directory / "child")  # whole, or not there
+        threading.Event().wait(30)
+        return "woke up"
+
+    return tool(fork_and_hang)
 
 
 @tool

@@ -37,11 +37,14 @@ from actors import (
     decode_plain,
     encode_plain,
 )
-from actors._codec import check_keys, pack_plain
+from actors._codec import array_header, check_keys, pack_plain
+from actors._history import EncodedMessages
+from actors.snapshot import encoded_messages
 
 __all__ = [
     "KnownLog",
     "LogRef",
+    "MessageBytes",
     "SplitSnapshot",
     "assemble",
     "digest",
@@ -60,6 +63,73 @@ _SEAL_PERSON = b"sv-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
+class KnownLog:
+    """Message bytes an earlier ``split`` produced: a log the next save is likely to extend.
+
+    Attributes:
+        count: How many messages the log holds.
+        length: Its length in bytes.
+        data: The encodings of those messages, back to back; ``None`` when the
+            log is known by its ``lineage`` instead.
+        lineage: The ``EncodedMessages.parts`` list the log was made from, if it
+            was: a snapshot whose encodings share that list agrees with the log
+            on its first ``count`` messages without a byte being compared.
+    """
+
+    count: int
+    length: int
+    data: bytes | memoryview | None = None
+    lineage: object | None = None
+
+
+class MessageBytes:
+    """The message bytes of a split snapshot: the log a checkpoint needs.
+
+    The whole log is built only when asked for (``whole``): a save that
+    extends the log it wrote last needs only what follows it (``after``).
+    Immutable once made; thread-safe.
+    """
+
+    __slots__ = ("_encoded", "_tail", "_tail_from", "_whole", "count", "length")
+
+    def __init__(
+        self,
+        count: int,
+        length: int,
+        *,
+        whole: memoryview | None,
+        encoded: EncodedMessages | None,
+        tail_from: int = -1,
+        tail: bytes | memoryview = b"",
+    ) -> None:
+        self.count = count
+        self.length = length
+        self._whole = whole
+        self._encoded = encoded
+        self._tail_from = tail_from
+        self._tail = tail
+
+    def whole(self) -> memoryview:
+        """All of the log's bytes."""
+        if self._whole is None:
+            assert self._encoded is not None
+            self._whole = memoryview(self._encoded.data())
+        return self._whole
+
+    def after(self, start: int) -> bytes | memoryview:
+        """The log's bytes from byte ``start`` on."""
+        if start == self._tail_from:
+            return self._tail
+        return self.whole()[start:]
+
+    def known(self) -> KnownLog:
+        """These bytes as a ``KnownLog``, for the next ``split`` of the session."""
+        if self._encoded is not None:
+            return KnownLog(self.count, self.length, None, self._encoded.parts)
+        return KnownLog(self.count, self.length, self.whole())
+
+
+@dataclass(frozen=True, slots=True)
 class SplitSnapshot:
     """A snapshot cut for storage.
 
@@ -74,23 +144,10 @@ class SplitSnapshot:
     """
 
     body: bytes
-    messages: memoryview | None
+    messages: MessageBytes | None
     count: int
     size: int
     extends: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class KnownLog:
-    """Message bytes ``split`` produced before: a log the next save is likely to extend.
-
-    Attributes:
-        data: The encodings of the first ``count`` messages, back to back.
-        count: How many messages ``data`` holds.
-    """
-
-    data: bytes | memoryview
-    count: int
 
 
 def _array_header_length(first: int) -> int:
@@ -106,12 +163,14 @@ def _array_header_length(first: int) -> int:
 def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
     """Cut ``snapshot`` into body and message bytes.
 
-    Strict as ``serialize``. With ``known`` (a log an earlier ``split`` returned),
-    when the new message bytes start with exactly ``known.data``, the dict keys
-    of the first ``known.count`` messages are not walked again: equal msgpack
-    bytes mean values of equal types (a ``str`` key and any other key encode
-    differently), and those bytes were checked in full when first produced.
-    Everything is still encoded; only the Python-level key walk is saved.
+    Strict as ``serialize``. A snapshot of a running session carries its
+    messages encoded already (``actors.encoded_messages``): those bytes are
+    used as they are, and when they share ``known``'s lineage only the
+    messages after ``known.count`` are even joined. Otherwise the messages are
+    encoded here; when their bytes start with exactly ``known.data``, the dict
+    keys of the first ``known.count`` messages are not walked again: equal
+    msgpack bytes mean values of equal types (a ``str`` key and any other key
+    encode differently), and those bytes were checked in full when first produced.
 
     Raises:
         actors.SnapshotEncodeError: a value is not plain (path as in ``serialize``).
@@ -124,15 +183,58 @@ def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
         return SplitSnapshot(body, None, 0, len(body))
     plain["state"] = {**state, "messages": None}
     body = encode_plain(plain)
+    count = len(messages)
+    encoded = encoded_messages(snapshot)
+    if encoded is not None:
+        log, extends = _reused(encoded, known)
+    else:
+        log, extends = _encoded_here(messages, known)
+    size = len(body) - 1 + len(array_header(count)) + log.length
+    return SplitSnapshot(body, log, count, size, extends)
+
+
+def _reused(encoded: EncodedMessages, known: KnownLog | None) -> tuple[MessageBytes, bool]:
+    """The log of a snapshot whose messages are encoded already."""
+    count = encoded.count
+    if known is not None and known.count <= count and known.lineage is encoded.parts:
+        tail = encoded.data(known.count)
+        length = known.length + len(tail)
+        return MessageBytes(
+            count, length, whole=None, encoded=encoded, tail_from=known.length, tail=tail
+        ), True
+    data = encoded.data()
+    whole = memoryview(data)
+    if (
+        known is not None
+        and known.data is not None
+        and known.count <= count
+        and data.startswith(known.data)
+    ):
+        return MessageBytes(
+            count, len(data), whole=whole, encoded=encoded,
+            tail_from=known.length, tail=whole[known.length :],
+        ), True  # fmt: skip
+    return MessageBytes(count, len(data), whole=whole, encoded=encoded), False
+
+
+def _encoded_here(messages: list[Any], known: KnownLog | None) -> tuple[MessageBytes, bool]:
     root = "state.messages"
     array = pack_plain(messages, root=root)
     start = _array_header_length(array[0])
     extends = (
-        known is not None and known.count <= len(messages) and array.startswith(known.data, start)
+        known is not None
+        and known.data is not None
+        and known.count <= len(messages)
+        and array.startswith(known.data, start)
     )
     check_keys(messages, root=root, start=known.count if extends and known else 0)
     view = memoryview(array)[start:]
-    return SplitSnapshot(body, view, len(messages), len(body) - 1 + len(array), extends)
+    if extends and known is not None:
+        tail = view[known.length :]
+        return MessageBytes(
+            len(messages), len(view), whole=view, encoded=None, tail_from=known.length, tail=tail
+        ), True
+    return MessageBytes(len(messages), len(view), whole=view, encoded=None), False
 
 
 def digest(data: bytes | memoryview) -> bytes:

@@ -272,7 +272,7 @@ class SQLiteCheckpointStore(ClosingContext):
         """
         messages = cut.messages
         assert messages is not None
-        size = len(messages)
+        size = messages.length
         row = db.execute(
             "SELECT gen, length, digest, chunks FROM message_logs WHERE session_id = ?", (sid,)
         ).fetchone()
@@ -286,16 +286,17 @@ class SQLiteCheckpointStore(ClosingContext):
             ):
                 hasher = cached.hasher.copy()  # the log is known.data, a prefix of messages
             elif length <= size:
-                hasher = hashlib.sha256(messages[:length])
+                hasher = hashlib.sha256(messages.whole()[:length])
                 if hasher.digest() != log_digest:
                     hasher = None
             if hasher is not None:  # the log is a prefix: append the rest
-                hasher.update(messages[length:])
+                added = messages.after(length)
+                hasher.update(added)
                 new_digest = hasher.digest()
                 if size > length:
                     db.execute(
                         "INSERT INTO message_chunks VALUES (?, ?, ?, ?)",
-                        (sid, gen, length, bytes(messages[length:])),
+                        (sid, gen, length, bytes(added)),
                     )
                     chunks += 1
                 if chunks > _COMPACT_AFTER_CHUNKS:
@@ -312,12 +313,11 @@ class SQLiteCheckpointStore(ClosingContext):
         gen = db.execute(
             "SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?", (sid,)
         ).fetchone()[0]
-        hasher = hashlib.sha256(messages)
+        whole = messages.whole()
+        hasher = hashlib.sha256(whole)
         new_digest = hasher.digest()
         if size:
-            db.execute(
-                "INSERT INTO message_chunks VALUES (?, ?, 0, ?)", (sid, gen, bytes(messages))
-            )
+            db.execute("INSERT INTO message_chunks VALUES (?, ?, 0, ?)", (sid, gen, bytes(whole)))
         db.execute(
             "INSERT OR REPLACE INTO message_logs VALUES (?, ?, ?, ?, ?)",
             (sid, gen, size, new_digest, 1 if size else 0),
@@ -331,8 +331,8 @@ class SQLiteCheckpointStore(ClosingContext):
     ) -> None:
         messages = cut.messages
         assert messages is not None
-        known = KnownLog(messages, cut.count)  # a view of split's bytes: immutable, no copy
-        self._logs.put(sid, _CachedLog(gen, len(messages), log_digest, known, hasher))
+        known = messages.known()  # split's bytes (immutable, no copy) or their lineage
+        self._logs.put(sid, _CachedLog(gen, messages.length, log_digest, known, hasher))
 
     @staticmethod
     def _compact(db: sqlite3.Connection, sid: str, gen: int) -> None:

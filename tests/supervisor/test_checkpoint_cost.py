@@ -1,0 +1,103 @@
+"""A checkpoint costs the turn, not the history (issue 14).
+
+A 20,000-turn session checkpointed after every turn into SQLite: its last
+1,000 turns do the same work as its first 1,000 (messages converted and bytes
+encoded per turn, counted exactly) and take no longer (medians, with a
+generous factor: this machine is shared). The database lives in memory-backed
+``/dev/shm`` where there is one: the disk's fsyncs are not what is measured.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from actors import AgentSession, AgentTemplate, EchoModel, EventBuffer, Message
+from supervisor import SQLiteCheckpointStore
+from supervisor._checkpoints import Checkpoints
+
+TURNS = 20_000
+WINDOW = 1_000
+
+
+class _Counts:
+    """Calls to ``Message.to_dict`` and bytes msgpack produced, since the last ``take``."""
+
+    def __init__(self) -> None:
+        self.to_dict = 0
+        self.packed = 0
+
+    def take(self) -> tuple[int, int]:
+        taken = (self.to_dict, self.packed)
+        self.to_dict = self.packed = 0
+        return taken
+
+
+@pytest.fixture
+def fast_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory in ``/dev/shm`` (removed afterwards), or ``tmp_path`` without one."""
+    if not os.path.isdir("/dev/shm"):
+        yield tmp_path
+        return
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as name:
+        yield Path(name)
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> _Counts:
+    seen = _Counts()
+    to_dict: Callable[[Message], dict[str, Any]] = Message.to_dict
+    packb: Callable[..., bytes] = msgpack.packb
+
+    def counted_to_dict(message: Message) -> dict[str, Any]:
+        seen.to_dict += 1
+        return to_dict(message)
+
+    def counted_packb(*args: Any, **kwargs: Any) -> bytes:
+        packed = packb(*args, **kwargs)
+        seen.packed += len(packed)
+        return packed
+
+    monkeypatch.setattr(Message, "to_dict", counted_to_dict)
+    monkeypatch.setattr(msgpack, "packb", counted_packb)
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_last_turns_of_a_long_session_cost_what_the_first_did(
+    fast_dir: Path, counts: _Counts
+) -> None:
+    store = SQLiteCheckpointStore(fast_dir / "long.db", synchronous="NORMAL", keep_last=10)
+    events = EventBuffer(16)
+    session = AgentSession(
+        AgentTemplate(model=EchoModel()),
+        session_id="long",
+        event_buffer=events,
+        checkpointer=Checkpoints(store).saver(events),
+    )
+    seconds: list[float] = []
+    work: list[tuple[int, int]] = []
+    with store:
+        for turn in range(TURNS):
+            start = time.perf_counter()
+            session.send(f"question {turn}")
+            seconds.append(time.perf_counter() - start)
+            work.append(counts.take())
+        assert len(store.load("long").messages()) == 2 * TURNS
+    first, last = slice(0, WINDOW), slice(TURNS - WINDOW, TURNS)
+    assert {calls for calls, _ in work[first]} == {calls for calls, _ in work[last]} == {2}
+    first_bytes = statistics.median(packed for _, packed in work[first])
+    last_bytes = statistics.median(packed for _, packed in work[last])
+    assert last_bytes < 1.2 * first_bytes  # counters grow a digit or two; the history does not
+    first_time = statistics.median(seconds[first])
+    last_time = statistics.median(seconds[last])
+    assert last_time < 3 * first_time, (first_time, last_time)

@@ -57,7 +57,7 @@ scalars = st.one_of(
     st.none(),
     st.binary(max_size=4),
 )
-leaves = st.one_of(
+leaves: st.SearchStrategy[Any] = st.one_of(
     scalars,
     _live(),
     st.just({"__stripped__": "earlier.Thing"}),  # a marker already there: listed again

@@ -1,23 +1,26 @@
-"""Splitting a snapshot into a small *body* and its message bytes, and joining them back.
+"""Splitting a snapshot into a small *body*, its message bytes and its state parts, and back.
 
-The SQLite store keeps a session's messages once, in an append-only log, and
-each checkpoint as a body plus "the first N bytes of the log". This module is
-the pure part of that scheme:
+The SQLite store keeps a session's messages once, in an append-only log, its
+large plugin and provider states once per content (``_state_parts``), and
+each checkpoint as a body plus "the first N bytes of the log" plus the
+digests of its parts. This module is the pure part of that scheme:
 
-* ``split`` encodes the snapshot with ``state["messages"]`` replaced by
-  ``None`` (the body) and encodes the message list separately; the log bytes
-  are that list's msgpack array *without* its header, i.e. the message
-  encodings back to back, so a longer conversation's bytes start with a
-  shorter one's.
-* ``seal`` and ``verify`` give each stored body its checksum, over the body
-  and its message-log reference, so a damaged or edited row is refused.
-* ``join`` decodes the body, decodes the log prefix under a fresh array
-  header and puts the list back, then builds the snapshot through
-  ``Snapshot.from_dict``, so migrations see the whole snapshot.
+* ``split`` encodes the snapshot with ``state["messages"]`` and each large
+  state part replaced by ``None`` (the body); the log bytes are the message
+  list's msgpack array *without* its header, i.e. the message encodings back
+  to back, so a longer conversation's bytes start with a shorter one's. A
+  snapshot of a running session brings those encodings with it
+  (``actors.snapshot.encoded_messages``): nothing of its history is encoded again.
+* ``seal`` and ``verify`` give each stored body its checksum, over the body,
+  its message-log reference and its part references, so a damaged or edited
+  row is refused.
+* ``join`` decodes the body, puts the parts back, decodes the log prefix under
+  a fresh array header and puts the list back, then builds the snapshot
+  through ``Snapshot.from_dict``, so migrations see the whole snapshot.
 
-The sizes line up exactly: ``None`` is one byte, so
-``len(body) - 1 + len(array)`` is the size of ``snapshot.serialize()``.
-Pure functions, thread-safe.
+The sizes line up exactly: ``None`` is one byte, so ``len(body) - 1 +
+len(array)``, less one byte and plus the size of each part, is the size of
+``snapshot.serialize()``. Pure functions, thread-safe.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from actors import (
     MigrationRegistry,
     Snapshot,
     SnapshotDecodeError,
+    SnapshotEncodeError,
     decode_plain,
     encode_plain,
 )
 from actors._codec import array_header, check_keys, pack_plain
 from actors._history import EncodedMessages
 from actors.snapshot import encoded_messages
+from supervisor._state_parts import StatePart, put_parts, take_parts
 
 __all__ = [
     "KnownLog",
@@ -141,6 +146,8 @@ class SplitSnapshot:
         count: Number of messages.
         size: Length of ``snapshot.serialize()``.
         extends: Whether ``messages`` starts with the ``known`` log given to ``split``.
+        parts: The plugin and provider states taken out of the body (``None`` there),
+            to be stored once per content (see ``_state_parts``).
     """
 
     body: bytes
@@ -148,6 +155,7 @@ class SplitSnapshot:
     count: int
     size: int
     extends: bool = False
+    parts: tuple[StatePart, ...] = ()
 
 
 def _array_header_length(first: int) -> int:
@@ -175,13 +183,23 @@ def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
     Raises:
         actors.SnapshotEncodeError: a value is not plain (path as in ``serialize``).
     """
+    try:
+        return _split(snapshot, known)
+    except SnapshotEncodeError:
+        snapshot.serialize()  # raises the error a full encoding reports (the same type)
+        raise  # pragma: no cover - serialize refuses whatever a piece of it refused
+
+
+def _split(snapshot: Snapshot, known: KnownLog | None) -> SplitSnapshot:
     plain = snapshot.to_dict()
-    state = plain["state"]
+    state = plain["state"] = dict(plain["state"])
+    parts = take_parts(state)
+    parts_size = sum(len(part.data) for part in parts) - len(parts)  # each left a None
     messages = state.get("messages")
     if type(messages) is not list:
         body = encode_plain(plain)
-        return SplitSnapshot(body, None, 0, len(body))
-    plain["state"] = {**state, "messages": None}
+        return SplitSnapshot(body, None, 0, len(body) + parts_size, parts=parts)
+    state["messages"] = None
     body = encode_plain(plain)
     count = len(messages)
     encoded = encoded_messages(snapshot)
@@ -189,8 +207,8 @@ def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
         log, extends = _reused(encoded, known)
     else:
         log, extends = _encoded_here(messages, known)
-    size = len(body) - 1 + len(array_header(count)) + log.length
-    return SplitSnapshot(body, log, count, size, extends)
+    size = len(body) - 1 + len(array_header(count)) + log.length + parts_size
+    return SplitSnapshot(body, log, count, size, extends, parts)
 
 
 def _reused(encoded: EncodedMessages, known: KnownLog | None) -> tuple[MessageBytes, bool]:
@@ -242,21 +260,24 @@ def digest(data: bytes | memoryview) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def seal(body: bytes, ref: LogRef) -> bytes:
+def seal(body: bytes, ref: LogRef, parts: bytes | None = None) -> bytes:
     """The checksum stored with a checkpoint body: a tag byte, then BLAKE2b-128 of the
-    message-log reference ``ref`` and the body.
+    message-log reference ``ref``, the state part references ``parts`` (if any) and
+    the body.
 
     It covers everything ``load`` reads from the row to rebuild the snapshot;
     the session and checkpoint ids are inside the body. The tag says how the
     rest was computed, so that a keyed MAC (with encryption) can be a second
-    kind later, and rows of both kinds can be told apart.
+    kind later, and rows of both kinds can be told apart. A row without parts
+    is sealed as before parts existed.
     """
-    hasher = hashlib.blake2b(msgpack.packb(list(ref)), digest_size=16, person=_SEAL_PERSON)
+    covered = list(ref) if parts is None else [*ref, parts]
+    hasher = hashlib.blake2b(msgpack.packb(covered), digest_size=16, person=_SEAL_PERSON)
     hasher.update(body)
     return _SEAL_BLAKE2B + hasher.digest()
 
 
-def verify(check: object, body: object, ref: LogRef) -> None:
+def verify(check: object, body: object, ref: LogRef, parts: object = None) -> None:
     """Check a stored body and reference against their stored ``seal``.
 
     Raises:
@@ -267,7 +288,9 @@ def verify(check: object, body: object, ref: LogRef) -> None:
         raise SnapshotDecodeError(f"stored body is {type(body).__name__}, not bytes")
     if not isinstance(check, bytes) or check[:1] != _SEAL_BLAKE2B:
         raise SnapshotDecodeError("stored checksum is missing or of an unknown kind")
-    if not hmac.compare_digest(check, seal(body, ref)):
+    if parts is not None and not isinstance(parts, bytes):
+        raise SnapshotDecodeError(f"stored part references are {type(parts).__name__}, not bytes")
+    if not hmac.compare_digest(check, seal(body, ref, parts)):
         raise SnapshotDecodeError(
             "checksum mismatch: the stored checkpoint was damaged or edited after it was saved"
         )
@@ -302,13 +325,19 @@ def join(
     messages: bytes | None,
     count: int,
     migrations: MigrationRegistry | None = None,
+    parts: Sequence[tuple[str, str | None, bytes]] = (),
 ) -> Snapshot:
-    """Rebuild the snapshot ``split`` cut (``messages=None``: the body is complete).
+    """Rebuild the snapshot ``split`` cut (``messages=None``: the body holds them).
+
+    ``parts`` are the state parts ``split`` took out, as ``(kind, name, data)``,
+    each checked against its digest already (``_state_parts.checked``).
 
     Raises:
         SnapshotDecodeError: anything malformed.
     """
     plain = decode_plain(body)
+    if parts:
+        put_parts(plain, parts)
     if messages is not None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise SnapshotDecodeError(f"message count must be a non-negative int, got {count!r}")

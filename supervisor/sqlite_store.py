@@ -17,6 +17,7 @@ from typing import Any
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, seal, split, verify
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
+from supervisor._state_parts import checked, part_refs, read_refs
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
@@ -32,7 +33,7 @@ _COMPACT_AFTER_CHUNKS = 32
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _LOG_CACHE_SESSIONS = 1024
-_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check"
+_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check, parts"
 
 
 def _micros(moment: datetime) -> int:
@@ -231,23 +232,26 @@ class SQLiteCheckpointStore(ClosingContext):
         cut = split(snapshot, None if cached is None else cached.known)
         if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        refs = part_refs(cut.parts)
         try:
             with self._transaction("IMMEDIATE") as db:
                 log: tuple[Any, ...] = (None, None, None, None)
                 if cut.messages is not None:
                     gen, length, log_digest = self._append(db, sid, cut, cached)
                     log = (gen, length, cut.count, log_digest)
+                self._put_parts(db, sid, snapshot.checkpoint_id, cut)
                 db.execute(
                     "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
-                    " body, log_gen, log_bytes, log_count, log_digest, body_check)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " body, log_gen, log_bytes, log_count, log_digest, body_check, parts)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
                     " saved_at_us = excluded.saved_at_us, label = excluded.label,"
                     " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
                     " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
-                    " log_count = excluded.log_count, body_check = excluded.body_check",
+                    " log_count = excluded.log_count, body_check = excluded.body_check,"
+                    " parts = excluded.parts",
                     (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
-                     cut.size, cut.body, *log, seal(cut.body, log)),
+                     cut.size, cut.body, *log, seal(cut.body, log, refs), refs),
                 )  # fmt: skip
                 if self.keep_last is not None:
                     self._prune(db, sid, self.keep_last)
@@ -257,6 +261,25 @@ class SQLiteCheckpointStore(ClosingContext):
         return CheckpointInfo(
             sid, snapshot.checkpoint_id, snapshot.saved_at, snapshot.label, cut.size
         )
+
+    @staticmethod
+    def _put_parts(db: sqlite3.Connection, sid: str, cid: str, cut: SplitSnapshot) -> None:
+        """Store each state part of the checkpoint unless the session has its bytes already.
+
+        A part's ``newest`` is the newest checkpoint id that uses it: once every
+        retained checkpoint is newer, none uses it (``_collect_parts``).
+        """
+        for part in cut.parts:
+            known = db.execute(
+                "UPDATE state_parts SET newest = max(newest, ?3) WHERE session_id = ?1"
+                " AND digest = ?2",
+                (sid, part.digest, cid),
+            ).rowcount
+            if not known:
+                db.execute(
+                    "INSERT INTO state_parts VALUES (?, ?, ?, ?)",
+                    (sid, part.digest, cid, part.data),
+                )
 
     def _append(
         self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot, cached: _CachedLog | None
@@ -359,12 +382,19 @@ class SQLiteCheckpointStore(ClosingContext):
 
     @classmethod
     def _collect_after_delete(cls, db: sqlite3.Connection, sid: str) -> None:
-        """As ``_collect``, and drop the whole log once the session has no checkpoint left."""
+        """As ``_collect``, and drop the state parts no retained checkpoint uses; drop the
+        whole log and every part once the session has no checkpoint left."""
         if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?", (sid,)).fetchone() is None:
             db.execute("DELETE FROM message_chunks WHERE session_id = ?", (sid,))
             db.execute("DELETE FROM message_logs WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM state_parts WHERE session_id = ?", (sid,))
         else:
             cls._collect(db, sid)
+            db.execute(
+                "DELETE FROM state_parts WHERE session_id = ?1 AND newest <"
+                " (SELECT MIN(checkpoint_id) FROM checkpoints WHERE session_id = ?1)",
+                (sid,),
+            )
 
     # --- read -----------------------------------------------------------------------------
 
@@ -384,7 +414,7 @@ class SQLiteCheckpointStore(ClosingContext):
                 ).fetchone()
             if row is None:
                 raise CheckpointNotFound(session_id, checkpoint_id)
-            cid, body, gen, length, count, expected, check = row
+            cid, body, gen, length, count, expected, check, refs = row
             chunks = []
             if gen is not None:
                 chunks = db.execute(
@@ -392,14 +422,19 @@ class SQLiteCheckpointStore(ClosingContext):
                     " WHERE session_id = ? AND gen = ? AND start < ? ORDER BY start",
                     (session_id, gen, length),
                 ).fetchall()
+            stored = self._read_parts(db, session_id, refs)
         try:
-            verify(check, body, (gen, length, count, expected))
+            verify(check, body, (gen, length, count, expected), refs)
             messages = None
             if gen is not None:
                 if not isinstance(length, int) or not isinstance(expected, bytes):
                     raise SnapshotDecodeError("message log reference is damaged")
                 messages = assemble(chunks, length, expected)
-            snapshot = join(body, messages, count, self._migrations)
+            parts = [
+                (kind, name, checked(kind, name, digest, stored.get(digest)))
+                for kind, name, digest in read_refs(refs)
+            ]
+            snapshot = join(body, messages, count, self._migrations, parts)
             if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
                 raise SnapshotDecodeError(
                     f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
@@ -410,6 +445,22 @@ class SQLiteCheckpointStore(ClosingContext):
                 f"checkpoint {cid!r} of session {session_id!r}: {exc.reason}"
             ) from None
         return snapshot
+
+    @staticmethod
+    def _read_parts(db: sqlite3.Connection, sid: str, refs: object) -> dict[bytes, object]:
+        """The stored state parts a checkpoint's ``refs`` name, by digest (checked later)."""
+        try:
+            wanted = [digest for _, _, digest in read_refs(refs)]
+        except SnapshotDecodeError:
+            return {}  # load reports it, after the seal check
+        found: dict[bytes, object] = {}
+        for digest in wanted:
+            row = db.execute(
+                "SELECT data FROM state_parts WHERE session_id = ? AND digest = ?", (sid, digest)
+            ).fetchone()
+            if row is not None:
+                found[digest] = row[0]
+        return found
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first (see ``CheckpointStore.list``)."""

@@ -140,9 +140,10 @@ class SplitSnapshot:
 
     Attributes:
         body: Encoded snapshot; with ``messages=None`` in the state when
-            ``messages`` is not None, else the complete ``serialize()`` bytes.
+            ``messages`` is not None, else holding the messages (if any).
         messages: The message encodings back to back, or None when the state
-            has no message list.
+            has no message list or an empty one (a new session's first checkpoint
+            then needs no log).
         count: Number of messages.
         size: Length of ``snapshot.serialize()``.
         extends: Whether ``messages`` starts with the ``known`` log given to ``split``.
@@ -196,7 +197,7 @@ def _split(snapshot: Snapshot, known: KnownLog | None) -> SplitSnapshot:
     parts = take_parts(state)
     parts_size = sum(len(part.data) for part in parts) - len(parts)  # each left a None
     messages = state.get("messages")
-    if type(messages) is not list:
+    if type(messages) is not list or not messages:  # nothing for a log: the body holds it
         body = encode_plain(plain)
         return SplitSnapshot(body, None, 0, len(body) + parts_size, parts=parts)
     state["messages"] = None

@@ -106,8 +106,14 @@ class SupervisorHandle:
         ref: pykka.ActorRef[Any] = self._call(StartChild(spec), timeout=self._timeout)
         return ref
 
-    def terminate_child(self, child_id: str) -> bool:
+    def terminate_child(self, child_id: str, *, shutdown: float | None = None) -> bool:
         """Stop a child (reason ``shutdown``) and remove it; it will not be restarted.
+
+        Args:
+            child_id: The child's id.
+            shutdown: Its ``ChildSpec.shutdown``, when the caller knows it (it wrote the
+                spec): the call then waits for one answer instead of asking the
+                supervisor for the child's spec first.
 
         Returns:
             True if it stopped within its shutdown timeout; False if it was abandoned.
@@ -115,10 +121,12 @@ class SupervisorHandle:
         Raises:
             ChildNotFound: no such child.
         """
-        info = next((c for c in self.which_children() if c.id == child_id), None)
-        if info is None:
-            raise ChildNotFound(child_id)
-        stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + info.shutdown)
+        if shutdown is None:
+            info = next((c for c in self.which_children() if c.id == child_id), None)
+            if info is None:
+                raise ChildNotFound(child_id)
+            shutdown = info.shutdown
+        stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + shutdown)
         return stopped
 
     def which_children(self) -> list[ChildInfo]:

@@ -5,7 +5,8 @@ states and live values: ``AgentSession.snapshot()`` (which reuses what earlier
 snapshots built) is exactly ``Snapshot.new`` over the whole ``state()``, the
 full walk: equal state, the same stripped paths in the same order, the same
 ``serialize()`` bytes (or the same ``SnapshotEncodeError``), and the same cut
-for the SQLite store's message log. Failed turns roll the reused parts back.
+for the SQLite store (message log and state parts, which join back into the same
+snapshot). Failed turns roll the reused parts back.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +37,8 @@ from actors import (
     Usage,
 )
 from actors.snapshot import encoded_messages
-from supervisor._message_log import KnownLog, split
+from supervisor import _state_parts
+from supervisor._message_log import KnownLog, join, split
 
 
 def _live() -> st.SearchStrategy[Any]:
@@ -163,7 +166,11 @@ def _assert_same_as_full_walk(
     assert encoded_messages(ours) is not None  # every message encodes: the shortcut applies
     cut, full_cut = split(ours, known), split(full, None)
     assert cut.body == full_cut.body
+    assert cut.parts == full_cut.parts
     assert cut.size == full_cut.size == len(outcome)
+    log = None if cut.messages is None else bytes(cut.messages.whole())
+    parts = [(part.kind, part.name, part.data) for part in cut.parts]
+    assert join(cut.body, log, cut.count, None, parts) == Snapshot.deserialize(outcome)
     if full_cut.messages is None:  # no messages: the body holds the (empty) list
         assert cut.messages is None
         return known
@@ -187,6 +194,15 @@ def test_incremental_snapshot_is_the_full_walk(steps: list[Step], metadata: dict
     session = AgentSession(
         AgentTemplate(model=model, plugins=[Changing(model)]), session_id="s", metadata=metadata
     )
+    small_parts = mock.patch.object(_state_parts, "PART_MIN_BYTES", 8)  # cut out most states
+    small_parts.start()
+    try:
+        _check_conversation(session, model, steps)
+    finally:
+        small_parts.stop()
+
+
+def _check_conversation(session: AgentSession, model: Planned, steps: list[Step]) -> None:
     known = _assert_same_as_full_walk(session, None)
 
     def checkpointer(snapshot: Snapshot) -> None:  # runs inside send, after the turn

@@ -125,12 +125,15 @@ class SQLiteCheckpointStore(ClosingContext):
     Do not share one instance across ``fork``; open a new one in the child.
 
     Speed: an instance remembers, per session, the message log it last wrote
-    (64 MiB in all, least recently used first out). A save whose messages
-    extend that log still encodes them all (equal bytes are what prove the
-    old messages unchanged, even if edited in place), but walks dict keys and
-    hashes only the new ones. The remembered log is used only while the
-    database row still shows it, so saves by other processes or instances,
-    and failed saves, just take the full path.
+    (64 MiB in all, least recently used first out). A snapshot of a running
+    session brings its messages encoded (each once, by the session): when they
+    extend the remembered log (the same session's list of encodings, see
+    ``actors._history``) only the new messages' bytes are joined, hashed and
+    written. Any other snapshot's messages are encoded in full (equal bytes are
+    what prove the old messages unchanged, even if edited in place), but only
+    the new ones have their dict keys walked and are hashed. The remembered log
+    is used only while the database row still shows it, so saves by other
+    processes or instances, and failed saves, just take the full path.
 
     Storage grows linearly with a conversation. Messages are kept once per
     session, in an append-only log (its chunks are merged after 32 appends);
@@ -139,7 +142,11 @@ class SQLiteCheckpointStore(ClosingContext):
     A save whose messages do not extend the log (the history was edited, or
     the session resumed from an older checkpoint) starts a new log generation
     holding its full message list; generations no retained checkpoint uses
-    are deleted. On top of that ``keep_last``
+    are deleted. Each plugin's state and the provider state of 4 KiB or more
+    is kept once per session and content (``state_parts``, by SHA-256), shared
+    by every checkpoint with the same bytes, and deleted once no retained
+    checkpoint uses it: one 100 MB value that does not change is stored once,
+    not once per checkpoint. On top of that ``keep_last``
     (default 100) bounds the per-checkpoint part. A session of 1,000 turns
     checkpointed every turn thus takes about one final snapshot plus 100
     small bodies: 1.2x the final snapshot's size once closed, 1.9x while open
@@ -152,7 +159,8 @@ class SQLiteCheckpointStore(ClosingContext):
     row makes only that checkpoint raise ``SnapshotDecodeError`` (naming
     session and checkpoint); the others load. Damage inside the shared
     message log is detected by its SHA-256 digest and affects the checkpoints
-    whose prefix covers the damaged bytes. ``AgentHost`` then falls back to
+    whose prefix covers the damaged bytes; damage to a shared state part, by
+    its SHA-256, affects the checkpoints that use it. ``AgentHost`` then falls back to
     the newest checkpoint that loads (``Checkpoints.latest``).
 
     Identity: the file is marked as a sessionvisor store (``PRAGMA

@@ -3,29 +3,52 @@
 A 20,000-turn session checkpointed after every turn into SQLite: its last
 1,000 turns do the same work as its first 1,000 (messages converted and bytes
 encoded per turn, counted exactly) and take no longer (medians, with a
-generous factor: this machine is shared). The database lives in memory-backed
+generous factor: this machine is shared), and a large plugin value that never
+changes is stored once. The database lives in memory-backed
 ``/dev/shm`` where there is one: the disk's fsyncs are not what is measured.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
-from actors import AgentSession, AgentTemplate, EchoModel, EventBuffer, Message
+from actors import (
+    AgentSession,
+    AgentTemplate,
+    EchoModel,
+    EventBuffer,
+    Message,
+    Plugin,
+    PluginContext,
+)
 from supervisor import SQLiteCheckpointStore
 from supervisor._checkpoints import Checkpoints
 
 TURNS = 20_000
 WINDOW = 1_000
+
+
+BOOK = bytes(range(256)) * 1024  # 256 KiB that never change
+
+
+class Library(Plugin):
+    """Holds one large value that never changes: stored once, however many checkpoints."""
+
+    name = "library"
+
+    def session_start(self, ctx: PluginContext) -> None:
+        ctx.state["book"] = BOOK
 
 
 class _Counts:
@@ -76,14 +99,16 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> _Counts:
 def test_the_last_turns_of_a_long_session_cost_what_the_first_did(
     fast_dir: Path, counts: _Counts
 ) -> None:
-    store = SQLiteCheckpointStore(fast_dir / "long.db", synchronous="NORMAL", keep_last=10)
+    db = fast_dir / "long.db"
+    store = SQLiteCheckpointStore(db, synchronous="NORMAL", keep_last=10)
     events = EventBuffer(16)
     session = AgentSession(
-        AgentTemplate(model=EchoModel()),
+        AgentTemplate(model=EchoModel(), plugins=[Library()]),
         session_id="long",
         event_buffer=events,
         checkpointer=Checkpoints(store).saver(events),
     )
+    session.on_start()  # the session runs on this thread, not as an actor: no counting noise
     seconds: list[float] = []
     work: list[tuple[int, int]] = []
     with store:
@@ -92,7 +117,14 @@ def test_the_last_turns_of_a_long_session_cost_what_the_first_did(
             session.send(f"question {turn}")
             seconds.append(time.perf_counter() - start)
             work.append(counts.take())
-        assert len(store.load("long").messages()) == 2 * TURNS
+        latest = store.load("long")
+        assert len(latest.messages()) == 2 * TURNS
+        assert latest.state["plugins"]["library"]["book"] == BOOK
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM state_parts").fetchone()[0] == 1
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    assert page_size * pages < 3 * 1024 * 1024  # the book once (each turn: 5 MiB in all)
     first, last = slice(0, WINDOW), slice(TURNS - WINDOW, TURNS)
     assert {calls for calls, _ in work[first]} == {calls for calls, _ in work[last]} == {2}
     first_bytes = statistics.median(packed for _, packed in work[first])

@@ -87,7 +87,8 @@ class Snapshot:
     Thread-safety: the dataclass is frozen, and no method mutates ``state`` or
     ``metadata``; it is safe to share between threads as long as nobody
     mutates those dicts in place (treat them as read-only; use ``redact`` to
-    derive a changed snapshot).
+    derive a changed snapshot). A running session's snapshots share their
+    message dicts with each other: mutating one would change the others.
 
     Attributes:
         schema_version: Schema the snapshot is in (``SCHEMA_VERSION`` for new ones).
@@ -187,7 +188,7 @@ class Snapshot:
         plain_state, stripped = strip_live(state)
         if not isinstance(plain_state, dict):
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
-        return _made_now(session_id, label, metadata, plain_state, stripped, None)
+        return _made_now(cls, session_id, label, metadata, plain_state, stripped, None)
 
     def redact(self, fn: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Snapshot:
         """A new snapshot whose state is ``fn(state)``; every other field unchanged.
@@ -355,6 +356,7 @@ def _check_new(session_id: object, label: object, metadata: object) -> None:
 
 
 def _made_now(  # noqa: PLR0917 (private; its two callers pass every part)
+    cls: type[Snapshot],
     session_id: str,
     label: str | None,
     metadata: Mapping[str, Any] | None,
@@ -364,7 +366,7 @@ def _made_now(  # noqa: PLR0917 (private; its two callers pass every part)
 ) -> Snapshot:
     plain_metadata, _ = strip_live(metadata or {}, strip=False)
     checkpoint_id, now_ns = _IDS.new()
-    return Snapshot(
+    return cls(
         schema_version=SCHEMA_VERSION,
         checkpoint_id=checkpoint_id,
         session_id=session_id,
@@ -407,7 +409,7 @@ def session_snapshot(
         else:
             plain[key], found = strip_live(value, root=join_path("", key))
             stripped += found
-    return _made_now(session_id, label, None, plain, tuple(stripped), encoded)
+    return _made_now(Snapshot, session_id, label, None, plain, tuple(stripped), encoded)
 
 
 def encoded_messages(snapshot: Snapshot) -> EncodedMessages | None:

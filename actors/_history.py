@@ -106,10 +106,15 @@ class HistoryCodec:
 
     def _add(self, index: int, message: Message) -> None:
         root = f"messages[{index}]"
-        plain, stripped = strip_live(message.to_dict(), root=root)
+        plain = message.to_dict()
+        stripped: tuple[str, ...] = ()
         try:
-            part = pack_plain(plain, root=f"state.{root}")
-            check_keys(plain, root=f"state.{root}")
+            if all(value is None or type(value) is str for value in plain.values()):
+                part = pack_plain(plain, root=f"state.{root}")  # nothing to strip or walk
+            else:  # tool calls (the model's arguments may hold anything): in full
+                plain, stripped = strip_live(plain, root=root)
+                part = pack_plain(plain, root=f"state.{root}")
+                check_keys(plain, root=f"state.{root}")
         except SnapshotEncodeError:
             part = b""
             self._bad.append(index)

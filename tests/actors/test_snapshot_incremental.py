@@ -89,6 +89,7 @@ class Step:
 
     user: str
     arguments: Any  # the tool call's arguments (None: no tool call)
+    call_id: Any  # the tool call's id, as the model gives it (a model may give anything)
     answer: str
     fail: bool  # the model raises after the tool call: the turn is rolled back
     save_fails: bool  # the checkpointer raises after the turn's snapshot: rolled back too
@@ -101,6 +102,7 @@ steps = st.lists(
         Step,
         user=text,
         arguments=st.none() | st.dictionaries(text, values, max_size=3),
+        call_id=st.one_of(text, st.integers(0, 9), st.builds(lambda: lambda: 0)),
         answer=text,
         fail=st.booleans(),
         save_fails=st.booleans(),
@@ -123,7 +125,7 @@ class Planned:
     def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
         step = self.steps[0]
         if messages[-1].role == "user" and step.arguments is not None:
-            call = ToolCall("c1", "missing_tool", step.arguments)
+            call = ToolCall(step.call_id, "missing_tool", step.arguments)
             return ModelResponse(Message.assistant(None, (call,)), Usage(1, 1))
         if step.fail:
             raise RuntimeError("model failed")
@@ -233,7 +235,8 @@ def test_a_rolled_back_turn_leaves_every_list_handed_out_as_it_was() -> None:
             raise OSError("disk full")
 
     session = AgentSession(AgentTemplate(model=model), session_id="s", checkpointer=checkpointer)
-    model.steps.extend(Step("", None, f"answer {i}", False, False, None, None) for i in range(3))
+    answers = (Step("", None, "c1", f"answer {i}", False, False, None, None) for i in range(3))
+    model.steps.extend(answers)
     session.send("one")
     model.steps.popleft()
     with pytest.raises(OSError, match="disk full"):

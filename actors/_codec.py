@@ -30,7 +30,16 @@ import msgpack
 
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError
 
-__all__ = ["check_keys", "check_plain", "decode_plain", "encode_plain", "join_path", "pack_plain"]
+__all__ = [
+    "array_header",
+    "check_keys",
+    "check_plain",
+    "decode_plain",
+    "encode_plain",
+    "join_path",
+    "map_header",
+    "pack_plain",
+]
 
 _MAX_DEPTH = 500  # the path-naming walk gives up here; msgpack's own limit is 511
 
@@ -50,6 +59,24 @@ def join_path(parent: str, key: object) -> str:
     if isinstance(key, str):
         return f"{parent}.{key}" if parent else key
     return f"{parent}[{key!r}]"
+
+
+def array_header(count: int) -> bytes:
+    """The msgpack header of an array of ``count`` items (the items' encodings follow it)."""
+    if count < 16:
+        return bytes((0x90 | count,))
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def map_header(count: int) -> bytes:
+    """The msgpack header of a map of ``count`` pairs (key and value encodings follow it)."""
+    if count < 16:
+        return bytes((0x80 | count,))
+    if count < 1 << 16:
+        return b"\xde" + count.to_bytes(2, "big")
+    return b"\xdf" + count.to_bytes(4, "big")
 
 
 def _default(obj: object) -> object:

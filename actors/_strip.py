@@ -179,7 +179,7 @@ class _Walker:
         return out
 
 
-def strip_live(value: object, *, strip: bool = True) -> tuple[Any, tuple[str, ...]]:
+def strip_live(value: object, *, strip: bool = True, root: str = "") -> tuple[Any, tuple[str, ...]]:
     """Copy ``value`` with live values replaced by markers.
 
     Args:
@@ -187,6 +187,8 @@ def strip_live(value: object, *, strip: bool = True) -> tuple[Any, tuple[str, ..
         strip: ``False`` only normalizes containers (used for snapshot metadata,
             where a live value is an error for serialization to report, not
             something to rebuild).
+        root: The path of ``value`` itself, prefixed to every path found
+            (``messages[3]``: what a walk of the whole state would record).
 
     Returns:
         The normalized copy and the paths of the stripped values, in walk order.
@@ -195,4 +197,4 @@ def strip_live(value: object, *, strip: bool = True) -> tuple[Any, tuple[str, ..
         ValueError: the value contains a reference cycle.
     """
     walker = _Walker(strip)
-    return walker.walk(value, ""), tuple(walker.paths)
+    return walker.walk(value, root), tuple(walker.paths)

@@ -162,9 +162,13 @@ class Message:
         Raises:
             InvalidMessage: a field is missing, of the wrong type, or the role is unknown.
         """
+        if cls is Message and type(data) is dict and data.keys() <= _MESSAGE_KEYS:
+            message = _exact_message(data)
+            if message is not None:
+                return message
         d = _require_mapping("Message", data)
         role = d.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:  # (a list is not even hashable)
             raise InvalidMessage(
                 "Message", "role", f"must be one of {sorted(_ROLES)}, got {role!r}"
             )
@@ -183,6 +187,59 @@ class Message:
             tool_call_id=_get_str("Message", d, "tool_call_id", optional=True),
             name=_get_str("Message", d, "name", optional=True),
         )
+
+
+_MESSAGE_KEYS = frozenset(("role", "content", "tool_calls", "tool_call_id", "name"))
+_CALL_KEYS = frozenset(("id", "name", "arguments"))
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _exact_call(data: object) -> ToolCall | None:
+    """``ToolCall.from_dict`` of an exactly typed dict (what ``to_dict`` writes), or ``None``
+    for the general path to check."""
+    if type(data) is not dict or not data.keys() <= _CALL_KEYS:
+        return None
+    call_id, name, arguments = data.get("id"), data.get("name"), data.get("arguments", {})
+    if type(call_id) is not str or type(name) is not str or type(arguments) is not dict:
+        return None
+    return ToolCall(call_id, name, dict(arguments)) if _is_json(arguments) else None
+
+
+def _exact_message(data: dict[str, Any]) -> Message | None:
+    """``Message.from_dict`` of a dict whose fields are exactly typed (what ``to_dict``
+    writes), or ``None`` for the general path to check and name what is wrong.
+
+    A resumed session rebuilds its whole history: this path builds a message at
+    about a third of the general path's cost.
+    """
+    role = data.get("role")
+    content = data.get("content")
+    call_id = data.get("tool_call_id")
+    name = data.get("name")
+    if not (
+        type(role) is str
+        and role in _ROLES
+        and (content is None or type(content) is str)
+        and (call_id is None or type(call_id) is str)
+        and (name is None or type(name) is str)
+    ):
+        return None
+    calls: tuple[ToolCall, ...] = ()
+    if "tool_calls" in data:
+        raw_calls = data["tool_calls"]
+        if type(raw_calls) is not list:
+            return None
+        calls = tuple(map(_exact_call, raw_calls))  # type: ignore[arg-type]  # Nones: below
+        if None in calls:
+            return None
+    message: Message = _new(Message)  # every field checked above: __post_init__'s work
+    _set(message, "role", role)
+    _set(message, "content", content)
+    _set(message, "tool_calls", calls)
+    _set(message, "tool_call_id", call_id)
+    _set(message, "name", name)
+    return message
 
 
 @dataclass(frozen=True, slots=True)

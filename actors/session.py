@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Self
 import pykka
 
 from actors._codec import encode_plain
+from actors._history import HistoryCodec
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
 from actors._storable import storable_message, storable_text
@@ -28,7 +29,7 @@ from actors.messages import Message, ToolCall, Usage
 from actors.model import Model, ModelResponse
 from actors.plugins import Plugin
 from actors.providers import ProviderRegistry
-from actors.snapshot import Snapshot
+from actors.snapshot import Snapshot, session_snapshot
 from actors.steering import SteeringQueue
 from actors.template import AgentTemplate
 from actors.tools import Tool
@@ -177,6 +178,8 @@ class AgentSession(pykka.ThreadingActor):
             event_buffer if event_buffer is not None else EventBuffer(event_buffer_size)
         )
         try:  # a checkpoint that decodes but holds the wrong shapes: one documented error
+            # Append-only (a rolled-back turn swaps in a shorter copy): ``_history``
+            # strips and encodes each message once, for every later snapshot.
             self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             self._turns = int(restored.get("turns", 0))
@@ -197,6 +200,7 @@ class AgentSession(pykka.ThreadingActor):
                 f"({type(exc).__name__}: {exc}); resume an older checkpoint"
             ) from exc
         self._provider_state = restored.get("provider_state")
+        self._history = HistoryCodec()
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
         self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
@@ -331,6 +335,7 @@ class AgentSession(pykka.ThreadingActor):
         """
         # A new list, not ``del``: prompts handed to the model are views of the old one.
         self._messages = self._messages[: mark.messages]
+        self._history.truncate(mark.messages)
         self._turns = mark.turns
         self._provider_state = mark.provider_state
         if mark.plugin_states is not None:  # in place: a plugin may hold on to its ctx.state
@@ -341,8 +346,30 @@ class AgentSession(pykka.ThreadingActor):
         self._steered = []
 
     def snapshot(self, label: str | None = None) -> Snapshot:
-        """A snapshot of the session now: its ``state()`` with live values stripped."""
-        return Snapshot.new(session_id=self.session_id, state=self.state(), label=label)
+        """A snapshot of the session now: its ``state()`` with live values stripped.
+
+        Costs what changed since the last one, not the history: each message is
+        converted, stripped and encoded once, the first time a snapshot holds it,
+        and later snapshots share those dicts and bytes (treat a snapshot's
+        message dicts as read-only). Plugin states, provider state and metadata
+        are copied and stripped in full every time, as ``Snapshot.new`` does.
+
+        Raises:
+            SnapshotEncodeError: as ``state``.
+        """
+        try:
+            state = self._state(with_messages=False)
+        except RecursionError:
+            raise self._too_deep_error() from None
+        messages, paths, encoded = self._history.snapshot_part(self._messages)
+        return session_snapshot(
+            session_id=self.session_id,
+            state=state,
+            messages=messages,
+            message_paths=paths,
+            encoded=encoded,
+            label=label,
+        )
 
     def steer(self, text: str) -> None:
         """Queue ``text`` to be injected before the next model call (``SteeringQueueFull``
@@ -413,10 +440,12 @@ class AgentSession(pykka.ThreadingActor):
                 return part, value
         return "plugins", self.plugins.states()
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self, *, with_messages: bool = True) -> dict[str, Any]:
+        """The state (see ``state``); with ``with_messages=False`` its ``messages`` entry is
+        ``None``, a place holder that keeps the order of the keys."""
         return {
             "session_id": self.session_id,
-            "messages": [m.to_dict() for m in self._messages],
+            "messages": [m.to_dict() for m in self._messages] if with_messages else None,
             "usage": self._usage.to_dict(),
             "metadata": _copy_containers(self._metadata),
             "model": self.model_string,

@@ -30,16 +30,26 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any, ClassVar
 
-from actors._codec import check_plain, decode_plain, encode_plain
+from actors._codec import (
+    array_header,
+    check_plain,
+    decode_plain,
+    encode_plain,
+    join_path,
+    map_header,
+    pack_plain,
+)
+from actors._history import EncodedMessages
 from actors._ids import CheckpointIdGenerator
 from actors._strip import strip_live
-from actors.errors import InvalidMessage, SnapshotDecodeError
+from actors.errors import InvalidMessage, SnapshotDecodeError, SnapshotEncodeError
 from actors.messages import Message, Usage
 from actors.migrations import SCHEMA_VERSION, SNAPSHOT_MIGRATIONS, MigrationRegistry
 
-__all__ = ["SCHEMA_VERSION", "Snapshot", "schema_version"]
+__all__ = ["SCHEMA_VERSION", "Snapshot", "encoded_messages", "schema_version", "session_snapshot"]
 
 _FIELDS = (
     "schema_version",
@@ -77,7 +87,8 @@ class Snapshot:
     Thread-safety: the dataclass is frozen, and no method mutates ``state`` or
     ``metadata``; it is safe to share between threads as long as nobody
     mutates those dicts in place (treat them as read-only; use ``redact`` to
-    derive a changed snapshot).
+    derive a changed snapshot). A running session's snapshots share their
+    message dicts with each other: mutating one would change the others.
 
     Attributes:
         schema_version: Schema the snapshot is in (``SCHEMA_VERSION`` for new ones).
@@ -99,6 +110,9 @@ class Snapshot:
     metadata: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     stripped_fields: tuple[str, ...] = ()
+    _encoded: EncodedMessages | None = field(default=None, compare=False)
+    """Private: the messages already encoded (``session_snapshot``); used by ``serialize``
+    and the stores only while ``state["messages"]`` is the list they were made for."""
 
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
@@ -170,29 +184,11 @@ class Snapshot:
                 ``label`` is not a string, or ``metadata`` is not a mapping.
             ValueError: ``session_id`` is empty, or ``state`` contains a reference cycle.
         """
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
-        if not session_id:
-            raise ValueError("session_id is required and must not be empty")
-        if label is not None and not isinstance(label, str):
-            raise TypeError(f"label must be a str or None, got {type(label).__name__}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise TypeError(f"metadata must be a mapping or None, got {type(metadata).__name__}")
+        _check_new(session_id, label, metadata)
         plain_state, stripped = strip_live(state)
         if not isinstance(plain_state, dict):
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
-        plain_metadata, _ = strip_live(metadata or {}, strip=False)
-        checkpoint_id, now_ns = _IDS.new()
-        return cls(
-            schema_version=SCHEMA_VERSION,
-            checkpoint_id=checkpoint_id,
-            session_id=session_id,
-            saved_at=_EPOCH + timedelta(microseconds=now_ns // 1000),
-            label=label,
-            metadata=plain_metadata,
-            state=plain_state,
-            stripped_fields=stripped,
-        )
+        return _made_now(cls, session_id, label, metadata, plain_state, stripped, None)
 
     def redact(self, fn: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Snapshot:
         """A new snapshot whose state is ``fn(state)``; every other field unchanged.
@@ -257,12 +253,23 @@ class Snapshot:
     def serialize(self) -> bytes:
         """Strict msgpack bytes of this snapshot. Never pickles.
 
+        A snapshot of a running session (``AgentSession.snapshot``) reuses the
+        encodings its messages got when they were first checkpointed; the bytes
+        are the same as the full encoding's.
+
         Raises:
             SnapshotEncodeError: a value is not plain (None, bool, int, float, str,
                 bytes, list, tuple, dict with str keys, aware datetime); the error
                 names its path, e.g. ``state.plugins.db.handler``.
         """
-        return encode_plain(self.to_dict())
+        plain = self.to_dict()
+        encoded = encoded_messages(self)
+        if encoded is not None:
+            try:
+                return _encode_reusing(plain, encoded)
+            except SnapshotEncodeError:
+                pass  # the full encoding below names the problem, as it always has
+        return encode_plain(plain)
 
     @classmethod
     def deserialize(cls, data: object, *, migrations: MigrationRegistry | None = None) -> Snapshot:
@@ -334,6 +341,108 @@ class Snapshot:
                 f"state.provider_state must be a dict or null, got {type(raw).__name__}"
             )
         return raw
+
+
+def _check_new(session_id: object, label: object, metadata: object) -> None:
+    """The argument checks of ``Snapshot.new`` (see there)."""
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+    if not session_id:
+        raise ValueError("session_id is required and must not be empty")
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a str or None, got {type(label).__name__}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping or None, got {type(metadata).__name__}")
+
+
+def _made_now(  # noqa: PLR0917 (private; its two callers pass every part)
+    cls: type[Snapshot],
+    session_id: str,
+    label: str | None,
+    metadata: Mapping[str, Any] | None,
+    state: dict[str, Any],
+    stripped: tuple[str, ...],
+    encoded: EncodedMessages | None,
+) -> Snapshot:
+    plain_metadata, _ = strip_live(metadata or {}, strip=False)
+    checkpoint_id, now_ns = _IDS.new()
+    return cls(
+        schema_version=SCHEMA_VERSION,
+        checkpoint_id=checkpoint_id,
+        session_id=session_id,
+        saved_at=_EPOCH + timedelta(microseconds=now_ns // 1000),
+        label=label,
+        metadata=plain_metadata,
+        state=state,
+        stripped_fields=stripped,
+        _encoded=encoded,
+    )
+
+
+def session_snapshot(
+    *,
+    session_id: str,
+    state: Mapping[str, Any],
+    messages: list[dict[str, Any]],
+    message_paths: tuple[str, ...],
+    encoded: EncodedMessages | None,
+    label: str | None = None,
+) -> Snapshot:
+    """``Snapshot.new`` for a session whose messages are stripped already (``HistoryCodec``).
+
+    ``state`` holds every part but the messages (its ``"messages"`` key, if any,
+    is replaced by ``messages``, in its place). The other parts are stripped as
+    ``new`` strips them; the result, ``stripped_fields`` order included, is what
+    ``Snapshot.new`` returns for the whole state. ``messages`` and the dicts in it
+    are shared with the session's later snapshots: they are never mutated.
+
+    Raises:
+        TypeError, ValueError: as ``Snapshot.new``.
+    """
+    _check_new(session_id, label, None)
+    plain: dict[str, Any] = {}
+    stripped: list[str] = []
+    for key, value in state.items():
+        if key == "messages":
+            plain[key] = messages
+            stripped += message_paths
+        else:
+            plain[key], found = strip_live(value, root=join_path("", key))
+            stripped += found
+    return _made_now(Snapshot, session_id, label, None, plain, tuple(stripped), encoded)
+
+
+def encoded_messages(snapshot: Snapshot) -> EncodedMessages | None:
+    """The ready encodings of ``snapshot``'s messages, if it has them and they still apply."""
+    encoded = snapshot._encoded
+    return encoded if encoded is not None and encoded.of(snapshot.state) else None
+
+
+def _encode_reusing(plain: dict[str, Any], encoded: EncodedMessages) -> bytes:
+    """``encode_plain(plain)``, reusing ``encoded`` for ``plain["state"]["messages"]``.
+
+    A map's encoding is its header, then each key's and value's encoding in
+    order, so encoding the pieces separately gives the same bytes.
+
+    Raises:
+        SnapshotEncodeError: a piece is not plain (the path may differ from the
+            full walk's: the caller encodes everything again to name it).
+    """
+    pieces = [map_header(len(plain))]
+    for key, value in plain.items():
+        pieces.append(pack_plain(key))
+        if key != "state":
+            pieces.append(encode_plain(value, root=key))
+            continue
+        pieces.append(map_header(len(value)))
+        for part, item in value.items():
+            pieces.append(pack_plain(part, root="state"))
+            if part == "messages":
+                pieces.append(array_header(encoded.count))
+                pieces.extend(islice(encoded.parts, encoded.count))
+            else:
+                pieces.append(encode_plain(item, root=join_path("state", part)))
+    return b"".join(pieces)
 
 
 def _json_default(obj: object) -> object:

@@ -123,8 +123,8 @@ class Subject:
         """The body of ``saved`` and its messages the store had not got yet (untimed)."""
         cut = split(saved)
         assert cut.messages is not None
-        new = bytes(cut.messages[self._log_bytes :])
-        self._log_bytes = len(cut.messages)
+        new = bytes(cut.messages.after(self._log_bytes))
+        self._log_bytes = cut.messages.length
         return cut.body, new
 
 

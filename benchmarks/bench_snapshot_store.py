@@ -195,11 +195,11 @@ def load_and_disk_figures(directory: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def _no_seal(body: bytes, ref: LogRef) -> bytes:
+def _no_seal(body: bytes, ref: LogRef, parts: bytes | None = None) -> bytes:
     return b""
 
 
-def _no_verify(check: object, body: object, ref: LogRef) -> None:
+def _no_verify(check: object, body: object, ref: LogRef, parts: object = None) -> None:
     return None
 
 

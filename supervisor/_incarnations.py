@@ -2,7 +2,8 @@
 
 Every session is a dynamic ``permanent`` child of one root ``Supervisor``,
 with its own restart intensity. Its child start function (``_incarnate``)
-loads the session's latest checkpoint, has the runtime start an incarnation
+loads the session's latest checkpoint (a first start is given its checkpoint,
+or is of a new session, which has none), has the runtime start an incarnation
 and registers it, for the first start, a reactivation and every crash
 restart alike: a restart *is* a resume. The registry evicts an incarnation
 the moment it dies (``_on_evict``), before the supervisor restarts it.
@@ -136,7 +137,7 @@ class Incarnations:
             record.session_id,
             functools.partial(self._incarnate, record),
             restart="permanent",
-            shutdown=self.policy.call_timeout,
+            shutdown=self.policy.call_timeout,  # what hibernate and stop pass to terminate_child
             max_restarts=self.policy.max_restarts,
             max_seconds=self.policy.max_seconds,
         )
@@ -156,7 +157,9 @@ class Incarnations:
         ``ChildStartError`` that counts against the session's restart intensity.
         """
         pending, record.resume_from = record.resume_from, None
-        snapshot = pending or self._checkpoints.latest(record.session_id, record.events)
+        snapshot = pending
+        if snapshot is None and record.incarnations > 0:  # a first start is new or resumed
+            snapshot = self._checkpoints.latest(record.session_id, record.events)
         launch = SessionLaunch(
             session_id=record.session_id,
             template=record.template,
@@ -337,7 +340,7 @@ class Incarnations:
                 return False
             self._checkpoints.save(snapshot, record.events)
             self._table.set(record, "hibernated", None)
-            self.root.terminate_child(record.session_id)
+            self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
             record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
             return True
         finally:
@@ -361,7 +364,7 @@ class Incarnations:
         self.final_checkpoint(record)
         self._table.set(record, "stopped", None)
         with contextlib.suppress(Exception):
-            self.root.terminate_child(record.session_id)
+            self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
         self._table.forget(record)
 
     def final_checkpoint(self, record: SessionRecord) -> None:

@@ -1,23 +1,26 @@
-"""Splitting a snapshot into a small *body* and its message bytes, and joining them back.
+"""Splitting a snapshot into a small *body*, its message bytes and its state parts, and back.
 
-The SQLite store keeps a session's messages once, in an append-only log, and
-each checkpoint as a body plus "the first N bytes of the log". This module is
-the pure part of that scheme:
+The SQLite store keeps a session's messages once, in an append-only log, its
+large plugin and provider states once per content (``_state_parts``), and
+each checkpoint as a body plus "the first N bytes of the log" plus the
+digests of its parts. This module is the pure part of that scheme:
 
-* ``split`` encodes the snapshot with ``state["messages"]`` replaced by
-  ``None`` (the body) and encodes the message list separately; the log bytes
-  are that list's msgpack array *without* its header, i.e. the message
-  encodings back to back, so a longer conversation's bytes start with a
-  shorter one's.
-* ``seal`` and ``verify`` give each stored body its checksum, over the body
-  and its message-log reference, so a damaged or edited row is refused.
-* ``join`` decodes the body, decodes the log prefix under a fresh array
-  header and puts the list back, then builds the snapshot through
-  ``Snapshot.from_dict``, so migrations see the whole snapshot.
+* ``split`` encodes the snapshot with ``state["messages"]`` and each large
+  state part replaced by ``None`` (the body); the log bytes are the message
+  list's msgpack array *without* its header, i.e. the message encodings back
+  to back, so a longer conversation's bytes start with a shorter one's. A
+  snapshot of a running session brings those encodings with it
+  (``actors.snapshot.encoded_messages``): nothing of its history is encoded again.
+* ``seal`` and ``verify`` give each stored body its checksum, over the body,
+  its message-log reference and its part references, so a damaged or edited
+  row is refused.
+* ``join`` decodes the body, puts the parts back, decodes the log prefix under
+  a fresh array header and puts the list back, then builds the snapshot
+  through ``Snapshot.from_dict``, so migrations see the whole snapshot.
 
-The sizes line up exactly: ``None`` is one byte, so
-``len(body) - 1 + len(array)`` is the size of ``snapshot.serialize()``.
-Pure functions, thread-safe.
+The sizes line up exactly: ``None`` is one byte, so ``len(body) - 1 +
+len(array)``, less one byte and plus the size of each part, is the size of
+``snapshot.serialize()``. Pure functions, thread-safe.
 """
 
 from __future__ import annotations
@@ -34,14 +37,19 @@ from actors import (
     MigrationRegistry,
     Snapshot,
     SnapshotDecodeError,
+    SnapshotEncodeError,
     decode_plain,
     encode_plain,
 )
-from actors._codec import check_keys, pack_plain
+from actors._codec import array_header, check_keys, pack_plain
+from actors._history import EncodedMessages
+from actors.snapshot import encoded_messages
+from supervisor._state_parts import StatePart, put_parts, take_parts
 
 __all__ = [
     "KnownLog",
     "LogRef",
+    "MessageBytes",
     "SplitSnapshot",
     "assemble",
     "digest",
@@ -60,37 +68,95 @@ _SEAL_PERSON = b"sv-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
+class KnownLog:
+    """Message bytes an earlier ``split`` produced: a log the next save is likely to extend.
+
+    Attributes:
+        count: How many messages the log holds.
+        length: Its length in bytes.
+        data: The encodings of those messages, back to back; ``None`` when the
+            log is known by its ``lineage`` instead.
+        lineage: The ``EncodedMessages.parts`` list the log was made from, if it
+            was: a snapshot whose encodings share that list agrees with the log
+            on its first ``count`` messages without a byte being compared.
+    """
+
+    count: int
+    length: int
+    data: bytes | memoryview | None = None
+    lineage: object | None = None
+
+
+class MessageBytes:
+    """The message bytes of a split snapshot: the log a checkpoint needs.
+
+    The whole log is built only when asked for (``whole``): a save that
+    extends the log it wrote last needs only what follows it (``after``).
+    Immutable once made; thread-safe.
+    """
+
+    __slots__ = ("_encoded", "_tail", "_tail_from", "_whole", "count", "length")
+
+    def __init__(
+        self,
+        count: int,
+        length: int,
+        *,
+        whole: memoryview | None,
+        encoded: EncodedMessages | None,
+        tail_from: int = -1,
+        tail: bytes | memoryview = b"",
+    ) -> None:
+        self.count = count
+        self.length = length
+        self._whole = whole
+        self._encoded = encoded
+        self._tail_from = tail_from
+        self._tail = tail
+
+    def whole(self) -> memoryview:
+        """All of the log's bytes."""
+        if self._whole is None:
+            assert self._encoded is not None
+            self._whole = memoryview(self._encoded.data())
+        return self._whole
+
+    def after(self, start: int) -> bytes | memoryview:
+        """The log's bytes from byte ``start`` on."""
+        if start == self._tail_from:
+            return self._tail
+        return self.whole()[start:]
+
+    def known(self) -> KnownLog:
+        """These bytes as a ``KnownLog``, for the next ``split`` of the session."""
+        if self._encoded is not None:
+            return KnownLog(self.count, self.length, None, self._encoded.parts)
+        return KnownLog(self.count, self.length, self.whole())
+
+
+@dataclass(frozen=True, slots=True)
 class SplitSnapshot:
     """A snapshot cut for storage.
 
     Attributes:
         body: Encoded snapshot; with ``messages=None`` in the state when
-            ``messages`` is not None, else the complete ``serialize()`` bytes.
+            ``messages`` is not None, else holding the messages (if any).
         messages: The message encodings back to back, or None when the state
-            has no message list.
+            has no message list or an empty one (a new session's first checkpoint
+            then needs no log).
         count: Number of messages.
         size: Length of ``snapshot.serialize()``.
         extends: Whether ``messages`` starts with the ``known`` log given to ``split``.
+        parts: The plugin and provider states taken out of the body (``None`` there),
+            to be stored once per content (see ``_state_parts``).
     """
 
     body: bytes
-    messages: memoryview | None
+    messages: MessageBytes | None
     count: int
     size: int
     extends: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class KnownLog:
-    """Message bytes ``split`` produced before: a log the next save is likely to extend.
-
-    Attributes:
-        data: The encodings of the first ``count`` messages, back to back.
-        count: How many messages ``data`` holds.
-    """
-
-    data: bytes | memoryview
-    count: int
+    parts: tuple[StatePart, ...] = ()
 
 
 def _array_header_length(first: int) -> int:
@@ -103,36 +169,94 @@ def _array_header_length(first: int) -> int:
     raise AssertionError(f"not a msgpack array header: {first:#x}")  # pragma: no cover
 
 
-def split(snapshot: Snapshot, known: KnownLog | None = None) -> SplitSnapshot:
+def split(
+    snapshot: Snapshot, known: KnownLog | None = None, *, parts: bool = True
+) -> SplitSnapshot:
     """Cut ``snapshot`` into body and message bytes.
 
-    Strict as ``serialize``. With ``known`` (a log an earlier ``split`` returned),
-    when the new message bytes start with exactly ``known.data``, the dict keys
-    of the first ``known.count`` messages are not walked again: equal msgpack
-    bytes mean values of equal types (a ``str`` key and any other key encode
-    differently), and those bytes were checked in full when first produced.
-    Everything is still encoded; only the Python-level key walk is saved.
+    Strict as ``serialize``. A snapshot of a running session carries its
+    messages encoded already (``actors.encoded_messages``): those bytes are
+    used as they are, and when they share ``known``'s lineage only the
+    messages after ``known.count`` are even joined. Otherwise the messages are
+    encoded here; when their bytes start with exactly ``known.data``, the dict
+    keys of the first ``known.count`` messages are not walked again: equal
+    msgpack bytes mean values of equal types (a ``str`` key and any other key
+    encode differently), and those bytes were checked in full when first produced.
+    With ``parts=False`` large states stay in the body (an encrypted store's choice).
 
     Raises:
         actors.SnapshotEncodeError: a value is not plain (path as in ``serialize``).
     """
+    try:
+        return _split(snapshot, known, parts)
+    except SnapshotEncodeError:
+        snapshot.serialize()  # raises the error a full encoding reports (the same type)
+        raise  # pragma: no cover - serialize refuses whatever a piece of it refused
+
+
+def _split(snapshot: Snapshot, known: KnownLog | None, take: bool) -> SplitSnapshot:
     plain = snapshot.to_dict()
-    state = plain["state"]
+    state = plain["state"] = dict(plain["state"])
+    parts = take_parts(state) if take else ()
+    parts_size = sum(len(part.data) for part in parts) - len(parts)  # each left a None
     messages = state.get("messages")
-    if type(messages) is not list:
+    if type(messages) is not list or not messages:  # nothing for a log: the body holds it
         body = encode_plain(plain)
-        return SplitSnapshot(body, None, 0, len(body))
-    plain["state"] = {**state, "messages": None}
+        return SplitSnapshot(body, None, 0, len(body) + parts_size, parts=parts)
+    state["messages"] = None
     body = encode_plain(plain)
+    count = len(messages)
+    encoded = encoded_messages(snapshot)
+    if encoded is not None:
+        log, extends = _reused(encoded, known)
+    else:
+        log, extends = _encoded_here(messages, known)
+    size = len(body) - 1 + len(array_header(count)) + log.length + parts_size
+    return SplitSnapshot(body, log, count, size, extends, parts)
+
+
+def _reused(encoded: EncodedMessages, known: KnownLog | None) -> tuple[MessageBytes, bool]:
+    """The log of a snapshot whose messages are encoded already."""
+    count = encoded.count
+    if known is not None and known.count <= count and known.lineage is encoded.parts:
+        tail = encoded.data(known.count)
+        length = known.length + len(tail)
+        return MessageBytes(
+            count, length, whole=None, encoded=encoded, tail_from=known.length, tail=tail
+        ), True
+    data = encoded.data()
+    whole = memoryview(data)
+    if (
+        known is not None
+        and known.data is not None
+        and known.count <= count
+        and data.startswith(known.data)
+    ):
+        return MessageBytes(
+            count, len(data), whole=whole, encoded=encoded,
+            tail_from=known.length, tail=whole[known.length :],
+        ), True  # fmt: skip
+    return MessageBytes(count, len(data), whole=whole, encoded=encoded), False
+
+
+def _encoded_here(messages: list[Any], known: KnownLog | None) -> tuple[MessageBytes, bool]:
     root = "state.messages"
     array = pack_plain(messages, root=root)
     start = _array_header_length(array[0])
     extends = (
-        known is not None and known.count <= len(messages) and array.startswith(known.data, start)
+        known is not None
+        and known.data is not None
+        and known.count <= len(messages)
+        and array.startswith(known.data, start)
     )
     check_keys(messages, root=root, start=known.count if extends and known else 0)
     view = memoryview(array)[start:]
-    return SplitSnapshot(body, view, len(messages), len(body) - 1 + len(array), extends)
+    if extends and known is not None:
+        tail = view[known.length :]
+        return MessageBytes(
+            len(messages), len(view), whole=view, encoded=None, tail_from=known.length, tail=tail
+        ), True
+    return MessageBytes(len(messages), len(view), whole=view, encoded=None), False
 
 
 def digest(data: bytes | memoryview) -> bytes:
@@ -140,21 +264,24 @@ def digest(data: bytes | memoryview) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def seal(body: bytes, ref: LogRef) -> bytes:
+def seal(body: bytes, ref: LogRef, parts: bytes | None = None) -> bytes:
     """The checksum stored with a checkpoint body: a tag byte, then BLAKE2b-128 of the
-    message-log reference ``ref`` and the body.
+    message-log reference ``ref``, the state part references ``parts`` (if any) and
+    the body.
 
     It covers everything ``load`` reads from the row to rebuild the snapshot;
     the session and checkpoint ids are inside the body. The tag says how the
     rest was computed, so that a keyed MAC (with encryption) can be a second
-    kind later, and rows of both kinds can be told apart.
+    kind later, and rows of both kinds can be told apart. A row without parts
+    is sealed as before parts existed.
     """
-    hasher = hashlib.blake2b(msgpack.packb(list(ref)), digest_size=16, person=_SEAL_PERSON)
+    covered = list(ref) if parts is None else [*ref, parts]
+    hasher = hashlib.blake2b(msgpack.packb(covered), digest_size=16, person=_SEAL_PERSON)
     hasher.update(body)
     return _SEAL_BLAKE2B + hasher.digest()
 
 
-def verify(check: object, body: object, ref: LogRef) -> None:
+def verify(check: object, body: object, ref: LogRef, parts: object = None) -> None:
     """Check a stored body and reference against their stored ``seal``.
 
     Raises:
@@ -165,7 +292,9 @@ def verify(check: object, body: object, ref: LogRef) -> None:
         raise SnapshotDecodeError(f"stored body is {type(body).__name__}, not bytes")
     if not isinstance(check, bytes) or check[:1] != _SEAL_BLAKE2B:
         raise SnapshotDecodeError("stored checksum is missing or of an unknown kind")
-    if not hmac.compare_digest(check, seal(body, ref)):
+    if parts is not None and not isinstance(parts, bytes):
+        raise SnapshotDecodeError(f"stored part references are {type(parts).__name__}, not bytes")
+    if not hmac.compare_digest(check, seal(body, ref, parts)):
         raise SnapshotDecodeError(
             "checksum mismatch: the stored checkpoint was damaged or edited after it was saved"
         )
@@ -200,13 +329,19 @@ def join(
     messages: bytes | None,
     count: int,
     migrations: MigrationRegistry | None = None,
+    parts: Sequence[tuple[str, str | None, bytes]] = (),
 ) -> Snapshot:
-    """Rebuild the snapshot ``split`` cut (``messages=None``: the body is complete).
+    """Rebuild the snapshot ``split`` cut (``messages=None``: the body holds them).
+
+    ``parts`` are the state parts ``split`` took out, as ``(kind, name, data)``,
+    each checked against its digest already (``_state_parts.checked``).
 
     Raises:
         SnapshotDecodeError: anything malformed.
     """
     plain = decode_plain(body)
+    if parts:
+        put_parts(plain, parts)
     if messages is not None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise SnapshotDecodeError(f"message count must be a non-negative int, got {count!r}")

@@ -13,7 +13,14 @@ checkpoints.body_check ``\\x01`` + BLAKE2b-128 (``seal``)     ``\\x02``: the env
                                                               is the MAC
 message_chunks.data    message encodings                     envelope of them
 message_logs.digest    SHA-256 of the whole current log      envelope of it
+checkpoints.parts      references to its state parts         NULL: no state parts
+state_parts.data       large plugin/provider states          (none)
 ====================== ===================================== ================================
+
+An encrypted store keeps large plugin and provider states inside the
+encrypted body instead of as shared parts (``_state_parts``): a part is
+keyed by the SHA-256 of its plaintext, and that digest in clear would let
+anyone holding a guessed state confirm it.
 
 Every envelope's associated data names its row (store id, table, session,
 checkpoint id or log generation and offset, and the log reference columns
@@ -73,14 +80,16 @@ class RowCodec(Protocol):
         """
         ...
 
-    def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
-        """The stored ``(body, log_digest, body_check)`` of a checkpoint using log ``ref``."""
+    def checkpoint(
+        self, sid: str, cid: str, body: bytes, ref: LogRef, parts: bytes | None = None
+    ) -> tuple[Any, Any, bytes]:
+        """The stored ``(body, log_digest, body_check)`` of a checkpoint using log ``ref`` and
+        the state parts ``parts`` names (``_state_parts.part_refs``)."""
         ...
 
-    def open_checkpoint(
-        self, sid: str, cid: str, stored: tuple[Any, Any, Any, Any, Any, Any]
-    ) -> tuple[Any, Any]:
-        """``(body, log digest)`` from a row's ``(body, gen, bytes, count, log_digest, check)``.
+    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
+        """``(body, log digest)`` from a row's ``(body, gen, bytes, count, log_digest, check,
+        parts)``.
 
         Raises:
             SnapshotDecodeError: the row is damaged, edited, or of the other kind.
@@ -130,12 +139,12 @@ class PlainRows:
     def trust_keys(self, db: sqlite3.Connection, values: Iterable[object]) -> None:
         pass
 
-    def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
-        return body, ref[3], _message_log.seal(body, ref)
+    def checkpoint(
+        self, sid: str, cid: str, body: bytes, ref: LogRef, parts: bytes | None = None
+    ) -> tuple[Any, Any, bytes]:
+        return body, ref[3], _message_log.seal(body, ref, parts)
 
-    def open_checkpoint(
-        self, sid: str, cid: str, stored: tuple[Any, Any, Any, Any, Any, Any]
-    ) -> tuple[Any, Any]:
+    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
         """As ``RowCodec.open_checkpoint``.
 
         Raises:
@@ -143,11 +152,11 @@ class PlainRows:
                 store since this instance opened it without keys (a configuration
                 error, not damage to skip).
         """
-        body, gen, length, count, digest, check = stored
+        body, gen, length, count, digest, check, parts = stored
         key_id = envelope_key_id(body)
         if key_id is not None and check in (SEAL_AEAD, SEAL_QUARANTINED):
             raise StoreEncrypted(self._path, (key_id,))
-        _message_log.verify(check, body, (gen, length, count, digest))
+        _message_log.verify(check, body, (gen, length, count, digest), parts)
         return body, digest
 
     def chunk(self, sid: str, gen: int, start: int, data: bytes | memoryview) -> Any:
@@ -209,17 +218,19 @@ class SealedRows:
             SEAL_QUARANTINED,
         )
 
-    def checkpoint(self, sid: str, cid: str, body: bytes, ref: LogRef) -> tuple[Any, Any, bytes]:
+    def checkpoint(
+        self, sid: str, cid: str, body: bytes, ref: LogRef, parts: bytes | None = None
+    ) -> tuple[Any, Any, bytes]:
+        if parts is not None:
+            raise ValueError("an encrypted store keeps state parts in the body (see the module)")
         gen, length, count, digest = ref
         inner = b"" if digest is None else digest
         plain = b"".join((bytes((len(inner),)), inner, body))
         aad = self._aad("checkpoint", sid, cid, gen, length, count)
         return self.envelopes.seal(plain, aad), None, SEAL_AEAD
 
-    def open_checkpoint(
-        self, sid: str, cid: str, stored: tuple[Any, Any, Any, Any, Any, Any]
-    ) -> tuple[Any, Any]:
-        body, gen, length, count, digest, check = stored
+    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
+        body, gen, length, count, digest, check, parts = stored
         if check == SEAL_QUARANTINED:
             raise SnapshotDecodeError(
                 "it was already damaged when the store was encrypted (its checksum failed in "
@@ -235,6 +246,8 @@ class SealedRows:
             raise SnapshotDecodeError("stored checksum is missing or of an unknown kind")
         if digest is not None:
             raise SnapshotDecodeError("an encrypted row has a message-log digest in clear")
+        if parts is not None:
+            raise SnapshotDecodeError("an encrypted row names state parts stored in clear")
         aad = self._aad("checkpoint", sid, cid, gen, length, count)
         plain = self.envelopes.open(body, aad, "stored body")
         size = plain[0] if plain else -1

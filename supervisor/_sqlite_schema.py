@@ -1,16 +1,20 @@
 """Opening a checkpoint database: connection settings and the versioned schema.
 
-Tables (schema version 3, recorded in ``PRAGMA user_version``):
+Tables (schema version 4, recorded in ``PRAGMA user_version``):
 
 * ``checkpoints``: one row per checkpoint: metadata columns for ``list``, the
   encoded body, which prefix of which message log it uses
   (``log_gen``/``log_bytes``/``log_count``/``log_digest``; NULL when the body
-  is complete), and ``body_check``, the checksum of body and log reference
-  (``_message_log.seal``), verified on every load.
+  holds the messages), ``parts``, the references of the state parts taken out
+  of the body (NULL: none), and ``body_check``, the checksum of body, log
+  reference and part references (``_message_log.seal``), verified on every load.
 * ``message_chunks``: the append-only message logs, as chunks keyed by
   ``(session_id, gen, start)``; ``start`` is the chunk's byte offset in its log.
 * ``message_logs``: per session, the current log generation, its length, its
   digest and its chunk count.
+* ``state_parts``: large plugin and provider states (``_state_parts``), once
+  per session and content, keyed by ``(session_id, digest)`` (SHA-256 of
+  ``data``); ``newest`` is the newest checkpoint id that uses the part.
 * ``store_meta``: facts about the store by name; an encrypted store has
   ``encryption`` (the format, ``aes-256-gcm``) and ``store_id`` (16 random
   bytes, part of every encrypted row's identity).
@@ -27,6 +31,8 @@ version 1 (before checksums) gains ``body_check``, computed for every row as
 found: a row damaged before the migration would go unnoticed by it (it is
 still checked by decoding and the log digest), every change after it is caught.
 Version 2 gains the two encryption tables, empty: the store stays plaintext.
+Version 3 gains ``state_parts`` and the ``parts`` column; its rows keep their
+bodies (NULL ``parts``) and their seals, which cover no parts.
 
 Identity: a store is marked with ``PRAGMA application_id = APPLICATION_ID``
 when created, and a marker file ``<path>.sessionvisor`` is written beside it.
@@ -55,7 +61,7 @@ __all__ = [
     "open_database",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x73765331
 """``PRAGMA application_id`` of every sessionvisor checkpoint store (the bytes ``svS1``)."""
 MARKER_SUFFIX = ".sessionvisor"
@@ -67,6 +73,15 @@ SYNCHRONOUS_MODES = frozenset(("NORMAL", "FULL", "EXTRA"))
 _WAL_LIMIT_PAGES = 64
 _WAL_LIMIT_BYTES = 256 * 1024
 
+_STATE_PARTS = """
+    CREATE TABLE state_parts (
+        session_id TEXT NOT NULL,
+        digest BLOB NOT NULL,
+        newest TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (session_id, digest)
+    )
+"""
 _DDL = (
     """
     CREATE TABLE checkpoints (
@@ -82,6 +97,7 @@ _DDL = (
         log_count INTEGER,
         log_digest BLOB,
         body_check BLOB,
+        parts BLOB,
         UNIQUE (session_id, checkpoint_id)
     )
     """,
@@ -103,6 +119,7 @@ _DDL = (
         chunks INTEGER NOT NULL
     )
     """,
+    _STATE_PARTS,
 )
 _DDL_3 = (
     "CREATE TABLE store_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
@@ -169,6 +186,12 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE checkpoints SET body_check = ? WHERE id = ?", (check, row_id))
 
 
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Add ``state_parts`` and the ``parts`` column (see the module docstring)."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN parts BLOB")
+    conn.execute(_STATE_PARTS)
+
+
 def _ensure_schema(conn: sqlite3.Connection, path: str, marked: bool) -> None:
     app, version, _ = _identity(conn)
     if (app, version) == (APPLICATION_ID, SCHEMA_VERSION):
@@ -185,6 +208,8 @@ def _ensure_schema(conn: sqlite3.Connection, path: str, marked: bool) -> None:
             if identity[1] <= 2:
                 for statement in _DDL_3:
                     conn.execute(statement)
+            if identity[1] <= 3:
+                _migrate_3_to_4(conn)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")

@@ -29,10 +29,11 @@ import os
 import sqlite3
 from collections.abc import Callable
 
-from actors import SnapshotDecodeError
+from actors import SnapshotDecodeError, decode_plain, encode_plain
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes, envelope_key_id, is_envelope
 from supervisor._row_codec import SEAL_AEAD, SEAL_QUARANTINED, PlainRows, RowCodec, SealedRows
+from supervisor._state_parts import checked, put_parts, read_refs
 from supervisor.errors import StoreEncrypted, StoreNotEncrypted, SupervisorError
 
 __all__ = ["ENCRYPTION_FORMAT", "encrypt_rows", "open_rows", "reencrypt_rows", "scrub"]
@@ -123,6 +124,8 @@ def encrypt_rows(conn: sqlite3.Connection, path: str, envelopes: Envelopes) -> i
     row would make damaged data look authentic; leaving it would leave its
     text in the file. It stays unreadable, as it was. Log chunks need no such
     care: the checkpoints' log digests, encrypted with them, still catch damage.
+    State parts are put back into the bodies that use them (an encrypted store
+    keeps none, see ``_row_codec``), then deleted.
     """
     rows = _sealed_rows(conn, path, envelopes, migrating=True)
     encrypted = _reseal_checkpoints(
@@ -132,6 +135,7 @@ def encrypt_rows(conn: sqlite3.Connection, path: str, envelopes: Envelopes) -> i
         lambda body, check: check not in (SEAL_AEAD, SEAL_QUARANTINED),
         quarantine=True,
     )
+    conn.execute("DELETE FROM state_parts")
     _seal_logs(conn, rows, lambda value: not is_envelope(value))
     return encrypted
 
@@ -174,12 +178,14 @@ def _reseal_checkpoints(
     done = 0
     for row_id, sid, cid, *stored in conn.execute(
         "SELECT id, session_id, checkpoint_id, body, log_gen, log_bytes, log_count, log_digest,"
-        " body_check FROM checkpoints ORDER BY id"
+        " body_check, parts FROM checkpoints ORDER BY id"
     ).fetchall():
-        if not needs(stored[0], stored[-1]):
+        if not needs(stored[0], stored[5]):
             continue
         try:
             body, digest = source.open_checkpoint(sid, cid, tuple(stored))
+            if stored[6] is not None:
+                body = _with_parts(conn, sid, body, stored[6])
         except SnapshotDecodeError as exc:
             done_with = "encrypted as damaged" if quarantine else "left as it is"
             logger.warning("checkpoint %r of session %r %s: %s", cid, sid, done_with, exc.reason)
@@ -190,11 +196,29 @@ def _reseal_checkpoints(
             gen, length, count = stored[1:4]
             body, digest, check = rows.checkpoint(sid, cid, body, (gen, length, count, digest))
         conn.execute(
-            "UPDATE checkpoints SET body = ?, log_digest = ?, body_check = ? WHERE id = ?",
+            "UPDATE checkpoints SET body = ?, log_digest = ?, body_check = ?, parts = NULL"
+            " WHERE id = ?",
             (body, digest, check, row_id),
         )
         done += 1
     return done
+
+
+def _with_parts(conn: sqlite3.Connection, sid: str, body: bytes, refs: object) -> bytes:
+    """``body`` with the state parts ``refs`` names put back in: a body without parts.
+
+    Raises:
+        SnapshotDecodeError: the references, the body or a part is damaged or missing.
+    """
+    plain = decode_plain(body)
+    found = []
+    for kind, name, digest in read_refs(refs):
+        row = conn.execute(
+            "SELECT data FROM state_parts WHERE session_id = ? AND digest = ?", (sid, digest)
+        ).fetchone()
+        found.append((kind, name, checked(kind, name, digest, None if row is None else row[0])))
+    put_parts(plain, found)
+    return encode_plain(plain)
 
 
 def _seal_logs(conn: sqlite3.Connection, rows: SealedRows, needs: Callable[[object], bool]) -> None:

@@ -106,8 +106,14 @@ class SupervisorHandle:
         ref: pykka.ActorRef[Any] = self._call(StartChild(spec), timeout=self._timeout)
         return ref
 
-    def terminate_child(self, child_id: str) -> bool:
+    def terminate_child(self, child_id: str, *, shutdown: float | None = None) -> bool:
         """Stop a child (reason ``shutdown``) and remove it; it will not be restarted.
+
+        Args:
+            child_id: The child's id.
+            shutdown: Its ``ChildSpec.shutdown``, when the caller knows it (it wrote the
+                spec): the call then waits for one answer instead of asking the
+                supervisor for the child's spec first.
 
         Returns:
             True if it stopped within its shutdown timeout; False if it was abandoned.
@@ -115,7 +121,8 @@ class SupervisorHandle:
         Raises:
             ChildNotFound: no such child.
         """
-        shutdown: float = self._call(ShutdownOf(child_id), timeout=self._timeout)
+        if shutdown is None:
+            shutdown = self._call(ShutdownOf(child_id), timeout=self._timeout)
         stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + shutdown)
         return stopped
 

@@ -22,6 +22,7 @@ from supervisor._group_commit import GroupCommit
 from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, split
 from supervisor._row_codec import RowCodec, SealedRows
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
+from supervisor._state_parts import checked, part_refs, read_refs
 from supervisor._store_encryption import encrypt_rows, open_rows, reencrypt_rows, scrub
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
@@ -38,7 +39,7 @@ _COMPACT_AFTER_CHUNKS = 32
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _LOG_CACHE_SESSIONS = 1024
-_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check"
+_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check, parts"
 
 
 def _micros(moment: datetime) -> int:
@@ -138,12 +139,15 @@ class SQLiteCheckpointStore(ClosingContext):
     in it, and nothing of it is stored. ``commits`` counts the transactions.
 
     Speed: an instance remembers, per session, the message log it last wrote
-    (64 MiB in all, least recently used first out). A save whose messages
-    extend that log still encodes them all (equal bytes are what prove the
-    old messages unchanged, even if edited in place), but walks dict keys and
-    hashes only the new ones. The remembered log is used only while the
-    database row still shows it, so saves by other processes or instances,
-    and failed saves, just take the full path.
+    (64 MiB in all, least recently used first out). A snapshot of a running
+    session brings its messages encoded (each once, by the session): when they
+    extend the remembered log (the same session's list of encodings, see
+    ``actors._history``) only the new messages' bytes are joined, hashed and
+    written. Any other snapshot's messages are encoded in full (equal bytes are
+    what prove the old messages unchanged, even if edited in place), but only
+    the new ones have their dict keys walked and are hashed. The remembered log
+    is used only while the database row still shows it, so saves by other
+    processes or instances, and failed saves, just take the full path.
 
     Storage grows linearly with a conversation. Messages are kept once per
     session, in an append-only log (its chunks are merged after 32 appends);
@@ -152,7 +156,11 @@ class SQLiteCheckpointStore(ClosingContext):
     A save whose messages do not extend the log (the history was edited, or
     the session resumed from an older checkpoint) starts a new log generation
     holding its full message list; generations no retained checkpoint uses
-    are deleted. On top of that ``keep_last``
+    are deleted. Each plugin's state and the provider state of 4 KiB or more
+    is kept once per session and content (``state_parts``, by SHA-256), shared
+    by every checkpoint with the same bytes, and deleted once no retained
+    checkpoint uses it: one 100 MB value that does not change is stored once,
+    not once per checkpoint. On top of that ``keep_last``
     (default 100) bounds the per-checkpoint part. A session of 1,000 turns
     checkpointed every turn thus takes about one final snapshot plus 100
     small bodies: 1.2x the final snapshot's size once closed, 1.9x while open
@@ -165,7 +173,8 @@ class SQLiteCheckpointStore(ClosingContext):
     row makes only that checkpoint raise ``SnapshotDecodeError`` (naming
     session and checkpoint); the others load. Damage inside the shared
     message log is detected by its SHA-256 digest and affects the checkpoints
-    whose prefix covers the damaged bytes. ``AgentHost`` then falls back to
+    whose prefix covers the damaged bytes; damage to a shared state part, by
+    its SHA-256, affects the checkpoints that use it. ``AgentHost`` then falls back to
     the newest checkpoint that loads (``Checkpoints.latest``).
 
     Encryption (``encryption=EncryptionKeys...``): checkpoint bodies (the
@@ -293,11 +302,14 @@ class SQLiteCheckpointStore(ClosingContext):
             raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
         sid = snapshot.session_id
         cached = self._logs.get(sid)
-        cut = split(snapshot, None if cached is None else cached.known)
+        cut = split(
+            snapshot, None if cached is None else cached.known, parts=not self._rows.encrypted
+        )
         if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        refs = part_refs(cut.parts)
         try:
-            self._commits.run(functools.partial(self._write, snapshot, cut, cached))
+            self._commits.run(functools.partial(self._write, snapshot, cut, cached, refs))
         except BaseException:
             self._logs.drop(sid)
             raise
@@ -310,6 +322,7 @@ class SQLiteCheckpointStore(ClosingContext):
         snapshot: Snapshot,
         cut: SplitSnapshot,
         cached: _CachedLog | None,
+        refs: bytes | None,
         db: sqlite3.Connection,
     ) -> None:
         """The rows of one save, inside the transaction of its batch (see ``GroupCommit``)."""
@@ -319,23 +332,44 @@ class SQLiteCheckpointStore(ClosingContext):
         if cut.messages is not None:
             gen, length, log_digest = self._append(db, sid, cut, cached)
             log = (gen, length, cut.count, log_digest)
+        self._put_parts(db, sid, snapshot.checkpoint_id, cut)
         body, stored_digest, check = self._rows.checkpoint(
-            sid, snapshot.checkpoint_id, cut.body, log
+            sid, snapshot.checkpoint_id, cut.body, log, refs
         )
         db.execute(
             "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
-            " body, log_gen, log_bytes, log_count, log_digest, body_check)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " body, log_gen, log_bytes, log_count, log_digest, body_check, parts)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
             " saved_at_us = excluded.saved_at_us, label = excluded.label,"
             " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
             " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
-            " log_count = excluded.log_count, body_check = excluded.body_check",
+            " log_count = excluded.log_count, body_check = excluded.body_check,"
+            " parts = excluded.parts",
             (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
-             cut.size, body, *log[:3], stored_digest, check),
+             cut.size, body, *log[:3], stored_digest, check, refs),
         )  # fmt: skip
         if self.keep_last is not None:
             self._prune(db, sid, self.keep_last)
+
+    @staticmethod
+    def _put_parts(db: sqlite3.Connection, sid: str, cid: str, cut: SplitSnapshot) -> None:
+        """Store each state part of the checkpoint unless the session has its bytes already.
+
+        A part's ``newest`` is the newest checkpoint id that uses it: once every
+        retained checkpoint is newer, none uses it (``_collect_parts``).
+        """
+        for part in cut.parts:
+            known = db.execute(
+                "UPDATE state_parts SET newest = max(newest, ?3) WHERE session_id = ?1"
+                " AND digest = ?2",
+                (sid, part.digest, cid),
+            ).rowcount
+            if not known:
+                db.execute(
+                    "INSERT INTO state_parts VALUES (?, ?, ?, ?)",
+                    (sid, part.digest, cid, part.data),
+                )
 
     def _append(
         self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot, cached: _CachedLog | None
@@ -351,7 +385,7 @@ class SQLiteCheckpointStore(ClosingContext):
         """
         messages = cut.messages
         assert messages is not None
-        size = len(messages)
+        size = messages.length
         rows = self._rows
         row = db.execute(
             "SELECT gen, length, digest, chunks FROM message_logs WHERE session_id = ?", (sid,)
@@ -366,12 +400,13 @@ class SQLiteCheckpointStore(ClosingContext):
             ):
                 hasher = cached.hasher.copy()  # the log is known.data, a prefix of messages
             elif length <= size:
-                hasher = hashlib.sha256(messages[:length])
+                hasher = hashlib.sha256(messages.whole()[:length])
                 rows.trust_keys(db, (stored_digest,))
                 if hasher.digest() != rows.open_log_digest(sid, gen, length, stored_digest):
                     hasher = None
             if hasher is not None:  # the log is a prefix: append the rest
-                hasher.update(messages[length:])
+                added = messages.after(length)
+                hasher.update(added)
                 new_digest = hasher.digest()
                 if chunks >= _COMPACT_AFTER_CHUNKS:
                     # The whole log is messages[:length] (checked above): write it as one chunk.
@@ -379,8 +414,9 @@ class SQLiteCheckpointStore(ClosingContext):
                         "DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", (sid, gen)
                     )
                     length = chunks = 0
+                    added = messages.whole()
                 if size > length:
-                    data = rows.chunk(sid, gen, length, messages[length:])
+                    data = rows.chunk(sid, gen, length, bytes(added))
                     db.execute(
                         "INSERT INTO message_chunks VALUES (?, ?, ?, ?)", (sid, gen, length, data)
                     )
@@ -397,12 +433,13 @@ class SQLiteCheckpointStore(ClosingContext):
         gen = db.execute(
             "SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?", (sid,)
         ).fetchone()[0]
-        hasher = hashlib.sha256(messages)
+        whole = messages.whole()
+        hasher = hashlib.sha256(whole)
         new_digest = hasher.digest()
         if size:
             db.execute(
                 "INSERT INTO message_chunks VALUES (?, ?, 0, ?)",
-                (sid, gen, rows.chunk(sid, gen, 0, messages)),
+                (sid, gen, rows.chunk(sid, gen, 0, bytes(whole))),
             )
         stored_digest = rows.log_digest(sid, gen, size, new_digest)
         db.execute(
@@ -418,8 +455,8 @@ class SQLiteCheckpointStore(ClosingContext):
     ) -> None:
         messages = cut.messages
         assert messages is not None
-        known = KnownLog(messages, cut.count)  # a view of split's bytes: immutable, no copy
-        self._logs.put(sid, _CachedLog(gen, len(messages), stored_digest, known, hasher))
+        known = messages.known()  # split's bytes (immutable, no copy) or their lineage
+        self._logs.put(sid, _CachedLog(gen, messages.length, stored_digest, known, hasher))
 
     @staticmethod
     def _collect(db: sqlite3.Connection, sid: str) -> None:
@@ -434,12 +471,19 @@ class SQLiteCheckpointStore(ClosingContext):
 
     @classmethod
     def _collect_after_delete(cls, db: sqlite3.Connection, sid: str) -> None:
-        """As ``_collect``, and drop the whole log once the session has no checkpoint left."""
+        """As ``_collect``, and drop the state parts no retained checkpoint uses; drop the
+        whole log and every part once the session has no checkpoint left."""
         if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?", (sid,)).fetchone() is None:
             db.execute("DELETE FROM message_chunks WHERE session_id = ?", (sid,))
             db.execute("DELETE FROM message_logs WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM state_parts WHERE session_id = ?", (sid,))
         else:
             cls._collect(db, sid)
+            db.execute(
+                "DELETE FROM state_parts WHERE session_id = ?1 AND newest <"
+                " (SELECT MIN(checkpoint_id) FROM checkpoints WHERE session_id = ?1)",
+                (sid,),
+            )
 
     # --- read -----------------------------------------------------------------------------
 
@@ -460,7 +504,7 @@ class SQLiteCheckpointStore(ClosingContext):
             if row is None:
                 raise CheckpointNotFound(session_id, checkpoint_id)
             cid, *stored = row
-            gen, length = stored[1], stored[2]
+            gen, length, refs = stored[1], stored[2], stored[6]
             chunks = []
             if gen is not None:
                 chunks = db.execute(
@@ -469,6 +513,7 @@ class SQLiteCheckpointStore(ClosingContext):
                     (session_id, gen, length),
                 ).fetchall()
             self._rows.trust_keys(db, (stored[0], *(data for _, data in chunks)))
+            found_parts = self._read_parts(db, session_id, refs)
         try:
             body, expected = self._rows.open_checkpoint(session_id, cid, tuple(stored))
             messages = None
@@ -480,7 +525,11 @@ class SQLiteCheckpointStore(ClosingContext):
                     for start, data in chunks
                 ]
                 messages = assemble(opened, length, expected)
-            snapshot = join(body, messages, stored[3], self._migrations)
+            parts = [
+                (kind, name, checked(kind, name, digest, found_parts.get(digest)))
+                for kind, name, digest in read_refs(refs)
+            ]
+            snapshot = join(body, messages, stored[3], self._migrations, parts)
             if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
                 raise SnapshotDecodeError(
                     f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
@@ -491,6 +540,22 @@ class SQLiteCheckpointStore(ClosingContext):
                 f"checkpoint {cid!r} of session {session_id!r}: {exc.reason}"
             ) from None
         return snapshot
+
+    @staticmethod
+    def _read_parts(db: sqlite3.Connection, sid: str, refs: object) -> dict[bytes, object]:
+        """The stored state parts a checkpoint's ``refs`` name, by digest (checked later)."""
+        try:
+            wanted = [digest for _, _, digest in read_refs(refs)]
+        except SnapshotDecodeError:
+            return {}  # load reports it, after the seal check
+        found: dict[bytes, object] = {}
+        for digest in wanted:
+            row = db.execute(
+                "SELECT data FROM state_parts WHERE session_id = ? AND digest = ?", (sid, digest)
+            ).fetchone()
+            if row is not None:
+                found[digest] = row[0]
+        return found
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first (see ``CheckpointStore.list``)."""

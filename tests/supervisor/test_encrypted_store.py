@@ -411,12 +411,14 @@ def test_a_schema_2_store_gains_the_encryption_tables_and_stays_plaintext(db: Pa
     with closing(_raw(db)) as conn:
         conn.execute("DROP TABLE store_meta")
         conn.execute("DROP TABLE encryption_keys")
+        conn.execute("ALTER TABLE checkpoints DROP COLUMN parts")  # schema 4's
+        conn.execute("DROP TABLE state_parts")
         conn.execute("PRAGMA user_version = 2")
     with SQLiteCheckpointStore(db) as store:
         assert store.load("s") == snap
         assert not store.encrypted
     with closing(_raw(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
         assert conn.execute("SELECT COUNT(*) FROM store_meta").fetchone()[0] == 0
 
 

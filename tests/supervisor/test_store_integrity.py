@@ -164,6 +164,8 @@ def _downgrade_to_version_1(db: Path) -> None:
         conn.execute("ALTER TABLE checkpoints DROP COLUMN body_check")
         conn.execute("DROP TABLE store_meta")  # schema 3's
         conn.execute("DROP TABLE encryption_keys")
+        conn.execute("ALTER TABLE checkpoints DROP COLUMN parts")  # schema 4's
+        conn.execute("DROP TABLE state_parts")
         conn.execute("PRAGMA application_id = 0")
         conn.execute("PRAGMA user_version = 1")
     Path(f"{db}{MARKER_SUFFIX}").unlink()

@@ -1,0 +1,134 @@
+"""A session's history made storable once per message, for every later checkpoint to reuse.
+
+Messages are immutable once appended, so the work a checkpoint does for one
+(``Message.to_dict``, live-value stripping, strict msgpack encoding) gives the
+same result every time. ``HistoryCodec`` does it once per message, the first
+time a snapshot includes it, and keeps the results in append-only lists:
+
+* ``plain``: the stripped dict of each message, as ``Snapshot.state["messages"]``
+  holds it. Shared by every later snapshot: treat them as read-only.
+* ``parts``: the msgpack encoding of each message. ``serialize()`` and the
+  SQLite store's message log use these bytes instead of encoding the history
+  again. One that strict encoding refuses gets none, and no snapshot gets the
+  shortcut while it is in the history: they take the full path, which names it.
+
+A snapshot carries the result as ``EncodedMessages``: the list its state holds,
+the shared ``parts`` list and the count, so a checkpoint of a 2,000-message
+session costs what its last turn added, not its history.
+
+Lists handed out are only ever appended to: ``truncate`` (a rolled-back turn)
+replaces them with shorter copies, so a snapshot, or a store that remembers
+``parts`` by identity (``lineage``), never sees an entry change under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from actors._codec import check_keys, pack_plain
+from actors._strip import strip_live
+from actors.errors import SnapshotEncodeError
+from actors.messages import Message
+
+__all__ = ["EncodedMessages", "HistoryCodec"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EncodedMessages:
+    """The messages of one snapshot, already encoded. Immutable view; thread-safe.
+
+    Valid for a snapshot only while its ``state["messages"]`` *is* ``source``
+    (a redaction that rebuilds the list drops the shortcut; see ``of``).
+
+    Attributes:
+        source: The list ``state["messages"]`` holds: ``count`` stripped message dicts.
+        parts: The encoding of each message, shared with the session and its other
+            snapshots: read only ``parts[:count]``. Its identity is the *lineage*:
+            two snapshots with the same ``parts`` list agree on every message both have.
+        count: How many messages the snapshot has.
+    """
+
+    source: list[dict[str, Any]]
+    parts: list[bytes]
+    count: int
+
+    def of(self, state: dict[str, Any]) -> bool:
+        """Whether these are the encodings of ``state``'s messages."""
+        return state.get("messages") is self.source and len(self.source) == self.count
+
+    def data(self, start: int = 0) -> bytes:
+        """The encodings of messages ``start`` to ``count``, back to back."""
+        return b"".join(self.parts[start : self.count])
+
+
+class HistoryCodec:
+    """Strips and encodes each message of a session once (see the module docstring).
+
+    Not thread-safe: used on the session's own thread. What it hands out is.
+    """
+
+    __slots__ = ("_bad", "_parts", "_plain", "_stripped")
+
+    def __init__(self) -> None:
+        self._plain: list[dict[str, Any]] = []
+        self._parts: list[bytes] = []
+        self._stripped: list[tuple[int, tuple[str, ...]]] = []  # (index, paths), by index
+        self._bad: list[int] = []  # indices strict encoding refused, ascending
+
+    def __len__(self) -> int:
+        return len(self._plain)
+
+    def snapshot_part(
+        self, messages: Sequence[Message]
+    ) -> tuple[list[dict[str, Any]], tuple[str, ...], EncodedMessages | None]:
+        """Bring the codec up to date with ``messages`` (which extend what it has seen).
+
+        Returns:
+            A new list of the stripped message dicts (for the snapshot's state), the
+            paths stripped in them (``messages[3].tool_calls[0].arguments.conn``), and
+            their encodings, or ``None`` when a message cannot be encoded (the
+            snapshot then takes the full path, which reports it).
+
+        Raises:
+            ValueError: a message holds a reference cycle (as ``strip_live``).
+        """
+        for index in range(len(self._plain), len(messages)):
+            self._add(index, messages[index])
+        count = len(messages)
+        plain = self._plain[:count]
+        paths: tuple[str, ...] = ()
+        for _, found in self._stripped:
+            paths += found
+        encoded = None if self._bad else EncodedMessages(plain, self._parts, count)
+        return plain, paths, encoded
+
+    def _add(self, index: int, message: Message) -> None:
+        root = f"messages[{index}]"
+        plain = message.to_dict()
+        stripped: tuple[str, ...] = ()
+        try:
+            if all(value is None or type(value) is str for value in plain.values()):
+                part = pack_plain(plain, root=f"state.{root}")  # nothing to strip or walk
+            else:  # tool calls (the model's arguments may hold anything): in full
+                plain, stripped = strip_live(plain, root=root)
+                part = pack_plain(plain, root=f"state.{root}")
+                check_keys(plain, root=f"state.{root}")
+        except SnapshotEncodeError:
+            part = b""
+            self._bad.append(index)
+        self._plain.append(plain)
+        self._parts.append(part)
+        if stripped:
+            self._stripped.append((index, stripped))
+
+    def truncate(self, count: int) -> None:
+        """Forget the messages from ``count`` on (a rolled-back turn), without changing
+        any list already handed out."""
+        if count >= len(self._plain):
+            return
+        self._plain = self._plain[:count]
+        self._parts = self._parts[:count]
+        self._stripped = [(i, p) for i, p in self._stripped if i < count]
+        self._bad = [i for i in self._bad if i < count]

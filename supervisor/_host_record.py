@@ -9,7 +9,6 @@ queue per session whatever happens to the actor underneath.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +17,7 @@ import pykka
 
 from actors import AgentTemplate, EventBuffer, Snapshot, SteeringQueue
 from supervisor._checkpoints import event_seq
+from supervisor._gate import SessionGate
 
 __all__ = ["SessionInfo", "SessionRecord", "SessionStatus"]
 
@@ -55,7 +55,8 @@ class SessionInfo:
 class SessionRecord:
     """The host's mutable record of one session.
 
-    Thread-safety: ``op_lock`` serializes the operations that change what runs
+    Thread-safety: ``op_lock`` (a ``SessionGate``: FIFO, for blocking callers and
+    non-blocking calls alike) serializes the operations that change what runs
     the session (send, hibernate, stop); ``status`` and ``ref`` change only
     under the host's ``changed`` condition. Kept small (slots, the template
     and attribute dict shared by reference) because a host may hold many
@@ -104,7 +105,7 @@ class SessionRecord:
         self.ref: pykka.ActorRef[Any] | None = None
         self.incarnations = 0
         self.last_active = 0.0
-        self.op_lock = threading.Lock()
+        self.op_lock = SessionGate()
         # A resumed session's stream goes on after the events its checkpoint had seen.
         after = 0 if resume_from is None else event_seq(resume_from)
         self.events = EventBuffer(attrs.get("event_buffer_size") or 1000, after=after)

@@ -59,13 +59,19 @@ class Reply:
 
     Thread-safe. Any number of threads may wait in ``result``. The waiting is a
     lock the constructor acquires and ``_settle`` releases: the cheapest wake-up
-    CPython has.
+    CPython has. ``on_done``, if given, is called with the reply once it is
+    settled, on the settling thread (a non-blocking call's completion: nobody waits).
     """
 
-    __slots__ = ("_done", "_error", "_gate", "_on_reply", "_value")
+    __slots__ = ("_done", "_error", "_gate", "_on_done", "_on_reply", "_value")
 
-    def __init__(self, on_reply: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        on_reply: Callable[[Any], Any] | None = None,
+        on_done: Callable[[Reply], None] | None = None,
+    ) -> None:
         self._on_reply = on_reply
+        self._on_done = on_done
         self._gate = threading.Lock()
         self._gate.acquire()
         self._done = False
@@ -104,6 +110,12 @@ class Reply:
         self._error = error
         self._done = True
         self._gate.release()
+        on_done = self._on_done
+        if on_done is not None:
+            try:
+                on_done(self)
+            except Exception:
+                logger.exception("a reply's completion handler failed")
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -208,7 +220,11 @@ class WorkerClient:
         return not self._dead
 
     def submit(
-        self, op: str, payload: Any = None, on_reply: Callable[[Any], Any] | None = None
+        self,
+        op: str,
+        payload: Any = None,
+        on_reply: Callable[[Any], Any] | None = None,
+        on_done: Callable[[Reply], None] | None = None,
     ) -> Reply:
         """Send a request; the ``Reply`` gets its payload or exception. Any thread.
 
@@ -216,9 +232,11 @@ class WorkerClient:
         ``Reply``'s value on the thread that reads the reply, before any waiter
         sees it and before later frames (a death included) are handled; what it
         raises becomes the ``Reply``'s error. It runs even when nobody waits any
-        more (the caller timed out).
+        more (the caller timed out). ``on_done``, if given, gets the settled
+        ``Reply`` on the same thread, right after (or on this one, if the worker
+        is dead already).
         """
-        future = Reply(on_reply)
+        future = Reply(on_reply, on_done)
         with self._lock:
             if self._dead:
                 future._settle(None, self._crashed())

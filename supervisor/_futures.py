@@ -11,19 +11,56 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Protocol, Unpack
 
-from actors import AgentTemplate, GetHistory, Message, Send, Snapshot, TakeSnapshot
+from actors import (
+    AgentTemplate,
+    EventBatch,
+    EventBuffer,
+    GetHistory,
+    Message,
+    Send,
+    Snapshot,
+    Subscriber,
+    TakeSnapshot,
+)
 from supervisor._checkpoints import Checkpoints
 from supervisor._host_record import SessionRecord
 from supervisor._nonblocking import NonBlockingCalls
 from supervisor._session_attrs import SessionMetadata, plain_text
 from supervisor._session_table import SessionTable
 
-if TYPE_CHECKING:
-    from supervisor.host import AgentHost
+__all__ = ["EventWatch", "HostFutures"]
 
-__all__ = ["HostFutures"]
+
+class _Host(Protocol):
+    """What ``HostFutures`` runs on helper threads: ``AgentHost``'s blocking methods."""
+
+    call_timeout: float
+
+    def start_session(
+        self,
+        template: AgentTemplate,
+        session_id: str | None = None,
+        tenant_id: str = "default",
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> str: ...
+
+    def resume(
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        checkpoint_id: str | None = None,
+        *,
+        tenant_id: str | None = None,
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> str: ...
+
+    def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> bool: ...
+
+    def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> None: ...
 
 
 class HostFutures:
@@ -52,7 +89,7 @@ class HostFutures:
 
     def __init__(
         self,
-        host: AgentHost,
+        host: _Host,
         table: SessionTable,
         checkpoints: Checkpoints,
         calls: NonBlockingCalls,
@@ -175,6 +212,28 @@ class HostFutures:
             )
         )
 
+    def watch(
+        self,
+        session_id: str,
+        on_event: Subscriber,
+        on_stopped: Callable[[], None],
+        *,
+        tenant_id: str | None = None,
+    ) -> EventWatch:
+        """Follow the session's event stream: ``on_event`` gets every new event (as
+        ``AgentHost.subscribe``'s subscriber, on the publishing thread) and ``on_stopped``
+        is called once when the session is stopped (``stop_session``, or the host's
+        shutdown; at once if it is stopped already). Both must be quick and not block.
+        The returned ``EventWatch`` reads the stream by cursor, even after the stop.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+        """
+        record = self._table.live(session_id, tenant_id)
+        unsubscribe = record.events.subscribe(on_event)
+        unwatch = self._table.when_stopped(record, on_stopped)
+        return EventWatch(record.events, unsubscribe, unwatch)
+
     def _with_record(
         self,
         session_id: str,
@@ -192,8 +251,37 @@ class HostFutures:
         return call(record)
 
 
+class EventWatch:
+    """What ``HostFutures.watch`` returns: reads one session's stream, and ends the watch.
+
+    Thread-safe (the stream's buffer is).
+    """
+
+    __slots__ = ("_buffer", "_unsubscribe", "_unwatch")
+
+    def __init__(
+        self,
+        buffer: EventBuffer,
+        unsubscribe: Callable[[], None],
+        unwatch: Callable[[], None],
+    ) -> None:
+        self._buffer = buffer
+        self._unsubscribe = unsubscribe
+        self._unwatch = unwatch
+
+    def since(self, cursor: int | None) -> EventBatch:
+        """The events after ``cursor`` (see ``AgentHost.events``)."""
+        return self._buffer.since(cursor)
+
+    def close(self) -> None:
+        """Stop calling ``on_event`` and ``on_stopped``. Idempotent."""
+        self._unsubscribe()
+        self._unwatch()
+
+
 def _same(answer: list[Message]) -> list[Message]:
     return answer
 
 
-HostFutures.__module__ = "supervisor"
+for _cls in (EventWatch, HostFutures):
+    _cls.__module__ = "supervisor"

@@ -65,6 +65,12 @@ class SessionGate:
         """Whether an operation holds the gate now."""
         return self._held
 
+    @property
+    def queued(self) -> int:
+        """How many calls wait for the gate now (blocking and non-blocking)."""
+        with self._mutex:
+            return len(self._waiters)
+
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Take the gate, waiting in turn (up to ``timeout`` seconds; ``-1``: no limit);
         ``blocking=False`` takes it only if it is free and nobody queues. True if taken."""

@@ -115,7 +115,7 @@ def test_timeouts_and_errors_reach_the_awaiting_task_with_their_types(
     flaky = host.start_session(template(model=FlakyModel()))
 
     async def main() -> None:
-        with pytest.raises(TimeoutError, match="did not answer within 0.1 s"):
+        with pytest.raises(TimeoutError, match=r"did not answer within 0\.1 s"):
             await ahost.send(held, "slow", timeout=0.1)
         with pytest.raises(TimeoutError):  # asyncio's own, around a call queued behind it
             await asyncio.wait_for(ahost.send(held, "late"), 0.05)
@@ -151,7 +151,7 @@ def test_a_thousand_awaited_sends_leak_no_thread(mode: str) -> None:
                 asyncio.ensure_future(ahost.send(sid, f"m{n}")) for n in range(25) for sid in sids
             ]
             peak = max(peak, threading.active_count())
-            assert all(a.content.startswith("echo: m") for a in await asyncio.gather(*wave))
+            assert all((a.content or "").startswith("echo: m") for a in await asyncio.gather(*wave))
             peak = max(peak, threading.active_count())
 
     asyncio.run(main())

@@ -112,7 +112,7 @@ def test_blocking_and_non_blocking_calls_share_one_queue(
     host = make_host()
     sid = held_session(host, fifo)
     waiter = watch_events(host, sid)
-    gate = host._table.live(sid).op_lock  # noqa: SLF001 (to see the blocking caller queue)
+    gate = host._table.live(sid).op_lock  # to see the blocking caller queue
     first = host.futures.send(sid, "first")
     waiter.wait_for("turn_started")
     with ThreadPoolExecutor(1) as pool:
@@ -157,7 +157,7 @@ def test_a_timeout_fails_the_future_and_the_turn_still_completes_durably(
     queued = host.futures.send(sid, "queued", timeout=0.1)  # the gate stays busy for it
     with pytest.raises(TimeoutError, match="stayed busy"):
         queued.result(WAIT)
-    with pytest.raises(TimeoutError, match="did not answer within 0.2 s"):
+    with pytest.raises(TimeoutError, match=r"did not answer within 0\.2 s"):
         slow.result(WAIT)
     fifo.release()
     waiter.wait_for("turn_finished")

@@ -72,8 +72,13 @@ def test_a_withdrawn_callback_never_runs_and_one_granted_cannot_be_withdrawn() -
     gate = SessionGate()
     ran: list[str] = []
     gate.acquire()
+
+    def second_run() -> None:
+        ran.append("second")
+        gate.release()
+
     first = Ticket(lambda: ran.append("first"))
-    second = Ticket(lambda: (ran.append("second"), gate.release()))
+    second = Ticket(second_run)
     gate.when_free(first)
     gate.when_free(second)
     assert gate.withdraw(first)
@@ -121,7 +126,12 @@ def test_the_timer_runs_due_actions_in_order_skips_cancelled_ones_and_ends() -> 
     timer = CallTimer("test-timer")
     ran: list[str] = []
     all_ran = threading.Event()
-    timer.call_later(0.05, lambda: (ran.append("later"), all_ran.set()))
+
+    def later() -> None:
+        ran.append("later")
+        all_ran.set()
+
+    timer.call_later(0.05, later)
     timer.call_later(0.0, lambda: ran.append("first"))
     cancelled = timer.call_later(0.01, lambda: ran.append("cancelled"))
     cancelled.cancel()

@@ -7,6 +7,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 import pytest
 
@@ -115,7 +116,7 @@ def test_callbacks_that_complete_at_once_do_not_deepen_the_stack() -> None:
 
 def _stack() -> list[object]:
     frames: list[object] = []
-    frame = sys._getframe()
+    frame: FrameType | None = sys._getframe()
     while frame is not None:
         frames.append(frame)
         frame = frame.f_back

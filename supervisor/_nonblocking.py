@@ -223,12 +223,16 @@ class _Exclusive:
         still queued when the future is cancelled, or after ``timeout``, leaves it."""
         self.future.add_done_callback(self._cancelled)
         self.record.op_lock.when_free(self.ticket)
-        if not self.ticket.granted:
-            try:
-                self.wait = self.calls.timer.call_later(self.timeout, self._waited_too_long)
-            except RuntimeError as exc:  # the host shut down meanwhile
-                if self.record.op_lock.withdraw(self.ticket):
-                    settle(self.future, None, exc)
+        if self.ticket.granted:
+            return
+        try:
+            self.wait = self.calls.timer.call_later(self.timeout, self._waited_too_long)
+        except RuntimeError as exc:  # the host shut down meanwhile
+            if self.record.op_lock.withdraw(self.ticket):
+                settle(self.future, None, exc)
+            return
+        if self.ticket.granted:  # granted meanwhile: ``_start`` may have missed the deadline
+            self._cancel_wait()
 
     def _cancelled(self, future: Future[Any]) -> None:
         if future.cancelled() and self.record.op_lock.withdraw(self.ticket):

@@ -2,8 +2,10 @@
 
 A non-blocking call cannot time out on its own thread (it has none), so each
 one schedules its deadline here and cancels it when it completes. The thread
-starts with the first deadline and ends when none is left (and at ``close``),
-so a host that makes no non-blocking call, or none now, holds no thread for it.
+starts with the first deadline and ends once none has been pending for
+``linger`` seconds (and at ``close``): a host that makes no non-blocking call,
+or none lately, holds no thread for it, and a steady stream of calls does not
+start a thread per call.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +21,9 @@ from collections.abc import Callable
 __all__ = ["CallTimer", "Deadline"]
 
 logger = logging.getLogger("supervisor.host")
+
+LINGER = 1.0
+"""Seconds the timer's thread stays without a pending deadline before it ends."""
 
 
 class Deadline:
@@ -35,7 +41,7 @@ class Deadline:
         self.action: Callable[[], None] | None = action
 
     def cancel(self) -> None:
-        """Make sure the callback does not run (if it has not begun)."""
+        """Make sure the callback does not run (if it has not begun). Idempotent."""
         self._timer._cancel(self)
 
 
@@ -47,17 +53,22 @@ class CallTimer:
 
     Args:
         name: The thread's name.
+        linger: Seconds the thread waits for a new deadline before it ends.
         clock: Monotonic seconds (real time; a host's injectable clock is for
             idleness and restart intensity, not for waiting).
     """
 
-    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, name: str, linger: float = LINGER, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._name = name
+        self._linger = linger
         self._clock = clock
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Deadline]] = []
         self._order = itertools.count()
         self._live = 0  # deadlines in the heap that are neither cancelled nor run
+        self._wake_at = math.inf  # when the thread wakes next, if it waits
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -72,12 +83,11 @@ class CallTimer:
             if self._closed:
                 raise RuntimeError("this AgentHost is shut down; create a new one")
             self._live += 1
-            earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (deadline.at, next(self._order), deadline))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            elif earliest is None or deadline.at < earliest:
+            elif deadline.at < self._wake_at:  # else it is seen when the thread wakes
                 self._cond.notify()
         return deadline
 
@@ -94,7 +104,7 @@ class CallTimer:
 
     @property
     def running(self) -> bool:
-        """Whether the timer's thread is running now (it ends when no deadline is left)."""
+        """Whether the timer's thread is running now."""
         with self._cond:
             return self._thread is not None
 
@@ -105,9 +115,8 @@ class CallTimer:
             deadline.action = None
             self._live -= 1
             heap = self._heap
-            if not self._live:  # nothing is due any more: let the thread end now
-                heap.clear()
-                self._cond.notify()
+            if not self._live:
+                heap.clear()  # the thread notices within ``linger``, without a wake-up now
             elif len(heap) > 1024 and len(heap) > 4 * self._live:  # mostly cancelled
                 self._heap = [entry for entry in heap if entry[2].action is not None]
                 heapq.heapify(self._heap)
@@ -125,17 +134,30 @@ class CallTimer:
                 logger.exception("a call's deadline handler failed")
 
     def _next_due(self) -> Callable[[], None] | None:
-        """Wait (holding the condition) for the next deadline due; ``None`` when none is left."""
-        while heap := self._heap:  # re-read: ``_cancel`` may compact it while this waits
-            at, _, deadline = heap[0]
-            if deadline.action is None:  # cancelled: drop it
-                heapq.heappop(heap)
-                continue
-            left = at - self._clock()
-            if left <= 0:
-                heapq.heappop(heap)
-                action, deadline.action = deadline.action, None
-                self._live -= 1
-                return action
-            self._cond.wait(left)
+        """Wait (holding the condition) for the next deadline due; ``None`` once there was
+        none for ``linger`` seconds, or the timer is closed."""
+        idle_since: float | None = None
+        while not self._closed:
+            heap = self._heap  # re-read each time: ``_cancel`` may replace or clear it
+            while heap and heap[0][2].action is None:
+                heapq.heappop(heap)  # cancelled
+            now = self._clock()
+            if heap:
+                idle_since = None
+                at, _, deadline = heap[0]
+                if at <= now:
+                    heapq.heappop(heap)
+                    action, deadline.action = deadline.action, None
+                    self._live -= 1
+                    return action
+                wait = min(at - now, self._linger)
+            else:
+                if idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= self._linger:
+                    return None
+                wait = self._linger - (now - idle_since)
+            self._wake_at = now + wait
+            self._cond.wait(wait)
+            self._wake_at = math.inf
         return None

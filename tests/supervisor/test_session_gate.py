@@ -124,7 +124,7 @@ def _stack() -> list[object]:
 
 
 def test_the_timer_runs_due_actions_in_order_skips_cancelled_ones_and_ends() -> None:
-    timer = CallTimer("test-timer")
+    timer = CallTimer("test-timer", linger=0.05)
     ran: list[str] = []
     all_ran = threading.Event()
 
@@ -141,8 +141,8 @@ def test_the_timer_runs_due_actions_in_order_skips_cancelled_ones_and_ends() -> 
     assert poll_until(lambda: not timer.running)  # no deadline left: its thread ended
     keep = timer.call_later(60, lambda: ran.append("never"))
     assert timer.running
-    keep.cancel()  # the last one: the thread ends now, not in 60 s
-    assert poll_until(lambda: not timer.running)
+    keep.cancel()  # the last one: the thread ends after ``linger``, not in 60 s
+    assert poll_until(lambda: not timer.running, 1.0)
     timer.close()
     with pytest.raises(RuntimeError, match="shut down"):
         timer.call_later(0, lambda: None)
@@ -166,7 +166,7 @@ def test_an_action_that_raises_is_logged_and_the_timer_goes_on(
 
 
 def test_many_cancelled_deadlines_are_dropped_without_waiting_for_them() -> None:
-    timer = CallTimer("test-timer")
+    timer = CallTimer("test-timer", linger=0.05)
     fired = threading.Event()
     deadlines = [timer.call_later(600, lambda: None) for _ in range(3000)]
     timer.call_later(0.01, fired.set)

@@ -238,15 +238,16 @@ class WorkerClient:
         """
         future = Reply(on_reply, on_done)
         with self._lock:
-            if self._dead:
-                future._settle(None, self._crashed())
-                return future
-            call_id = next(self._ids)
-            self._futures[call_id] = future
-            # A broken pipe means the worker died: the reader fails this future
-            # with its exit status when it buries it (it takes this lock first).
-            with contextlib.suppress(OSError):
-                self._conn.send_bytes(pack({"id": call_id, "op": op, "payload": payload}))
+            dead = self._dead
+            if not dead:
+                call_id = next(self._ids)
+                self._futures[call_id] = future
+                # A broken pipe means the worker died: the reader fails this future
+                # with its exit status when it buries it (it takes this lock first).
+                with contextlib.suppress(OSError):
+                    self._conn.send_bytes(pack({"id": call_id, "op": op, "payload": payload}))
+        if dead:  # settled outside the lock: ``on_done`` may submit again
+            future._settle(None, self._crashed())
         return future
 
     def call(self, op: str, payload: Any = None, timeout: float | None = None) -> Any:

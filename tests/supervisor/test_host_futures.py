@@ -8,6 +8,7 @@ before the answer) without a thread per call in flight.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
@@ -22,6 +23,7 @@ from supervisor import (
     SessionCrashed,
     SessionNotFound,
     SQLiteCheckpointStore,
+    WorkerCrashed,
 )
 from supervisor._nonblocking import HELPERS
 from tests.supervisor.host_helpers import (
@@ -37,7 +39,7 @@ from tests.supervisor.host_helpers import (
     template,
     watch_events,
 )
-from tests.supervisor.workers.worker_tools import FifoModel
+from tests.supervisor.workers.worker_tools import FifoModel, worker_pid
 
 
 class SleepyModel(EchoModel):
@@ -272,3 +274,34 @@ def test_thousands_of_sends_in_flight_hold_no_caller_thread(
     assert max(in_flight, peak[0]) - idle <= 1 + HELPERS
     for sid in sids:
         assert pairs(host.store.load(sid).messages()) == [(f"hello {sid}", f"echo: hello {sid}")]
+
+
+@pytest.mark.parametrize("mode", ["process", "process-portable"])
+def test_a_worker_dying_under_a_call_fails_it_and_the_queued_ones_go_on(
+    fifo: Fifo, make_host: HostFactory
+) -> None:
+    host = make_host()
+    sid = held_session(host, fifo)
+    waiter = watch_events(host, sid)
+    running = host.futures.send(sid, "running")
+    waiter.wait_for("turn_started")
+    queued = host.futures.send(sid, "queued")  # not yet sent to the worker
+    os.kill(worker_pid(host, sid), signal.SIGKILL)
+    assert isinstance(running.exception(WAIT), WorkerCrashed)
+    fifo.release()
+    assert queued.result(WAIT).content == "echo: queued"  # taken by the next incarnation
+    assert [t for t, _ in pairs(host.store.load(sid).messages())] == ["queued"]
+
+
+@pytest.mark.parametrize("mode", ["process"])
+def test_a_worker_past_its_call_timeout_is_killed_from_the_timer(
+    fifo: Fifo, make_host: HostFactory
+) -> None:
+    host = make_host(worker_call_timeout=0.3)
+    sid = held_session(host, fifo)
+    deaths = host.worker_deaths
+    failed = host.futures.send(sid, "stuck", timeout=WAIT)
+    assert isinstance(failed.exception(WAIT), WorkerCrashed)
+    assert host.worker_deaths == deaths + 1
+    fifo.release()
+    assert host.futures.send(sid, "again").result(WAIT).content == "echo: again"

@@ -135,8 +135,13 @@ class NonBlockingCalls:
     def helper(self, work: Callable[[], Any]) -> Future[Any]:
         """``work()`` on a helper thread (lifecycle calls): its result or error."""
         future = self.new_future()
+
+        def run() -> None:
+            if running(future):  # not cancelled while it waited for a helper
+                _run_into(future, work)
+
         if not future.done():
-            self.helpers.run(lambda: _run_into(future, work))
+            self.helpers.run(run)
         return future
 
     def ask_running(
@@ -150,9 +155,8 @@ class NonBlockingCalls:
         incarnation answers (on the thread that completes the call), else ``otherwise()``
         on a helper thread (the session is not running: its checkpoint has the answer)."""
         future = self.new_future()
-        if future.done():
+        if not running(future):  # it starts at once: no longer cancellable
             return future
-        future.set_running_or_notify_cancel()  # it starts at once: no longer cancellable
         ref = self.sessions.serving_now(record)
         if ref is None:
             self.helpers.run(lambda: _run_into(future, otherwise))
@@ -179,6 +183,14 @@ class NonBlockingCalls:
     ) -> None:
         self.sessions.await_end(ref)
         _run_into(future, otherwise)
+
+
+def running(future: Future[Any]) -> bool:
+    """Mark ``future`` running; False if it was cancelled, or failed at shutdown, already."""
+    try:
+        return future.set_running_or_notify_cancel()
+    except RuntimeError:  # resolved already: the host shut down
+        return False
 
 
 def _run_into(future: Future[Any], work: Callable[[], Any]) -> None:
@@ -252,11 +264,7 @@ class _Exclusive:
 
     def _start(self) -> None:
         self._cancel_wait()
-        try:
-            running = self.future.set_running_or_notify_cancel()
-        except RuntimeError:  # failed already: the host shut down
-            running = False
-        if not running:
+        if not running(self.future):
             self.record.op_lock.release()
             return
         if isinstance(self.job, Send):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import EchoModel, Message, ModelResponse, Tool
+from actors import EchoModel, Message, ModelResponse, Plugin, PluginContext, Tool
 from supervisor import (
     AgentHost,
     MemoryCheckpointStore,
@@ -305,3 +305,35 @@ def test_a_worker_past_its_call_timeout_is_killed_from_the_timer(
     assert host.worker_deaths == deaths + 1
     fifo.release()
     assert host.futures.send(sid, "again").result(WAIT).content == "echo: again"
+
+
+class _SlowStart(Plugin):
+    """Holds every ``session_start`` until ``go`` is set (thread mode: it holds an Event)."""
+
+    name = "slow-start"
+
+    def __init__(self) -> None:
+        self.entered = threading.Semaphore(0)
+        self.go = threading.Event()
+
+    def session_start(self, ctx: PluginContext) -> None:
+        self.entered.release()
+        assert self.go.wait(WAIT)
+
+
+@pytest.mark.parametrize("mode", ["thread"])
+def test_a_lifecycle_call_cancelled_while_it_waits_for_a_helper_never_runs(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    slow = _SlowStart()
+    busy = [host.futures.start_session(template(plugins=[slow])) for _ in range(HELPERS)]
+    for _ in range(HELPERS):
+        assert slow.entered.acquire(timeout=WAIT)  # every helper is busy now
+    waiting = host.futures.start_session(template(), "never")
+    assert waiting.cancel()
+    slow.go.set()
+    assert all(isinstance(f.result(WAIT), str) for f in busy)
+    with pytest.raises(CancelledError):
+        waiting.result(0)
+    assert "never" not in {s.session_id for s in host.list_sessions()}

@@ -328,8 +328,9 @@ def test_a_lifecycle_call_cancelled_while_it_waits_for_a_helper_never_runs(
     host = make_host()
     slow = _SlowStart()
     busy = [host.futures.start_session(template(plugins=[slow])) for _ in range(HELPERS)]
-    for _ in range(HELPERS):
-        assert slow.entered.acquire(timeout=WAIT)  # every helper is busy now
+    # One start runs its session_start; the others wait for the root supervisor, which
+    # runs starts one at a time: every helper is busy until ``go``.
+    assert slow.entered.acquire(timeout=WAIT)
     waiting = host.futures.start_session(template(), "never")
     assert waiting.cancel()
     slow.go.set()

@@ -79,12 +79,27 @@ def _check_keys(value: object) -> None:
         level = [child for child in children if type(child) in _CONTAINERS]
 
 
+def _surrogate(text: str) -> str:
+    """What is wrong with ``text`` if it cannot be UTF-8 ('' if it can)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"text with a lone surrogate at index {exc.start} ({text[exc.start]!r}, e.g. from an "
+            "undecodable file name); escape it first, e.g. "
+            "text.encode('utf-8', 'backslashreplace').decode()"
+        )
+    return ""
+
+
 def _problem(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, object, str]:
     """Find the first non-plain value under ``value``: (path, value, problem) or ('', None, '')."""
     kind = type(value)
     if kind in _SCALARS:
         if kind is int and not _INT_MIN <= value <= _INT_MAX:
             return path, value, "integer out of the 64-bit range msgpack can store"
+        if kind is str and (problem := _surrogate(value)):
+            return path, value, problem
         return "", None, ""
     if kind is datetime:
         if value.utcoffset() is None:
@@ -103,6 +118,8 @@ def _problem(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, 
                 child_path = join_path(path, key)
                 if type(key) is not str:
                     return child_path, key, f"dict key {key!r} is not a str"
+                if problem := _surrogate(key):
+                    return child_path, key, f"dict key: {problem}"
                 found = _problem(child, child_path, depth + 1, active)
                 if found[2]:
                     return found

@@ -17,9 +17,11 @@ from typing import Any, ClassVar, Self
 
 import pykka
 
+from actors._codec import encode_plain
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
 from actors._storable import storable_message, storable_text
+from actors._strip import strip_live
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
@@ -68,6 +70,21 @@ class _TurnMark:
     messages: int
     turns: int
     provider_state: Any
+    plugin_states: dict[str, dict[str, Any]] | None  # None: no plugins, or too deep to copy
+
+
+def _copy_for_undo(value: Any) -> Any:
+    """Copy every mutable container all the way down, keeping each one's type; leaves are shared."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy_for_undo(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_for_undo(v) for v in value]
+    if kind is tuple:
+        return tuple(_copy_for_undo(v) for v in value)
+    if kind is set:
+        return set(value)
+    return value
 
 
 def _copy_containers(value: Any) -> Any:
@@ -255,14 +272,16 @@ class AgentSession(pykka.ThreadingActor):
         """Run one turn for user ``text`` and return the final assistant message.
 
         A failed turn (the model raised, ``TurnLimitExceeded``, or the
-        ``checkpointer`` raised after the turn) is rolled back: the history,
-        the turn counter and the provider state are as before the call,
-        steering messages it had taken go back to the front of the queue, an
-        ``error`` event is published, and the exception reaches the caller; the
-        session lives on. Not rolled back: ``usage`` (the tokens were spent),
-        events already published, and what plugin hooks did meanwhile (their
-        state changes and side effects, ``after_turn`` included when the
-        checkpoint failed).
+        ``checkpointer`` raised after the turn, or a plugin's state became one
+        no checkpoint can hold: ``SnapshotEncodeError``) is rolled back: the
+        history, the turn counter, the provider state and every plugin's
+        ``ctx.state`` are as before the call, steering messages it had taken go
+        back to the front of the queue, an ``error`` event is published, and
+        the exception reaches the caller; the session lives on and can still
+        checkpoint. Not rolled back: ``usage`` (the tokens were spent), events
+        already published, the side effects of plugin hooks (``after_turn``
+        included when the checkpoint failed), and changes made inside a value
+        of a plugin's state that is not a dict, list, tuple or set.
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
@@ -281,9 +300,13 @@ class AgentSession(pykka.ThreadingActor):
             added = tuple(self._messages[mark.messages :])
             self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
         self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)
-        if self.checkpointer is not None and self._turns % self.checkpoint_every == 0:
+        checkpointer = self.checkpointer if self._turns % self.checkpoint_every == 0 else None
+        if checkpointer is not None or self._has_plugins:
             try:
-                self.checkpointer(self.snapshot())
+                if checkpointer is not None:
+                    checkpointer(self.snapshot())
+                else:  # what a later checkpoint would refuse must not outlive this turn
+                    self._check_plugin_states()
             except Exception as exc:
                 self._rollback(mark)
                 self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
@@ -293,7 +316,13 @@ class AgentSession(pykka.ThreadingActor):
 
     def _mark(self) -> _TurnMark:
         """Where the session stands before a turn: what ``_rollback`` returns it to."""
-        return _TurnMark(len(self._messages), self._turns, self._provider_state)
+        states = None
+        if self._has_plugins:
+            try:
+                states = _copy_for_undo(self.plugins.states())
+            except RecursionError:  # already unstorable: the turn's checkpoint will say where
+                states = None
+        return _TurnMark(len(self._messages), self._turns, self._provider_state, states)
 
     def _rollback(self, mark: _TurnMark) -> None:
         """Undo the turn begun at ``mark`` (see ``send``), on the session's thread.
@@ -304,6 +333,10 @@ class AgentSession(pykka.ThreadingActor):
         self._messages = self._messages[: mark.messages]
         self._turns = mark.turns
         self._provider_state = mark.provider_state
+        if mark.plugin_states is not None:  # in place: a plugin may hold on to its ctx.state
+            for name, state in self.plugins.states().items():
+                state.clear()
+                state.update(mark.plugin_states.get(name, {}))
         self.steering.requeue(self._steered)
         self._steered = []
 
@@ -348,10 +381,23 @@ class AgentSession(pykka.ThreadingActor):
         try:
             return self._state()
         except RecursionError:
-            part, value = self._too_deep()
-            raise SnapshotEncodeError(
-                part, value, "it holds a cycle or nests deeper than a checkpoint can hold"
-            ) from None
+            raise self._too_deep_error() from None
+
+    def _check_plugin_states(self) -> None:
+        """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the
+        plugins' states as they are now; costs a walk of those states, not of the history."""
+        try:
+            states = _copy_containers(self.plugins.states())
+        except RecursionError:
+            raise self._too_deep_error() from None
+        stripped, _ = strip_live(states)
+        encode_plain(stripped, root="plugins")
+
+    def _too_deep_error(self) -> SnapshotEncodeError:
+        part, value = self._too_deep()
+        return SnapshotEncodeError(
+            part, value, "it holds a cycle or nests deeper than a checkpoint can hold"
+        )
 
     def _too_deep(self) -> tuple[str, object]:
         """The part of the state that holds a cycle or nests too deep, and its value."""

@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: repeated timing, medians, percentiles, tables.
+"""Helpers shared by the benchmark scripts: repeated timing, medians, percentiles, tables,
+and the bare SQLite connection that store baselines write to.
 
 Machines here are shared and noisy, so every figure is a median over several
 rounds and every ratio compares against a baseline measured in the same run,
@@ -7,11 +8,13 @@ rounds interleaved so that drift hits both sides alike.
 
 from __future__ import annotations
 
+import sqlite3
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-__all__ = ["interleaved_rates", "percentile", "print_table", "rate"]
+__all__ = ["bare_sqlite", "interleaved_rates", "percentile", "print_table", "rate"]
 
 
 def rate(fn: Callable[[], object], ops: int) -> float:
@@ -56,3 +59,19 @@ def print_table(title: str, rows: Sequence[tuple[str, str]]) -> None:
     print(title)
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
+
+
+def bare_sqlite(
+    path: Path, synchronous: str, *, check_same_thread: bool = True
+) -> sqlite3.Connection:
+    """A plain ``sqlite3`` connection for a baseline: WAL journal, the given ``synchronous``,
+    autocommit (``isolation_level=None``: transactions are the caller's ``BEGIN``/``COMMIT``).
+
+    The same durability settings as ``SQLiteCheckpointStore``, without any of its
+    work, so a ratio against it measures what the store adds. The caller creates its
+    tables and closes the connection.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    return conn

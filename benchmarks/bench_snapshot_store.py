@@ -13,6 +13,9 @@
 4. The checkpoint step (``save`` + ``load`` latest) of a 300-message session
    with the per-row checksum against the same store with the checksum's
    ``seal``/``verify`` replaced by no-ops (goal: <= 1.1x, issue 13).
+5. The same checkpoint step on an encrypted store (AES-256-GCM) against a
+   plaintext one, fed the same snapshots (goal: <= 1.5x, issue 13); and
+   ``save`` alone, encrypted against plaintext.
 
 Rates are medians of interleaved rounds; ratios are taken in the same run.
 """
@@ -20,7 +23,6 @@ Rates are medians of interleaved rounds; ratios are taken in the same run.
 from __future__ import annotations
 
 import json
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -33,11 +35,11 @@ from typing import Any
 
 import msgpack
 
-import supervisor.sqlite_store as sqlite_module
+import supervisor._message_log as message_log_module
 from actors import SCHEMA_VERSION, Message, Snapshot, ToolCall, Usage
 from actors._ids import new_checkpoint_id
-from benchmarks._common import interleaved_rates, percentile, print_table
-from supervisor import SQLiteCheckpointStore
+from benchmarks._common import bare_sqlite, interleaved_rates, percentile, print_table
+from supervisor import EncryptionKeys, SQLiteCheckpointStore
 from supervisor._message_log import LogRef, seal, verify
 
 SAVE_OPS = 40
@@ -107,9 +109,7 @@ def save_figures(directory: Path) -> list[tuple[str, str]]:
     stream = list(conversation(75 + needed))[75:]  # every save adds a turn
     payloads = {s.checkpoint_id: s.serialize() for s in stream}
     store = SQLiteCheckpointStore(directory / "store.db")
-    bare = sqlite3.connect(directory / "bare.db", isolation_level=None)
-    bare.execute("PRAGMA journal_mode = WAL")
-    bare.execute(f"PRAGMA synchronous = {store.synchronous}")
+    bare = bare_sqlite(directory / "bare.db", store.synchronous)
     bare.execute("CREATE TABLE checkpoints (session_id TEXT, checkpoint_id TEXT, data BLOB)")
     snaps = iter(stream)
     # Like with like: each baseline call handles the snapshot the save side handled at the
@@ -212,12 +212,12 @@ def checksum_figures(directory: Path) -> list[tuple[str, str]]:
     checked_snaps, bare_snaps = iter(stream), iter(stream)
 
     def checked() -> object:
-        sqlite_module.seal, sqlite_module.verify = seal, verify  # type: ignore[attr-defined]
+        message_log_module.seal, message_log_module.verify = seal, verify
         checked_store.save(next(checked_snaps))
         return checked_store.load("bench")
 
     def unchecked() -> object:
-        sqlite_module.seal, sqlite_module.verify = _no_seal, _no_verify  # type: ignore[attr-defined]
+        message_log_module.seal, message_log_module.verify = _no_seal, _no_verify
         bare_store.save(next(bare_snaps))
         return bare_store.load("bench")
 
@@ -227,7 +227,7 @@ def checksum_figures(directory: Path) -> list[tuple[str, str]]:
                 checked, unchecked, ops=ops, rounds=rounds
             )
     finally:
-        sqlite_module.seal, sqlite_module.verify = seal, verify  # type: ignore[attr-defined]
+        message_log_module.seal, message_log_module.verify = seal, verify
     body = stream[0].serialize()
     check = seal(body, (None, None, None, None))
     seal_us = min(_time(lambda: verify(check, body, (None,) * 4)) for _ in range(50)) * 1e6
@@ -237,6 +237,47 @@ def checksum_figures(directory: Path) -> list[tuple[str, str]]:
         ("save + load, seal/verify as no-ops", f"{bare_rate:,.0f} /s ({1e3 / bare_rate:.2f} ms)"),
         ("checksum cost vs none (goal <= 1.1x)", f"{1 / ratio:.2f}x"),
         (f"verify of a whole {len(body) // 1024} KiB body alone", f"{seal_us:.1f} us"),
+    ]
+
+
+def encryption_figures(directory: Path) -> list[tuple[str, str]]:
+    """Save + load latest, and save alone, encrypted vs plaintext, fed the same snapshots."""
+    rounds, ops = 7, 20
+    stream = list(conversation(75 + 2 * (rounds + 1) * ops + 8))[75:]  # 300 messages and up
+    keys = EncryptionKeys({"bench": EncryptionKeys.new_key()})
+    sealed_store = SQLiteCheckpointStore(directory / "encrypted.db", encryption=keys)
+    plain_store = SQLiteCheckpointStore(directory / "plain.db")
+    sealed_snaps, plain_snaps = iter(stream), iter(stream)
+
+    def sealed_step() -> object:
+        sealed_store.save(next(sealed_snaps))
+        return sealed_store.load("bench")
+
+    def plain_step() -> object:
+        plain_store.save(next(plain_snaps))
+        return plain_store.load("bench")
+
+    def sealed_save() -> object:
+        return sealed_store.save(next(sealed_snaps))
+
+    def plain_save() -> object:
+        return plain_store.save(next(plain_snaps))
+
+    with sealed_store, plain_store:
+        step_rate, plain_rate, ratio = interleaved_rates(
+            sealed_step, plain_step, ops=ops, rounds=rounds
+        )
+        save_rate, plain_save_rate, save_ratio = interleaved_rates(
+            sealed_save, plain_save, ops=ops, rounds=rounds
+        )
+    return [
+        ("messages in the session", f"{len(stream[0].state['messages'])} and up"),
+        ("save + load, encrypted", f"{step_rate:,.0f} /s ({1e3 / step_rate:.2f} ms)"),
+        ("save + load, plaintext", f"{plain_rate:,.0f} /s ({1e3 / plain_rate:.2f} ms)"),
+        ("encryption cost vs none (goal <= 1.5x)", f"{1 / ratio:.2f}x"),
+        ("save alone, encrypted", f"{save_rate:,.0f} /s ({1e3 / save_rate:.2f} ms)"),
+        ("save alone, plaintext", f"{plain_save_rate:,.0f} /s ({1e3 / plain_save_rate:.2f} ms)"),
+        ("save cost, encrypted vs plaintext", f"{1 / save_ratio:.2f}x"),
     ]
 
 
@@ -254,6 +295,8 @@ def main() -> None:
         print_table("2b/3. load latest and bytes on disk", load_and_disk_figures(Path(tmp)))
     with tempfile.TemporaryDirectory() as tmp:
         print_table("4. checkpoint integrity checksum", checksum_figures(Path(tmp)))
+    with tempfile.TemporaryDirectory() as tmp:
+        print_table("5. encryption at rest (AES-256-GCM)", encryption_figures(Path(tmp)))
 
 
 if __name__ == "__main__":

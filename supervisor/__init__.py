@@ -8,6 +8,7 @@ from supervisor._actor import SupervisedActor as SupervisedActor
 from supervisor._actor import kill as kill
 from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
+from supervisor._encryption_keys import EncryptionKeys as EncryptionKeys
 from supervisor._futures import EventWatch as EventWatch
 from supervisor._futures import HostFutures as HostFutures
 from supervisor._host_record import SessionInfo as SessionInfo
@@ -39,6 +40,9 @@ from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
 from supervisor.errors import ChildStartError as ChildStartError
 from supervisor.errors import DataDirLocked as DataDirLocked
+from supervisor.errors import EncryptionKeyError as EncryptionKeyError
+from supervisor.errors import EncryptionUnavailable as EncryptionUnavailable
+from supervisor.errors import InvalidEncryptionKeys as InvalidEncryptionKeys
 from supervisor.errors import Killed as Killed
 from supervisor.errors import RemoteError as RemoteError
 from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
@@ -48,6 +52,8 @@ from supervisor.errors import SessionFailed as SessionFailed
 from supervisor.errors import SessionNotFound as SessionNotFound
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import StoreCorrupted as StoreCorrupted
+from supervisor.errors import StoreEncrypted as StoreEncrypted
+from supervisor.errors import StoreNotEncrypted as StoreNotEncrypted
 from supervisor.errors import StoreUnavailable as StoreUnavailable
 from supervisor.errors import SupervisorError as SupervisorError
 from supervisor.errors import TemplateNotPicklable as TemplateNotPicklable
@@ -86,11 +92,15 @@ __all__ = [
     "ChildStartError",
     "DataDirLocked",
     "Down",
+    "EncryptionKeyError",
+    "EncryptionKeys",
+    "EncryptionUnavailable",
     "EventStream",
     "EventWatch",
     "EvictCallback",
     "ExitReason",
     "HostFutures",
+    "InvalidEncryptionKeys",
     "Killed",
     "MemoryCheckpointStore",
     "MonitorRef",
@@ -111,6 +121,8 @@ __all__ = [
     "SessionStore",
     "SnapshotTooLarge",
     "StoreCorrupted",
+    "StoreEncrypted",
+    "StoreNotEncrypted",
     "StoreUnavailable",
     "Strategy",
     "SupervisedActor",

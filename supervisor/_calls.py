@@ -13,6 +13,7 @@ __all__ = [
     "CountChildren",
     "RestartDue",
     "ShutdownChildren",
+    "ShutdownOf",
     "StartChild",
     "TerminateChild",
     "WhichChildren",
@@ -29,6 +30,13 @@ class StartChild:
 @dataclass(frozen=True, slots=True)
 class TerminateChild:
     """Stop and remove a child; answered with False if it was abandoned."""
+
+    child_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownOf:
+    """Answered with the child's shutdown timeout in seconds; ``ChildNotFound`` if none."""
 
     child_id: str
 

@@ -38,6 +38,7 @@ import weakref
 from datetime import UTC, datetime
 from pathlib import Path
 
+from supervisor._encryption_keys import EncryptionKeys
 from supervisor.errors import DataDirLocked
 from supervisor.sqlite_store import SQLiteCheckpointStore
 
@@ -118,14 +119,15 @@ class OwnedStore:
     """A host's own SQLite store in its data directory, with the directory's lock.
 
     Opening takes the lock first (``DataDirLocked`` if another host holds it),
-    then opens ``checkpoints.db``; ``close`` closes the store, then gives the
-    directory up. Thread-safe as its parts are.
+    then opens ``checkpoints.db`` (encrypted with ``encryption`` when given);
+    ``close`` closes the store, then gives the directory up. Thread-safe as its
+    parts are.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, encryption: EncryptionKeys | None = None) -> None:
         self.lock = DataDirLock(directory)
         try:
-            self.store = SQLiteCheckpointStore(directory / "checkpoints.db")
+            self.store = SQLiteCheckpointStore(directory / "checkpoints.db", encryption=encryption)
         except BaseException:
             self.lock.release()
             raise

@@ -1,6 +1,6 @@
 """Opening a checkpoint database: connection settings and the versioned schema.
 
-Tables (schema version 2, recorded in ``PRAGMA user_version``):
+Tables (schema version 3, recorded in ``PRAGMA user_version``):
 
 * ``checkpoints``: one row per checkpoint: metadata columns for ``list``, the
   encoded body, which prefix of which message log it uses
@@ -11,12 +11,22 @@ Tables (schema version 2, recorded in ``PRAGMA user_version``):
   ``(session_id, gen, start)``; ``start`` is the chunk's byte offset in its log.
 * ``message_logs``: per session, the current log generation, its length, its
   digest and its chunk count.
+* ``store_meta``: facts about the store by name; an encrypted store has
+  ``encryption`` (the format, ``aes-256-gcm``) and ``store_id`` (16 random
+  bytes, part of every encrypted row's identity).
+* ``encryption_keys``: per key id an encrypted store may still hold rows
+  under, a check value made with that key (``Envelopes.check_value``), so
+  that opening it with other bytes under that id is refused at once.
+
+How the conversation columns are stored, plaintext or encrypted, is
+``_row_codec``'s business.
 
 The schema is created on first use inside ``BEGIN IMMEDIATE``, so several
 processes opening a new file at once create it exactly once. Migrations:
 version 1 (before checksums) gains ``body_check``, computed for every row as
 found: a row damaged before the migration would go unnoticed by it (it is
 still checked by decoding and the log digest), every change after it is caught.
+Version 2 gains the two encryption tables, empty: the store stays plaintext.
 
 Identity: a store is marked with ``PRAGMA application_id = APPLICATION_ID``
 when created, and a marker file ``<path>.sessionvisor`` is written beside it.
@@ -45,7 +55,7 @@ __all__ = [
     "open_database",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x73765331
 """``PRAGMA application_id`` of every sessionvisor checkpoint store (the bytes ``svS1``)."""
 MARKER_SUFFIX = ".sessionvisor"
@@ -93,6 +103,10 @@ _DDL = (
         chunks INTEGER NOT NULL
     )
     """,
+)
+_DDL_3 = (
+    "CREATE TABLE store_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+    "CREATE TABLE encryption_keys (key_id TEXT PRIMARY KEY, key_check BLOB NOT NULL)",
 )
 
 
@@ -163,10 +177,14 @@ def _ensure_schema(conn: sqlite3.Connection, path: str, marked: bool) -> None:
     try:
         identity = _identity(conn)  # again: another process may have created it meanwhile
         if _check_identity(path, identity, marked):
-            for statement in _DDL:
+            for statement in (*_DDL, *_DDL_3):
                 conn.execute(statement)
-        elif identity[1] == 1:
-            _migrate_1_to_2(conn)
+        else:
+            if identity[1] == 1:
+                _migrate_1_to_2(conn)
+            if identity[1] <= 2:
+                for statement in _DDL_3:
+                    conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")

@@ -16,6 +16,9 @@ __all__ = [
     "ChildNotFound",
     "ChildStartError",
     "DataDirLocked",
+    "EncryptionKeyError",
+    "EncryptionUnavailable",
+    "InvalidEncryptionKeys",
     "Killed",
     "RemoteError",
     "RestartIntensityExceeded",
@@ -25,6 +28,8 @@ __all__ = [
     "SessionNotFound",
     "SnapshotTooLarge",
     "StoreCorrupted",
+    "StoreEncrypted",
+    "StoreNotEncrypted",
     "StoreUnavailable",
     "SupervisorError",
     "TemplateNotPicklable",
@@ -402,10 +407,93 @@ class StoreUnavailable(SupervisorError, OSError):
         )
 
 
+class StoreEncrypted(SupervisorError):
+    """The checkpoint store is encrypted and was opened without keys (or written by a
+    process that opened it before it was encrypted): nothing was read or written.
+
+    Pass ``encryption=EncryptionKeys...`` holding its keys (``key_ids`` lists the
+    ones the store records). Differs from ``EncryptionKeyError`` (keys were
+    given, but not the right ones) and ``StoreNotEncrypted`` (the reverse).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key_ids: tuple[str, ...]) -> None:
+        self.path = os.fspath(path)
+        self.key_ids = key_ids
+        names = ", ".join(repr(key_id) for key_id in key_ids) or "none recorded"
+        super().__init__(
+            f"checkpoint store {self.path!r} is encrypted (keys: {names}); open it with "
+            "encryption=EncryptionKeys.from_env() (or another EncryptionKeys holding those "
+            "keys), e.g. AgentHost(encryption=...)"
+        )
+
+
+class StoreNotEncrypted(SupervisorError):
+    """Encryption was asked for, but the store already holds plaintext checkpoints:
+    nothing was changed.
+
+    A store becomes encrypted when it is first opened with keys while empty, or
+    by the one-time migration ``SQLiteCheckpointStore.encrypt_existing(path,
+    keys)`` (run it while no host uses the store). ``checkpoints`` is how many
+    plaintext checkpoints were found. Differs from ``StoreEncrypted`` (the reverse).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], checkpoints: int) -> None:
+        self.path = os.fspath(path)
+        self.checkpoints = checkpoints
+        super().__init__(
+            f"checkpoint store {self.path!r} holds {checkpoints} plaintext checkpoint(s) and is "
+            "not encrypted; encrypt it once with SQLiteCheckpointStore.encrypt_existing(path, "
+            "keys) while no host uses it, or open it without encryption"
+        )
+
+
+class EncryptionKeyError(SupervisorError):
+    """The keys given cannot read the encrypted store: a key it needs is missing from the
+    ring, or a key's bytes are not those the store recorded under its id.
+
+    A configuration error, never damage: unlike ``actors.SnapshotDecodeError``
+    it is not skipped for an older checkpoint (that would lose turns), so it
+    reaches the caller. ``key_id`` names the key; put the right key back into
+    the ring (old keys stay needed until ``rotate_keys()`` has re-encrypted
+    every row under the current one).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key_id: str, problem: str) -> None:
+        self.path = os.fspath(path)
+        self.key_id = key_id
+        self.problem = problem
+        super().__init__(f"checkpoint store {self.path!r}: encryption key {key_id!r} {problem}")
+
+
+class InvalidEncryptionKeys(SupervisorError, ValueError):
+    """An ``EncryptionKeys`` could not be built: the keys given break a rule (no key, a
+    key that is not 32 bytes, an id used twice, one key under two ids, a malformed
+    ``SESSIONVISOR_KEYS`` entry). The message names the key id, never its bytes.
+    """
+
+
+class EncryptionUnavailable(SupervisorError, ImportError):
+    """Encryption was asked for, but the ``cryptography`` package is not installed.
+
+    Install the extra: ``pip install 'sessionvisor[encryption]'``. Nothing was opened.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(
+            f"encryption at rest needs the 'cryptography' package ({error}); install it with "
+            "pip install 'sessionvisor[encryption]'"
+        )
+
+
 for _cls in (
     SupervisorError,
     StoreCorrupted,
     StoreUnavailable,
+    StoreEncrypted,
+    StoreNotEncrypted,
+    EncryptionKeyError,
+    InvalidEncryptionKeys,
+    EncryptionUnavailable,
     DataDirLocked,
     SessionAlreadyExists,
     SessionNotFound,

@@ -11,13 +11,13 @@ import pykka
 from supervisor._calls import (
     CountChildren,
     ShutdownChildren,
+    ShutdownOf,
     StartChild,
     TerminateChild,
     WhichChildren,
 )
 from supervisor._lifecycle import ExitReason, lifecycle_of
 from supervisor.child_spec import ChildCounts, ChildInfo, ChildSpec, Strategy
-from supervisor.errors import ChildNotFound
 from supervisor.intensity import Backoff, Clock
 from supervisor.supervisor import Supervisor
 
@@ -115,10 +115,8 @@ class SupervisorHandle:
         Raises:
             ChildNotFound: no such child.
         """
-        info = next((c for c in self.which_children() if c.id == child_id), None)
-        if info is None:
-            raise ChildNotFound(child_id)
-        stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + info.shutdown)
+        shutdown: float = self._call(ShutdownOf(child_id), timeout=self._timeout)
+        stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + shutdown)
         return stopped
 
     def which_children(self) -> list[ChildInfo]:

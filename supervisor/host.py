@@ -31,6 +31,7 @@ from actors import (
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
 from supervisor._data_dir import OwnedStore
+from supervisor._encryption_keys import EncryptionKeys
 from supervisor._futures import HostFutures
 from supervisor._hibernation import Sweeper
 from supervisor._host_policy import HostPolicy
@@ -105,6 +106,8 @@ class AgentHost:
             state and metadata (secret-looking keys, ``Bearer``/``sk-`` values)
             by stripped markers that ``session_start`` rebuilds on resume;
             ``None`` saves them as they are.
+        encryption: Encrypt the default store at rest with these keys (see
+            ``SQLiteCheckpointStore``); with ``store=`` give them to that store instead.
     """
 
     def __init__(
@@ -124,6 +127,7 @@ class AgentHost:
         max_steps: int = 8,
         workers: int | None = None,
         redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
+        encryption: EncryptionKeys | None = None,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
         policy = HostPolicy(
@@ -137,8 +141,11 @@ class AgentHost:
             clock,
         )
         owned = None
+        if store is not None and encryption is not None:
+            raise ValueError("encryption= is for the host's own store; pass it to your store")
         if store is None:  # the default store, in a data directory this host then owns
-            owned = OwnedStore(Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve())
+            directory = Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve()
+            owned = OwnedStore(directory, encryption)
             store = owned.store
         try:
             self._runtime = runtime_for(workers, clock, worker_options)
@@ -164,9 +171,7 @@ class AgentHost:
         self.registry = self._sessions.registry
         self._root = self._sessions.root
         calls = NonBlockingCalls(self._sessions, self._runtime, self._checkpoints, policy)
-        self.futures = HostFutures(self, self._table, self._checkpoints, calls)
-        """The calls in non-blocking form, returning ``concurrent.futures.Future``s (see
-        ``HostFutures``; ``supervisor.AsyncAgentHost`` wraps them for asyncio)."""
+        self._futures = HostFutures(self, self._table, self._checkpoints, calls)
         self._sweeper: Sweeper | None = None
         if auto_hibernate and hibernate_after_ms is not None:
             interval = max(0.05, hibernate_after_ms / 4000)
@@ -388,6 +393,12 @@ class AgentHost:
         ref = self._table.live(session_id, tenant_id).ref
         if ref is not None:
             kill(ref, reason)
+
+    @property
+    def futures(self) -> HostFutures:
+        """The calls in non-blocking form, each returning a ``concurrent.futures.Future``
+        (see ``HostFutures``; ``supervisor.AsyncAgentHost`` awaits them). Thread-safe."""
+        return self._futures
 
     # -- listing, workers, hibernation, stopping ----------------------------------
 

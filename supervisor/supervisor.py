@@ -52,6 +52,7 @@ from supervisor._calls import (
     CountChildren,
     RestartDue,
     ShutdownChildren,
+    ShutdownOf,
     StartChild,
     TerminateChild,
     WhichChildren,
@@ -179,14 +180,15 @@ class Supervisor(SupervisedActor):
         self._on_give_up = on_give_up
         self._backoff = backoff
         self._name = name if name is not None else f"Supervisor-{self.actor_urn[-8:]}"
-        self._children: list[_Child] = []
+        self._children: dict[str, _Child] = {}  # by id, in start order
+        self._due: dict[int, list[_Child]] = {}  # restart token -> the group it restarts
         self._by_mref: dict[MonitorRef, _Child] = {}
         self._timers: dict[int, threading.Timer] = {}
         self._tokens = itertools.count()
         try:
             for spec in specs:
                 child = _Child(spec, self._clock)
-                self._children.append(child)
+                self._children[spec.id] = child  # ids are unique: checked by ``start``
                 self._start(child)
         except BaseException:
             self._shutdown_children()
@@ -232,6 +234,8 @@ class Supervisor(SupervisedActor):
                 return self._start_child(spec)
             case TerminateChild(child_id):
                 return self._terminate_child(child_id)
+            case ShutdownOf(child_id):
+                return self._find(child_id).spec.shutdown
             case WhichChildren():
                 return self._which_children()
             case CountChildren():
@@ -314,9 +318,12 @@ class Supervisor(SupervisedActor):
             timer.cancel()
         self._timers.clear()
         abandoned = [
-            child.spec.id for child in reversed(self._children) if not self._stop_child(child)
+            child.spec.id
+            for child in reversed(self._children.values())
+            if not self._stop_child(child)
         ]
         self._children.clear()
+        self._due.clear()
         self._by_mref.clear()
         return abandoned
 
@@ -328,7 +335,7 @@ class Supervisor(SupervisedActor):
             return  # a child we terminated or replaced already
         child.ref = child.mref = None
         if not _should_restart(child.spec.restart, down.reason):
-            self._children.remove(child)
+            del self._children[child.spec.id]
             return
         logger.info("%s: child %r exited (%r); restarting", self._name, child.spec.id, down.reason)
         self._restart_group(child, down.reason)
@@ -347,22 +354,22 @@ class Supervisor(SupervisedActor):
         if self._backoff is not None:
             uptime = self._clock() - child.started_at
             child.streak = 1 if uptime >= self._backoff.reset_after else child.streak + 1
-        index = self._children.index(child)
         if self._strategy == "one_for_one":
             group = [child]
-        elif self._strategy == "one_for_all":
-            group = list(self._children)
         else:
-            group = self._children[index:]
+            group = list(self._children.values())
+            if self._strategy == "rest_for_one":
+                group = group[group.index(child) :]
         for sibling in reversed(group):
             if sibling is not child:
                 self._stop_child(sibling)
                 if sibling.spec.restart == "temporary":
-                    self._children.remove(sibling)
+                    del self._children[sibling.spec.id]
         group = [c for c in group if c is child or c.spec.restart != "temporary"]
         token = next(self._tokens)
         for member in group:
             member.pending = token
+        self._due[token] = group
         delay = 0.0 if self._backoff is None else self._backoff.delay(child.streak)
         if delay == 0 and defer:
             self.actor_ref.tell(RestartDue(token))
@@ -382,9 +389,9 @@ class Supervisor(SupervisedActor):
 
     def _restart_due(self, token: int) -> None:
         self._timers.pop(token, None)
-        for child in [c for c in self._children if c.pending == token]:
-            if child.pending != token:  # superseded by a restart started meanwhile
-                continue
+        for child in self._due.pop(token, []):
+            if child.pending != token or self._children.get(child.spec.id) is not child:
+                continue  # superseded by a restart started meanwhile, or removed
             try:
                 self._start(child)
             except ChildStartError as err:
@@ -396,7 +403,7 @@ class Supervisor(SupervisedActor):
         """``child`` exceeded its own intensity: drop it alone and report it."""
         assert child.intensity is not None
         self._stop_child(child)
-        self._children.remove(child)
+        del self._children[child.spec.id]
         logger.error(
             "%s: child %r exceeded its restart intensity (%d in %s s); given up. "
             "Last exit reason: %r",
@@ -430,23 +437,23 @@ class Supervisor(SupervisedActor):
     # -- calls from SupervisorHandle -------------------------------------------
 
     def _find(self, child_id: str) -> _Child:
-        for child in self._children:
-            if child.spec.id == child_id:
-                return child
-        raise ChildNotFound(child_id)
+        child = self._children.get(child_id)
+        if child is None:
+            raise ChildNotFound(child_id)
+        return child
 
     def _start_child(self, spec: ChildSpec) -> pykka.ActorRef[Any]:
         if not isinstance(spec, ChildSpec):
             msg = f"start_child needs a ChildSpec, got {spec!r}"
             raise TypeError(msg)
-        if any(child.spec.id == spec.id for child in self._children):
+        if spec.id in self._children:
             raise ChildAlreadyExists(spec.id)
         child = _Child(spec, self._clock)
-        self._children.append(child)
+        self._children[spec.id] = child
         try:
             self._start(child)
         except ChildStartError:
-            self._children.remove(child)
+            del self._children[spec.id]
             raise
         assert child.ref is not None
         return child.ref
@@ -454,20 +461,21 @@ class Supervisor(SupervisedActor):
     def _terminate_child(self, child_id: str) -> bool:
         child = self._find(child_id)
         stopped = self._stop_child(child)
-        self._children.remove(child)
+        del self._children[child_id]
         return stopped
 
     def _which_children(self) -> list[ChildInfo]:
         return [
             ChildInfo(c.spec.id, c.ref, c.spec.restart, c.is_supervisor, c.spec.shutdown)
-            for c in self._children
+            for c in self._children.values()
         ]
 
     def _count_children(self) -> ChildCounts:
-        supervisors = sum(1 for c in self._children if c.is_supervisor)
+        children = self._children.values()
+        supervisors = sum(1 for c in children if c.is_supervisor)
         return ChildCounts(
             specs=len(self._children),
-            active=sum(1 for c in self._children if c.ref is not None and c.ref.is_alive()),
+            active=sum(1 for c in children if c.ref is not None and c.ref.is_alive()),
             supervisors=supervisors,
             workers=len(self._children) - supervisors,
         )

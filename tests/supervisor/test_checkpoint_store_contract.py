@@ -18,6 +18,7 @@ from supervisor import (
     CheckpointInfo,
     CheckpointNotFound,
     CheckpointStore,
+    EncryptionKeys,
     MemoryCheckpointStore,
     SnapshotTooLarge,
     SQLiteCheckpointStore,
@@ -26,9 +27,14 @@ from tests.actors.snapshot_helpers import session_state
 
 MakeStore = Callable[..., CheckpointStore]
 
+KEYS = EncryptionKeys({"contract": bytes(range(32))})
+
 BACKENDS: dict[str, Callable[[Path], MakeStore]] = {
     "memory": lambda tmp: MemoryCheckpointStore,
     "sqlite": lambda tmp: lambda **kw: SQLiteCheckpointStore(tmp / "checkpoints.db", **kw),
+    "sqlite-encrypted": lambda tmp: (
+        lambda **kw: SQLiteCheckpointStore(tmp / "checkpoints.db", encryption=KEYS, **kw)
+    ),
 }
 
 

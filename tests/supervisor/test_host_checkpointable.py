@@ -19,7 +19,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import AgentTemplate, Message, ModelResponse, Tool, ToolCall, Usage, tool
+from actors import (
+    AgentTemplate,
+    Message,
+    ModelResponse,
+    Plugin,
+    PluginContext,
+    SnapshotEncodeError,
+    Tool,
+    ToolCall,
+    Usage,
+    tool,
+)
 from supervisor import AgentHost, MemoryCheckpointStore
 
 any_text = st.text(alphabet=st.characters(exclude_categories=()), max_size=12)
@@ -105,4 +116,69 @@ def test_every_turn_leaves_the_session_checkpointable(
         host.checkpoint(sid)
     with AgentHost(store) as again:
         again.resume(sid, _template(Plan()))
+        assert again.history(sid) == history
+
+
+storable_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=8)
+plain_values = st.recursive(
+    st.one_of(storable_text, st.integers(-(2**63), 2**64 - 1), st.booleans(), st.none()),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(storable_text, inner, max_size=3),
+    max_leaves=6,
+)
+poison_values = st.one_of(
+    st.sets(st.integers(), min_size=1, max_size=3),
+    st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2),
+    st.integers(min_value=2**64, max_value=2**80),
+    st.datetimes(),  # naive: no checkpoint can say which time it was
+    st.builds(object),
+    st.text(
+        alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2
+    ),
+)
+plugin_turns = st.lists(
+    st.one_of(st.tuples(st.just(True), plain_values), st.tuples(st.just(False), poison_values)),
+    min_size=1,
+    max_size=6,
+)
+
+
+class Keeper(Plugin):
+    """Puts the planned value into its state after each turn, under a key per turn."""
+
+    name = "keeper"
+
+    def __init__(self, planned: deque[Any]) -> None:
+        self.planned = planned
+
+    def after_turn(self, ctx: PluginContext, messages: Sequence[Message]) -> None:
+        ctx.state[f"turn-{len(ctx.state)}"] = self.planned.popleft()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plugin_turns, st.sampled_from([1, None]))
+def test_plugin_state_a_checkpoint_cannot_hold_never_outlives_its_turn(
+    steps: list[tuple[bool, Any]], checkpoint_every: int | None
+) -> None:
+    store = MemoryCheckpointStore()
+    planned: deque[Any] = deque()
+    template = AgentTemplate(plugins=(Keeper(planned),))
+    with AgentHost(store, checkpoint_every=checkpoint_every) as host:
+        sid = host.start_session(template, "s")
+        durable = host.checkpoint(sid)
+        for index, (storable, value) in enumerate(steps):
+            planned.append(value)
+            if storable:
+                host.send(sid, f"turn {index}")
+                durable = host.checkpoint(sid)
+                assert durable.messages() == host.history(sid)
+                assert list(durable.state["plugins"]["keeper"].values())[-1] == value
+            else:  # the turn fails, and everything is as after the last good one
+                with pytest.raises(SnapshotEncodeError, match=r"plugins\.keeper\.turn-"):
+                    host.send(sid, f"turn {index}")
+                now = host.checkpoint(sid)
+                assert now.messages() == durable.messages()
+                assert now.state["plugins"] == durable.state["plugins"]
+        history = host.history(sid)
+    with AgentHost(store) as again:
+        again.resume(sid, AgentTemplate(plugins=(Keeper(deque()),)))
         assert again.history(sid) == history

@@ -142,3 +142,40 @@ def test_plugin_state_no_checkpoint_can_hold_fails_the_turn_with_its_path(
         host.send(sid, "one")
 
     assert host.history(sid) == []  # the turn was rolled back
+    assert host.checkpoint(sid).state["plugins"]["hoarder"] == {}  # and so was the plugin's state
+
+
+class Collector(Plugin):
+    """Keeps a count in its state, and a set (which no checkpoint holds) when told to."""
+
+    name = "collector"
+
+    def session_start(self, ctx: PluginContext) -> None:
+        ctx.state.setdefault("seen", [])
+        self.states = [*getattr(self, "states", []), ctx.state]  # one session per test
+
+    def after_turn(self, ctx: PluginContext, messages: Sequence[Message]) -> None:
+        text = messages[0].content
+        ctx.state["seen"].append(text)
+        if text == "poison":
+            ctx.state["tags"] = {"a", "b"}
+
+
+@pytest.mark.parametrize("checkpoint_every", [1, None])
+def test_a_turn_leaving_unstorable_plugin_state_is_undone_whatever_the_cadence(
+    make_host: HostFactory, mode: str, checkpoint_every: int | None
+) -> None:
+    host = make_host(checkpoint_every=checkpoint_every)
+    plugin = Collector()
+    sid = host.start_session(AgentTemplate(plugins=(plugin,)), "s")
+    host.send(sid, "one")
+
+    with pytest.raises(SnapshotEncodeError, match=r"plugins\.collector\.tags"):
+        host.send(sid, "poison")
+
+    assert pairs(host.history(sid)) == [("one", "echo: one")]
+    assert host.checkpoint(sid).state["plugins"]["collector"] == {"seen": ["one"]}
+    if mode == "thread":  # the plugin's own ctx.state was restored in place
+        assert plugin.states[0] == {"seen": ["one"]}
+    host.send(sid, "two")
+    assert host.checkpoint(sid).state["plugins"]["collector"] == {"seen": ["one", "two"]}

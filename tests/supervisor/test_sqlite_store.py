@@ -31,17 +31,17 @@ TIMEOUT = 30.0
 class Worker:
     """A checkpoint_worker child with a line reader that never blocks past TIMEOUT."""
 
-    def __init__(self, db: Path, tag: str, start: int, count: int) -> None:
+    def __init__(self, db: Path, tag: str, start: int, count: int, threads: int = 1) -> None:
         self.tag = tag
         self.stderr = db.with_name(f"{tag}-{start}.stderr")
         with open(self.stderr, "wb") as errors:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.supervisor.checkpoint_worker", str(db), tag,
-                 str(start), str(count)],
+                 str(start), str(count), str(threads)],
                 cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, bufsize=0,
             )  # fmt: skip
         self._buffer = b""
-        self.acked: dict[int, str] = {}
+        self.acked: dict[tuple[str, int], str] = {}  # (tag, index) -> checkpoint id
 
     def line(self) -> str:
         assert self.proc.stdout is not None
@@ -66,9 +66,9 @@ class Worker:
         line = self.line()
         if not line:
             return False
-        word, index, checkpoint_id = line.split()
+        word, tag, index, checkpoint_id = line.split()
         assert word == "ack"
-        self.acked[int(index)] = checkpoint_id
+        self.acked[tag, int(index)] = checkpoint_id
         return True
 
     def finish(self) -> None:
@@ -91,10 +91,10 @@ def workers() -> Iterator[list[Worker]]:
 
 def _verify_acked(db: Path, worker: Worker) -> None:
     with SQLiteCheckpointStore(db, keep_last=None) as store:
-        for index, checkpoint_id in worker.acked.items():
-            snap = store.load(session_for(worker.tag, index), checkpoint_id)
-            assert snap.state == expected_state(worker.tag, index)
-            assert snap.label == f"{worker.tag}:{index}"
+        for (tag, index), checkpoint_id in worker.acked.items():
+            snap = store.load(session_for(tag, index), checkpoint_id)
+            assert snap.state == expected_state(tag, index)
+            assert snap.label == f"{tag}:{index}"
 
 
 def test_every_acknowledged_save_survives_kill_9(tmp_path: Path, workers: list[Worker]) -> None:
@@ -112,7 +112,7 @@ def test_every_acknowledged_save_survives_kill_9(tmp_path: Path, workers: list[W
             pass
         assert worker.proc.wait(TIMEOUT) == -signal.SIGKILL
         _verify_acked(db, worker)
-        next_index = max(worker.acked) + 1
+        next_index = max(index for _, index in worker.acked) + 1
     assert next_index > 5
 
 
@@ -206,7 +206,7 @@ def test_schema_wal_and_durable_sync_on_first_use(tmp_path: Path) -> None:
         assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2  # store schema 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3  # store schema 3
     with SQLiteCheckpointStore(db, synchronous="normal") as store:
         assert store._conn is not None
         assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1

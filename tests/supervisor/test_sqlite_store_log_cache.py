@@ -5,9 +5,9 @@ save encodes the history but walks and hashes only the new messages. These
 tests attack that shortcut: messages edited in place after a save (also edits
 that ``==`` cannot see, such as ``1`` -> ``True``), bad keys slipped into the
 already-saved part, other instances writing the same session, failed saves,
-deletes, and a tiny cache budget. The yardstick is always the bytes: a loaded
-checkpoint must ``serialize()`` to exactly what the snapshot serialized to
-when it was saved.
+deletes, and a tiny cache budget; each on a plaintext and on an encrypted
+store. The yardstick is always the bytes: a loaded checkpoint must
+``serialize()`` to exactly what the snapshot serialized to when it was saved.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from actors import SCHEMA_VERSION, Snapshot, SnapshotEncodeError
 from actors._ids import new_checkpoint_id
-from supervisor import SQLiteCheckpointStore
+from supervisor import EncryptionKeys, SQLiteCheckpointStore
 from supervisor import sqlite_store as sqlite_store_module
 
 
@@ -39,9 +39,18 @@ def _msg(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}", "n": i}
 
 
+@pytest.fixture(
+    params=[None, EncryptionKeys({"cache": bytes(range(32))})], ids=["plain", "encrypted"]
+)
+def encryption(request: pytest.FixtureRequest) -> EncryptionKeys | None:
+    """Every test runs on a plaintext and on an encrypted store."""
+    keys: EncryptionKeys | None = request.param
+    return keys
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteCheckpointStore]:
-    with SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None) as opened:
+def store(tmp_path: Path, encryption: EncryptionKeys | None) -> Iterator[SQLiteCheckpointStore]:
+    with SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None, encryption=encryption) as opened:
         yield opened
 
 
@@ -97,12 +106,14 @@ def test_a_bad_key_in_the_saved_part_or_the_new_part_is_refused_with_its_path(
     assert store.list("s") == before  # nothing stored by the refused saves
 
 
-def test_two_instances_writing_one_session_load_exactly(tmp_path: Path) -> None:
+def test_two_instances_writing_one_session_load_exactly(
+    tmp_path: Path, encryption: EncryptionKeys | None
+) -> None:
     ledger = Ledger()
     messages = [_msg(0)]
     with (
-        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None) as first,
-        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None) as second,
+        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None, encryption=encryption) as first,
+        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None, encryption=encryption) as second,
     ):
         for i in range(1, 12):
             messages.append(_msg(i))
@@ -146,12 +157,12 @@ def test_delete_all_then_save_again(store: SQLiteCheckpointStore) -> None:
 
 
 def test_a_tiny_cache_budget_changes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encryption: EncryptionKeys | None
 ) -> None:
     monkeypatch.setattr(sqlite_store_module, "_LOG_CACHE_BYTES", 200)
     ledger = Ledger()
     histories: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
-    with SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None) as store:
+    with SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None, encryption=encryption) as store:
         for i in range(12):
             sid = "ab"[i % 2]
             histories[sid].append(_msg(i))
@@ -160,14 +171,16 @@ def test_a_tiny_cache_budget_changes_nothing(
             ledger.check(store, sid)
 
 
-def test_random_histories_across_two_instances_load_exactly(tmp_path: Path) -> None:
+def test_random_histories_across_two_instances_load_exactly(
+    tmp_path: Path, encryption: EncryptionKeys | None
+) -> None:
     """A seeded model run: append, edit in place, retype, truncate, resume, delete, prune."""
     rng = random.Random(4)
     ledger = Ledger()
     messages: list[dict[str, Any]] = [_msg(0)]
     with (
-        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None) as first,
-        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=8) as second,
+        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=None, encryption=encryption) as first,
+        SQLiteCheckpointStore(tmp_path / "c.db", keep_last=8, encryption=encryption) as second,
     ):
         for step in range(250):
             action = rng.randrange(10)

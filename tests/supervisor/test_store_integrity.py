@@ -162,6 +162,8 @@ def _downgrade_to_version_1(db: Path) -> None:
     """Make ``db`` what schema version 1 wrote: no checksum column, no mark, no marker file."""
     with closing(_raw(db)) as conn:
         conn.execute("ALTER TABLE checkpoints DROP COLUMN body_check")
+        conn.execute("DROP TABLE store_meta")  # schema 3's
+        conn.execute("DROP TABLE encryption_keys")
         conn.execute("PRAGMA application_id = 0")
         conn.execute("PRAGMA user_version = 1")
     Path(f"{db}{MARKER_SUFFIX}").unlink()

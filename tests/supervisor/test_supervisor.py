@@ -387,6 +387,12 @@ def test_child_spec_validation(kwargs: dict[str, Any], error: type, match: str) 
 def test_child_past_its_own_intensity_is_given_up_alone(starts: Starts) -> None:
     clock = FakeClock()
     given_up: list[tuple[str, Any]] = []
+    reported = threading.Event()
+
+    def report(child_id: str, reason: Any) -> None:  # called once the child is dropped
+        given_up.append((child_id, reason))
+        reported.set()
+
     flaky = ChildSpec(
         "flaky",
         lambda: Worker.start("flaky", starts=starts),
@@ -394,10 +400,7 @@ def test_child_past_its_own_intensity_is_given_up_alone(starts: Starts) -> None:
         max_seconds=5.0,
     )
     handle = SupervisorHandle.start(
-        [worker_spec("steady", starts), flaky],
-        max_restarts=None,
-        clock=clock,
-        on_give_up=lambda child_id, reason: given_up.append((child_id, reason)),
+        [worker_spec("steady", starts), flaky], max_restarts=None, clock=clock, on_give_up=report
     )
     steady = starts.latest("steady")
     for n in range(2):  # exactly at the child's limit: restarted
@@ -408,6 +411,7 @@ def test_child_past_its_own_intensity_is_given_up_alone(starts: Starts) -> None:
     monitor(starts.latest("flaky"), downs)
     crash(starts.latest("flaky"), boom)
     downs.wait()
+    assert reported.wait(5)  # our DOWN can come before the supervisor has handled its own
     assert handle.is_alive()
     assert list(_refs(handle)) == ["steady"]
     assert _refs(handle)["steady"] is steady  # the sibling was not touched

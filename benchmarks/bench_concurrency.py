@@ -1,0 +1,279 @@
+"""Many turns in flight on one host (issue 14): N sessions, one message each, all at once.
+
+The workload: a model whose ``generate`` sleeps 200 ms; one message to each of
+N sessions at the same time; a durable checkpoint after every turn (the
+default ``SQLiteCheckpointStore`` in a fresh data directory: WAL,
+``synchronous=FULL``). The ideal wall time is the sleep, 0.2 s. Side by side,
+rounds interleaved, for N = 100, 1,000 and 3,000:
+
+(a) asyncio floor, one commit per turn, and (b) asyncio floor with group
+    commit (``benchmarks/_asyncio_floors.py``): asyncio tasks that sleep 200 ms
+    and then write a row as large as a sessionvisor turn's checkpoint, with the
+    store's durability, through one executor thread that owns the connection;
+(c) sessionvisor in thread mode: today's blocking ``AgentHost.send``, called
+    from N threads (``ThreadPoolExecutor(max_workers=N)``);
+(d) sessionvisor's non-blocking API, when the host has one: ``host.futures.send``
+    for all N, then wait for every future (the row says so when it is absent).
+
+Each case runs in a process of its own, so its threads and memory are its
+own. Figures per case: wall time from the first send to the last answer;
+peak OS threads of the process (``/proc/self/status`` ``Threads``, sampled
+every 2 ms from a sampler thread, which counts itself) and, for the host, how
+many existed before the sends (the sessions' own threads); peak resident
+memory (``VmRSS`` sampled likewise) above the process's before any setup,
+so a host's N started sessions count; and the transactions committed (for
+the host, from its store's ``commits`` where it counts them). Ratios are wall time over the
+group-commit floor of the same round, median over rounds. Goals (issue 14):
+N = 1,000 <= 2.0; N = 3,000 <= 3.0 with no caller threads (so only the
+non-blocking API can meet it). A missed goal is reported, not failed.
+
+``BENCH_CONCURRENCY_N`` (``--n``) picks the sizes, e.g. ``100,1000``;
+``BENCH_CONCURRENCY_ROUNDS`` (``--rounds``) the rounds of every size
+(default 5, 5 and 3 for 100, 1,000 and 3,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from actors import AgentSession, AgentTemplate, Message, ModelResponse, Tool, Usage
+from benchmarks._asyncio_floors import group_commits, open_floor_db, per_turn_commits
+from benchmarks._common import print_table
+from benchmarks._process_peaks import PeakSampler, process_status
+from supervisor import AgentHost, SQLiteCheckpointStore
+
+DELAY = 0.2
+TEXT = "hello there"
+DEFAULT_ROUNDS = {100: 5, 1000: 5, 3000: 3}
+CASE_TIMEOUT = 600.0
+SYNCHRONOUS: str = inspect.signature(SQLiteCheckpointStore).parameters["synchronous"].default
+GOALS = {1000: 2.0, 3000: 3.0}
+
+CASES = {
+    "floor-commit": "asyncio floor, one commit per turn",
+    "floor-group": "asyncio floor, group commit",
+    "threads": "sessionvisor threads, blocking send",
+    "futures": "sessionvisor host.futures.send",
+}
+
+
+class SleepingModel:
+    """Answers ``answer: <last user text>`` after sleeping ``delay`` seconds, like a remote
+    model call. Stateless, hence thread-safe."""
+
+    model_string = "sleeping"
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        """Sleep, then answer the last message."""
+        time.sleep(self.delay)
+        return ModelResponse(Message.assistant(f"answer: {messages[-1].content}"), Usage(2, 2))
+
+
+TEMPLATE = AgentTemplate(model=SleepingModel(DELAY))
+
+
+def checkpoint_bytes() -> bytes:
+    """A one-turn session's checkpoint as ``serialize`` encodes it: the floors' row."""
+    session = AgentSession(AgentTemplate(model=SleepingModel(0.0)))  # a plain object
+    session.send(TEXT)
+    return session.snapshot().serialize()
+
+
+# -- one case, in a child process --------------------------------------------------------
+
+
+def _floor(case: str, n: int, directory: Path) -> dict[str, Any]:
+    run: Callable[..., Coroutine[Any, Any, int]] = (
+        per_turn_commits if case == "floor-commit" else group_commits
+    )
+    data = checkpoint_bytes()
+    conn = open_floor_db(directory / "floor.db", SYNCHRONOUS)
+
+    async def timed() -> tuple[float, int]:
+        start = time.perf_counter()
+        commits = await run(conn, n, DELAY, data)
+        return time.perf_counter() - start, commits
+
+    try:
+        with asyncio.Runner() as runner, PeakSampler() as peaks:
+            wall, commits = runner.run(timed())
+        stored = conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
+    finally:
+        conn.close()
+    if stored != n:
+        raise RuntimeError(f"{case}: {stored} rows stored, expected {n}")
+    return {"wall": wall, "peak": peaks.peak, "commits": commits}
+
+
+def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
+    with AgentHost(data_dir=directory / "data") as host:
+        api: Any = getattr(host, "futures", None)
+        if case == "futures" and api is None:
+            return {"skipped": "AgentHost has no `futures` in this build"}
+        sids = [host.start_session(TEMPLATE) for _ in range(n)]
+        before = process_status().threads
+        store: Any = host.store
+        commits: int | None = getattr(store, "commits", None)  # a store with group commit
+        with PeakSampler() as peaks:
+            start = time.perf_counter()
+            if case == "threads":
+                with ThreadPoolExecutor(max_workers=n) as pool:
+                    pending = [pool.submit(host.send, sid, TEXT) for sid in sids]
+                    answers = [f.result(CASE_TIMEOUT) for f in pending]
+                    wall = time.perf_counter() - start
+            else:
+                pending = [api.send(sid, TEXT) for sid in sids]
+                answers = [f.result(CASE_TIMEOUT) for f in pending]
+                wall = time.perf_counter() - start
+        result = {"wall": wall, "peak": peaks.peak, "threads_before": before}
+        if commits is not None:
+            result["commits"] = store.commits - commits
+        wrong = [a.content for a in answers if a.content != f"answer: {TEXT}"]
+        if wrong:
+            raise RuntimeError(f"{case}: {len(wrong)} unexpected answers, e.g. {wrong[0]!r}")
+    return result
+
+
+def child(case: str, n: int, directory: Path) -> dict[str, Any]:
+    """Run one case; its figures as plain data (RSS as growth over the process at entry)."""
+    base = process_status().rss
+    result = (_floor if case.startswith("floor") else _host)(case, n, directory)
+    if "peak" in result:
+        peak = result.pop("peak")
+        result.update(threads=peak.threads, rss=peak.rss - base)
+    return result
+
+
+# -- the runner --------------------------------------------------------------------------
+
+
+def _run_case(case: str, n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
+        command = [sys.executable, "-m", "benchmarks.bench_concurrency", "--child", case]
+        command += ["--n", str(n), "--dir", tmp]
+        here = Path(__file__).resolve().parent.parent
+        try:
+            done = subprocess.run(
+                command, cwd=here, capture_output=True, text=True, timeout=CASE_TIMEOUT, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"no result within {CASE_TIMEOUT:.0f} s"}
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        return {"error": f"exit {done.returncode}: {tail[0]}"}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _median(results: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in results))
+
+
+def _size_rows(n: int, rounds: int) -> tuple[list[tuple[str, str]], bool]:
+    """Run every case ``rounds`` times, interleaved; the table rows and whether none failed."""
+    by_round: list[dict[str, dict[str, Any]]] = []
+    skipped: dict[str, str] = {}  # a case this build cannot run (no non-blocking API)
+    failed: dict[str, str] = {}
+    names = list(CASES)
+    for index in range(rounds):
+        results: dict[str, dict[str, Any]] = {}
+        for case in names[index % len(names) :] + names[: index % len(names)]:
+            if case in skipped or case in failed:
+                continue
+            result = _run_case(case, n)
+            if "skipped" in result:
+                skipped[case] = result["skipped"]
+            elif "error" in result:
+                failed[case] = result["error"]
+            else:
+                results[case] = result
+        by_round.append(results)
+    rows, ratios = [], {}
+    for case, label in CASES.items():
+        runs = [r[case] for r in by_round if case in r]
+        if case in skipped or case in failed:
+            rows.append((label, f"not run: {skipped.get(case) or failed[case]}"))
+            continue
+        value = f"{_median(runs, 'wall'):6.2f} s, peak threads {_median(runs, 'threads'):,.0f}"
+        if "threads_before" in runs[0]:
+            value += f" ({_median(runs, 'threads_before'):,.0f} before the sends)"
+        value += f", peak RSS +{_median(runs, 'rss') / 2**20:,.0f} MiB"
+        if "commits" in runs[0]:
+            value += f", {_median(runs, 'commits'):,.0f} commits"
+        if case != "floor-group" and "floor-group" not in failed:
+            ratios[case] = statistics.median(
+                r[case]["wall"] / r["floor-group"]["wall"] for r in by_round
+            )
+            value += f"; {ratios[case]:.1f}x group floor"
+        rows.append((label, value))
+    if n in GOALS:
+        rows += _goal_rows(n, ratios, {**skipped, **failed})
+    return rows, not failed
+
+
+def _goal_rows(n: int, ratios: dict[str, float], absent: dict[str, str]) -> list[tuple[str, str]]:
+    goal = GOALS[n]
+    rows = []
+    for case in ("threads", "futures"):
+        name = f"goal: N={n:,} {case} wall / group floor (<= {goal})"
+        if case not in ratios:
+            rows.append((name, f"no figure ({absent.get(case, 'no group floor')})"))
+        elif case == "threads" and n == 3000:
+            rows.append((name, f"{ratios[case]:.1f}x, not eligible: it needs N caller threads"))
+        else:
+            verdict = "met" if ratios[case] <= goal else "missed"
+            rows.append((name, f"{ratios[case]:.1f}x ({verdict})"))
+    return rows
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = [int(part) for part in text.split(",") if part.strip()]
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive integers, got {text!r}")
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--n", type=_sizes, default=os.environ.get("BENCH_CONCURRENCY_N", "100,1000,3000")
+    )
+    parser.add_argument("--rounds", type=int, default=os.environ.get("BENCH_CONCURRENCY_ROUNDS"))
+    parser.add_argument("--child", choices=sorted(CASES), help=argparse.SUPPRESS)
+    parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes: list[int] = args.n
+    if args.child is not None:
+        print(json.dumps(child(args.child, sizes[0], args.dir)))
+        return 0
+    print(
+        f"sleep {DELAY * 1e3:.0f} ms per turn, one message per session, synchronous={SYNCHRONOUS}"
+    )
+    print(f"floor row: {len(checkpoint_bytes())} B (a one-turn checkpoint)")
+    ok = True
+    for n in sizes:
+        rounds = args.rounds or DEFAULT_ROUNDS.get(n, 3)
+        rows, ran = _size_rows(n, rounds)
+        ok = ok and ran
+        print_table(f"N = {n:,} sessions (ideal {DELAY:.2f} s; medians of {rounds} rounds)", rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

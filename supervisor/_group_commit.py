@@ -1,0 +1,116 @@
+"""``GroupCommit``: saves that arrive together share one transaction and one fsync.
+
+With ``synchronous=FULL`` every SQLite commit fsyncs the WAL, and one fsync
+costs far more than the few inserts of a checkpoint. When many sessions
+finish a turn at once, their saves queue on the store's lock; instead of
+committing them one by one, the thread that gets the lock (the *leader*)
+takes every save queued so far and runs them all in one ``BEGIN IMMEDIATE``
+... ``COMMIT``. Each caller returns only after the commit that holds its own
+write, so "durable when ``save`` returns" is unchanged; only the number of
+fsyncs drops. No thread of its own: a caller whose save a leader committed
+finds it done when it gets the lock, and returns at once.
+
+Each write runs under its own ``SAVEPOINT``: one that raises is undone alone
+and fails only its caller. A failure of the transaction itself (the commit,
+a full disk, a lost connection) fails every save of the batch with that error,
+and SQLite's rollback leaves nothing of the batch to be read back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["GroupCommit"]
+
+T = TypeVar("T")
+
+
+class _Pending(Generic[T]):
+    """One queued write and, once its batch has committed or failed, its outcome."""
+
+    __slots__ = ("done", "error", "result", "write")
+
+    def __init__(self, write: Callable[[sqlite3.Connection], T]) -> None:
+        self.write = write
+        self.done = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+class GroupCommit:
+    """Runs writes to one SQLite connection in shared transactions. Thread-safe.
+
+    Args:
+        lock: The lock that guards the connection for every other use too.
+        connection: Returns the open connection (raising if the store is closed);
+            called by a leader, with ``lock`` held.
+    """
+
+    def __init__(self, lock: threading.Lock, connection: Callable[[], sqlite3.Connection]) -> None:
+        self._lock = lock
+        self._connection = connection
+        self._queued: list[_Pending[Any]] = []
+        self._queue_lock = threading.Lock()
+        self.commits = 0
+        """Transactions committed so far (each one fsync with ``synchronous=FULL``)."""
+
+    def run(self, write: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``write`` inside a transaction and return its result once that is committed.
+
+        Raises:
+            Exception: what ``write`` raised (its changes undone), or what failed the
+                shared transaction (nothing of it was committed).
+        """
+        pending: _Pending[T] = _Pending(write)
+        with self._queue_lock:
+            self._queued.append(pending)
+        led = False
+        with self._lock:
+            if not pending.done:  # no leader took it yet: lead a batch of all that waits
+                with self._queue_lock:
+                    batch, self._queued = self._queued, []
+                led = True
+                self._commit(batch)
+        error = pending.error
+        if error is not None:
+            if not led and not isinstance(error, Exception):  # the leader's KeyboardInterrupt...
+                raise RuntimeError(f"the commit holding this save was interrupted: {error!r}")
+            raise error
+        return pending.result  # type: ignore[return-value]  # set by the batch that ran it
+
+    def _commit(self, batch: list[_Pending[Any]]) -> None:
+        try:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for pending in batch:
+                    self._run_one(conn, pending)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back already
+                    conn.execute("ROLLBACK")
+                raise
+            self.commits += 1
+        except BaseException as exc:
+            for pending in batch:
+                if pending.error is None:
+                    pending.error = exc
+                pending.result = None
+        finally:
+            for pending in batch:
+                pending.done = True
+
+    @staticmethod
+    def _run_one(conn: sqlite3.Connection, pending: _Pending[Any]) -> None:
+        conn.execute("SAVEPOINT one_save")
+        try:
+            pending.result = pending.write(conn)
+        except Exception as exc:
+            if not conn.in_transaction:  # SQLite ended the whole transaction: fail the batch
+                raise
+            conn.execute("ROLLBACK TO one_save")
+            pending.error = exc
+        conn.execute("RELEASE one_save")

@@ -1,0 +1,167 @@
+"""Group commit in ``SQLiteCheckpointStore`` (issue 14): saves that arrive together share one
+transaction and one fsync; each returns only once its own data is durable; a failed batch
+fails every save in it and leaves nothing behind; the store goes on serving."""
+
+from __future__ import annotations
+
+import random
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+
+from actors import Snapshot
+from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore
+from supervisor._group_commit import GroupCommit
+from tests.actors.snapshot_helpers import session_state
+from tests.supervisor.test_sqlite_store import TIMEOUT, Worker, _verify_acked, workers
+
+__all__ = ["workers"]  # the fixture, shared with the other kill -9 tests
+
+SAVERS = 16
+
+
+def _snap(session_id: str, turns: int = 2) -> Snapshot:
+    return Snapshot.new(session_id=session_id, state=session_state(turns, session_id=session_id))
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
+
+@contextmanager
+def _writer_held(db: Path) -> Iterator[None]:
+    """Another connection holds the database's write lock while the block runs."""
+    with closing(sqlite3.connect(db, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.execute("ROLLBACK")
+
+
+def _save_together(
+    store: SQLiteCheckpointStore,
+    db: Path,
+    snaps: list[Snapshot],
+    before_release: Callable[[], None],
+) -> list[Future[CheckpointInfo]]:
+    """Save ``snaps`` from one thread each while another writer holds the lock, so the first
+    save's leader waits in ``BEGIN`` and every other save queues behind it."""
+    pool = ThreadPoolExecutor(len(snaps))
+    with _writer_held(db):
+        futures: list[Future[CheckpointInfo]] = [pool.submit(store.save, snaps[0])]
+        _wait_for(store._lock.locked, "the first save to take the lock")
+        futures += [pool.submit(store.save, snap) for snap in snaps[1:]]
+        _wait_for(lambda: len(store._commits._queued) == len(snaps) - 1, "the saves to queue")
+        before_release()
+    pool.shutdown(wait=True)
+    return futures
+
+
+def test_saves_that_arrive_together_share_one_commit(tmp_path: Path) -> None:
+    db = tmp_path / "batched.db"
+    with SQLiteCheckpointStore(db) as store:
+        snaps = [_snap(f"s{n}", turns=n % 5 + 1) for n in range(SAVERS)]
+        commits = store.commits
+
+        futures = _save_together(store, db, snaps, lambda: None)
+
+        infos = [f.result(TIMEOUT) for f in futures]
+        assert store.commits - commits == 2  # the first alone, then everyone queued behind it
+        assert [i.checkpoint_id for i in infos] == [s.checkpoint_id for s in snaps]
+        for snap in snaps:
+            assert store.load(snap.session_id) == snap
+
+
+def test_a_failed_batch_fails_every_save_in_it_and_the_store_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "full.db"
+    with SQLiteCheckpointStore(db) as store:
+        store.save(_snap("before"))
+        conn = store._conn
+        assert conn is not None
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        big = [_snap(f"s{n}", turns=200) for n in range(SAVERS)]  # each far more than a page
+
+        conn.execute(f"PRAGMA max_page_count = {pages}")  # as a full disk: SQLITE_FULL
+
+        futures = _save_together(store, db, big, lambda: None)
+
+        for future in futures:
+            with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+                future.result(TIMEOUT)
+        for snap in big:  # nothing of the failed batches is read back
+            with pytest.raises(CheckpointNotFound):
+                store.load(snap.session_id)
+        assert store.sessions() == ["before"]
+        conn.execute("PRAGMA max_page_count = 1073741823")
+        store.save(big[0])
+        assert store.load("s0") == big[0]
+        assert store.load("before").session_id == "before"
+
+
+def test_a_write_that_raises_fails_alone_and_the_batch_commits(tmp_path: Path) -> None:
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        gate = threading.Event()
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                if n == 0:
+                    assert gate.wait(TIMEOUT)  # the leader waits while the others queue
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                if n == 3:
+                    raise ValueError("write 3 is refused after its insert")
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(8) as pool:
+            first = pool.submit(commits.run, write(0))
+            _wait_for(lock.locked, "the leader")
+            rest = [pool.submit(commits.run, write(n)) for n in range(1, 8)]
+            _wait_for(lambda: len(commits._queued) == 7, "the writes to queue")
+            gate.set()
+            assert first.result(TIMEOUT) == 0
+            with pytest.raises(ValueError, match="write 3 is refused"):
+                rest[2].result(TIMEOUT)
+            assert [f.result(TIMEOUT) for i, f in enumerate(rest) if i != 2] == [1, 2, 4, 5, 6, 7]
+        rows = sorted(n for (n,) in conn.execute("SELECT n FROM rows"))
+        assert rows == [0, 1, 2, 4, 5, 6, 7]  # 3's insert was undone with it
+        assert commits.commits == 2
+
+
+def test_every_acknowledged_save_of_many_threads_survives_kill_9(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    db = tmp_path / "durable.db"
+    rng = random.Random(1414)
+    start = 0
+    for _round in range(30):
+        worker = Worker(db, f"r{_round}", start, 0, threads=8)
+        workers.append(worker)
+        worker.start()
+        for _ in range(rng.randint(1, 60)):
+            assert worker.read_ack()
+        worker.proc.send_signal(signal.SIGKILL)
+        while worker.read_ack():  # acks already in the pipe count too
+            pass
+        assert worker.proc.wait(TIMEOUT) == -signal.SIGKILL
+        _verify_acked(db, worker)
+    with SQLiteCheckpointStore(db, keep_last=None) as store:  # nothing half-written reads back
+        for sid in store.sessions():
+            for info in store.list(sid):
+                store.load(sid, info.checkpoint_id)

@@ -1,0 +1,143 @@
+"""The yardsticks of issue 14's benchmarks: the asyncio floors, the peak sampler and the
+concurrency benchmark's cases, run small, so a broken floor cannot make a goal look met."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import Message
+from benchmarks import bench_concurrency
+from benchmarks._asyncio_floors import (
+    _GroupCommitter,
+    group_commits,
+    open_floor_db,
+    per_turn_commits,
+)
+from benchmarks._process_peaks import PeakSampler, process_status
+from supervisor import AgentHost
+
+
+@pytest.fixture
+def floor_db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    conn = open_floor_db(tmp_path / "floor.db", "FULL")
+    yield conn
+    conn.close()
+
+
+def _rows(conn: sqlite3.Connection) -> int:
+    count: int = conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
+    return count
+
+
+def test_floor_database_is_durable_wal(floor_db: sqlite3.Connection) -> None:
+    assert floor_db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert floor_db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_per_turn_floor_commits_every_row_on_its_own(floor_db: sqlite3.Connection) -> None:
+    assert asyncio.run(per_turn_commits(floor_db, 20, 0.0, b"x" * 100)) == 20
+    assert _rows(floor_db) == 20
+
+
+def test_group_floor_commits_rows_that_arrive_together_in_one_transaction(
+    floor_db: sqlite3.Connection,
+) -> None:
+    # With no delay every task asks before the first transaction starts.
+    assert asyncio.run(group_commits(floor_db, 50, 0.0, b"x" * 100)) == 1
+    assert _rows(floor_db) == 50
+
+
+def test_group_floor_fails_every_waiter_of_a_failed_batch_and_goes_on(
+    floor_db: sqlite3.Connection,
+) -> None:
+    async def scenario() -> list[BaseException | None]:
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            committer = _GroupCommitter(floor_db, writer)
+            row = ("s", "1", b"data")
+            # The same primary key twice in one batch: the whole transaction fails.
+            batch = await asyncio.gather(
+                committer.save(row), committer.save(row), return_exceptions=True
+            )
+            await committer.save(("s", "2", b"data"))  # the committer still serves
+        return list(batch)
+
+    failures = asyncio.run(scenario())
+    assert all(isinstance(f, sqlite3.IntegrityError) for f in failures)
+    assert floor_db.execute("SELECT checkpoint_id FROM checkpoints").fetchall() == [("2",)]
+
+
+def test_peak_sampler_sees_a_thread_that_ran_during_the_block() -> None:
+    release = threading.Event()
+    before = process_status().threads
+    worker = threading.Thread(target=release.wait, args=(5,))
+    with PeakSampler(interval=60) as peaks:  # only the entry and exit samples fire
+        worker.start()
+    release.set()
+    worker.join(5)
+    assert peaks.peak.threads >= before + 1
+    assert peaks.peak.rss > 0
+
+
+@pytest.mark.parametrize("case", ["floor-commit", "floor-group", "threads"])
+def test_concurrency_case_runs_and_checks_its_answers(case: str, tmp_path: Path) -> None:
+    result = bench_concurrency.child(case, 3, tmp_path)
+    assert result["wall"] >= bench_concurrency.DELAY
+    assert result["threads"] >= 2
+    assert "rss" in result
+
+
+def test_concurrency_futures_case_is_skipped_without_the_api(tmp_path: Path) -> None:
+    with AgentHost(data_dir=tmp_path / "probe") as probe:
+        if hasattr(probe, "futures"):
+            pytest.skip("this build has host.futures")
+    result = bench_concurrency.child("futures", 3, tmp_path)
+    assert "futures" in result["skipped"]
+
+
+class _Futures:
+    """A stand-in for the non-blocking API: ``send`` on a pool, returning its future."""
+
+    def __init__(self, host: AgentHost) -> None:
+        self.host = host
+        self.pool = ThreadPoolExecutor(max_workers=3)
+        self.sent: list[str] = []
+
+    def send(self, session_id: str, text: str) -> Future[Message]:
+        self.sent.append(session_id)
+        return self.pool.submit(self.host.send, session_id, text)
+
+
+class _HostWithFutures(AgentHost):
+    """A host with the stand-in API (a property, so it also overrides a real one)."""
+
+    last: _Futures | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stand_in = _HostWithFutures.last = _Futures(self)
+
+    @property
+    def futures(self) -> Any:  # Any: compatible with whatever type the real one has
+        return self._stand_in
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._stand_in.pool.shutdown()
+
+
+def test_concurrency_futures_case_uses_host_futures_when_present(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_concurrency, "AgentHost", _HostWithFutures)
+    result = bench_concurrency.child("futures", 3, tmp_path)
+    assert result["wall"] >= bench_concurrency.DELAY
+    assert _HostWithFutures.last is not None
+    assert len(_HostWithFutures.last.sent) == 3

@@ -9,6 +9,8 @@ from supervisor._actor import kill as kill
 from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
 from supervisor._encryption_keys import EncryptionKeys as EncryptionKeys
+from supervisor._futures import EventWatch as EventWatch
+from supervisor._futures import HostFutures as HostFutures
 from supervisor._host_record import SessionInfo as SessionInfo
 from supervisor._host_record import SessionStatus as SessionStatus
 from supervisor._lifecycle import NOPROC as NOPROC
@@ -22,6 +24,9 @@ from supervisor._runtime import WorkerInfo as WorkerInfo
 from supervisor._runtimes import WorkerOptions as WorkerOptions
 from supervisor._session_attrs import SessionAttrs as SessionAttrs
 from supervisor._session_attrs import SessionMetadata as SessionMetadata
+from supervisor.aio import AsyncAgentHost as AsyncAgentHost
+from supervisor.aio import EventStream as EventStream
+from supervisor.aio import wait_future as wait_future
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST as DEFAULT_KEEP_LAST
 from supervisor.checkpoint_store import CheckpointInfo as CheckpointInfo
 from supervisor.checkpoint_store import CheckpointStore as CheckpointStore
@@ -74,6 +79,7 @@ __all__ = [
     "NORMAL",
     "SHUTDOWN",
     "AgentHost",
+    "AsyncAgentHost",
     "Backoff",
     "CheckpointInfo",
     "CheckpointNotFound",
@@ -89,8 +95,11 @@ __all__ = [
     "EncryptionKeyError",
     "EncryptionKeys",
     "EncryptionUnavailable",
+    "EventStream",
+    "EventWatch",
     "EvictCallback",
     "ExitReason",
+    "HostFutures",
     "InvalidEncryptionKeys",
     "Killed",
     "MemoryCheckpointStore",
@@ -132,4 +141,5 @@ __all__ = [
     "monitor",
     "supervised_class",
     "terminate",
+    "wait_future",
 ]

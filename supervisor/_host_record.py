@@ -8,7 +8,6 @@ queue per session whatever happens to the actor underneath.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -17,6 +16,7 @@ import pykka
 
 from actors import AgentTemplate, EventBuffer, Snapshot, SteeringQueue
 from supervisor._checkpoints import event_seq
+from supervisor._gate import SessionGate
 
 __all__ = ["SessionInfo", "SessionRecord", "SessionStatus"]
 
@@ -54,7 +54,8 @@ class SessionInfo:
 class SessionRecord:
     """The host's mutable record of one session.
 
-    Thread-safety: ``op_lock`` serializes the operations that change what runs
+    Thread-safety: ``op_lock`` (a ``SessionGate``: FIFO, for blocking callers and
+    non-blocking calls alike) serializes the operations that change what runs
     the session (send, hibernate, stop); ``status`` and ``ref`` change only
     under the host's ``changed`` condition. Kept small (slots, the template
     and attribute dict shared by reference) because a host may hold many
@@ -103,7 +104,7 @@ class SessionRecord:
         self.ref: pykka.ActorRef[Any] | None = None
         self.incarnations = 0
         self.last_active = 0.0
-        self.op_lock = threading.Lock()
+        self.op_lock = SessionGate()
         # A resumed session's stream goes on after the events its checkpoint had seen.
         after = 0 if resume_from is None else event_seq(resume_from)
         self.events = EventBuffer(attrs.get("event_buffer_size") or 1000, after=after)

@@ -3,8 +3,9 @@
 The steps, in order: stop the hibernation sweeper; take every running
 session's final checkpoint (a session being restarted keeps its last one);
 stop the sessions in reverse start order (the root supervisor's shutdown,
-bounded per child); close the runtime (workers are stopped and joined); close
-the store if the host owns it.
+bounded per child); close the runtime (workers are stopped and joined); fail
+the non-blocking calls still unresolved and stop their threads; close the
+store if the host owns it.
 
 A host never shut down is shut down at interpreter exit, once the main thread
 has finished and before Python joins the actors' non-daemon threads (see
@@ -38,6 +39,7 @@ class HostShutdown:
         runtime: What runs the sessions; closed after they stopped.
         sweeper: The hibernation sweeper, if any.
         close_store: Closes the store the host owns, if it owns one.
+        close_calls: Ends the host's non-blocking calls (``NonBlockingCalls.close``).
         timeout: Seconds an at-exit call waits for a shutdown another thread runs.
         owner: The host, registered to shut down at exit (weakly: it may be
             collected); its ``_shutdown_at_exit`` calls this object's.
@@ -51,6 +53,7 @@ class HostShutdown:
         *,
         sweeper: Sweeper | None,
         close_store: Callable[[], None] | None,
+        close_calls: Callable[[], None] | None = None,
         timeout: float,
         owner: _at_exit.ShutsDownAtExit,
     ) -> None:
@@ -59,6 +62,7 @@ class HostShutdown:
         self._runtime = runtime
         self._sweeper = sweeper
         self._close_store = close_store
+        self._close_calls = close_calls
         self._timeout = timeout
         self._done = threading.Event()
         self._exit_token = _at_exit.register(owner)
@@ -95,6 +99,8 @@ class HostShutdown:
             if abandoned:
                 logger.warning("sessions that did not stop in time: %s", abandoned)
             self._runtime.close()
+            if self._close_calls is not None:
+                self._close_calls()
             if self._close_store is not None:
                 self._close_store()
         finally:

@@ -198,6 +198,11 @@ class Incarnations:
         self._table.set(record, "active", ref)
         return ref
 
+    def serving_now(self, record: SessionRecord) -> pykka.ActorRef[Any] | None:
+        """The session's serving incarnation if one serves now, else ``None``; never waits."""
+        ref = record.ref
+        return ref if record.status == "active" and _serving(ref) else None
+
     def serving(self, record: SessionRecord) -> pykka.ActorRef[Any]:
         """The session's serving incarnation: reactivate it, or wait for its restart."""
         ref = record.ref  # the usual case, without the lock: a stale answer only means

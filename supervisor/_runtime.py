@@ -17,6 +17,10 @@ What a runtime promises:
   four outcomes: the answer; ``NotDelivered`` (nothing ran: retry on the next
   incarnation); ``SessionCrashed`` (it died during the call, which is not
   acknowledged); the call's own exception (the session lives on).
+- ``submit`` is ``call`` without a waiting thread: the same four outcomes go
+  to a callback, once, on whichever thread completes the call (the session's
+  own in thread mode, the one reading the worker's pipe in process mode, or
+  the host's timer thread at the deadline). It never blocks on the session.
 - A checkpoint an incarnation takes after a turn goes to the launch's ``save``
   before the answer is handed to the caller and before that incarnation's
   death is reported, so a restart never loads a checkpoint older than an
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
 
@@ -42,10 +46,17 @@ from actors import (
     TakeSnapshot,
 )
 
-__all__ = ["NotDelivered", "Request", "SessionLaunch", "SessionRuntime", "WorkerInfo"]
+if TYPE_CHECKING:
+    from supervisor._timer import CallTimer
+
+__all__ = ["Done", "NotDelivered", "Request", "SessionLaunch", "SessionRuntime", "WorkerInfo"]
 
 Request = Send | GetHistory | TakeSnapshot
 """What the host asks of a running session."""
+
+Done = Callable[[Any, BaseException | None], None]
+"""Gets a submitted call's outcome once: ``(answer, None)`` or ``(None, error)``, the error
+being one of those ``SessionRuntime.call`` raises. It must not block or raise."""
 
 
 class NotDelivered(Exception):
@@ -125,6 +136,23 @@ class SessionRuntime(Protocol):
             SessionCrashed: it died during the call (its actor's end is reported by then).
             TimeoutError: no answer within ``timeout`` (the call may still complete).
             Exception: what the call raised in the session, which lives on.
+        """
+        ...
+
+    def submit(  # noqa: PLR0917 (one call's whole description)
+        self,
+        session_id: str,
+        ref: pykka.ActorRef[Any],
+        request: Request,
+        timeout: float,
+        done: Done,
+        timer: CallTimer,
+    ) -> None:
+        """Start ``request`` on the incarnation ``ref`` and return at once: ``done`` gets its
+        outcome (what ``call`` would return or raise), with the deadline kept on ``timer``.
+
+        Raises:
+            RuntimeError: ``timer`` is closed (the host is shut down).
         """
         ...
 

@@ -7,6 +7,7 @@ closed: once ``close`` has run, nothing new is added.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +54,8 @@ class SessionTable:
         self._attr_dicts: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.changed = threading.Condition()
+        # Guarded by ``changed``: who waits for a record to be stopped (``when_stopped``).
+        self._stop_watchers: dict[SessionRecord, list[Callable[[], None]]] = {}
         self.closed = False
 
     def check_open(self) -> None:
@@ -153,6 +156,10 @@ class SessionTable:
             if self._records.get(record.session_id) is record:
                 del self._records[record.session_id]
                 self._unindex(record)
+        with self.changed:  # one that failed to start is forgotten without being stopped
+            watchers = self._stop_watchers.pop(record, ())
+        for watcher in watchers:
+            watcher()
 
     def close(self) -> list[SessionRecord] | None:
         """Mark the host closed; its records, or ``None`` if it already was."""
@@ -170,6 +177,30 @@ class SessionTable:
             record.status = status
             record.ref = ref
             self.changed.notify_all()
+            watchers = self._stop_watchers.pop(record, ()) if status == "stopped" else ()
+        for watcher in watchers:
+            watcher()
+
+    def when_stopped(
+        self, record: SessionRecord, watcher: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``watcher`` once, on the stopping thread, when ``record`` is stopped
+        (``stop_session`` or shutdown) or forgotten; at once if it is stopped already.
+        It must be quick and not raise. Returns a function that withdraws it."""
+        with self.changed:
+            if record.status != "stopped":
+                self._stop_watchers.setdefault(record, []).append(watcher)
+                return functools.partial(self._unwatch, record, watcher)
+        watcher()
+        return _nothing
+
+    def _unwatch(self, record: SessionRecord, watcher: Callable[[], None]) -> None:
+        with self.changed:
+            watchers = self._stop_watchers.get(record)
+            if watchers is not None and watcher in watchers:
+                watchers.remove(watcher)
+                if not watchers:
+                    del self._stop_watchers[record]
 
     def shared_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """One dict per distinct set of attributes: sessions started alike share it
@@ -186,3 +217,7 @@ class SessionTable:
             tenant.pop(record.session_id, None)
             if not tenant:
                 del self._by_tenant[record.tenant_id]
+
+
+def _nothing() -> None:
+    """Withdraws a watcher that already ran."""

@@ -15,8 +15,10 @@ import pykka
 
 from actors import AgentSession, Send
 from supervisor._actor import supervised_class
+from supervisor._ask_later import ask_later
 from supervisor._lifecycle import lifecycle_of
-from supervisor._runtime import NotDelivered, Request, SessionLaunch, WorkerInfo
+from supervisor._runtime import Done, NotDelivered, Request, SessionLaunch, WorkerInfo
+from supervisor._timer import CallTimer
 from supervisor.errors import SessionCrashed
 
 __all__ = ["ThreadRuntime"]
@@ -63,11 +65,42 @@ class ThreadRuntime:
         try:
             return ref.ask(request, block=True, timeout=timeout)
         except pykka.ActorDeadError as exc:
-            if exc.__cause__ is None:  # never taken: it died with the call in its inbox
-                raise NotDelivered(f"session {session_id!r} ended before it took the call") from exc
-            raise SessionCrashed(session_id, f"it died during the call ({exc})") from exc
+            raise _ended(session_id, exc) from exc
         except pykka.Timeout as exc:
             raise TimeoutError(f"session {session_id!r} did not answer within {timeout} s") from exc
+
+    def submit(  # noqa: PLR0917 (the seam's signature)
+        self,
+        session_id: str,
+        ref: pykka.ActorRef[Any],
+        request: Request,
+        timeout: float,
+        done: Done,
+        timer: CallTimer,
+    ) -> None:
+        """Put the call in the session's inbox; ``done`` gets its outcome (see
+        ``SessionRuntime.submit``) on the session's thread, or on the timer's at the
+        deadline. Asked from the session's own thread, it answers directly."""
+        if not isinstance(request, Send):
+            own = _own_session(ref)
+            if own is not None:
+                try:
+                    answer = own.on_receive(request)
+                except Exception as exc:
+                    done(None, exc)
+                else:
+                    done(answer, None)
+                return
+
+        def outcome(value: Any, error: BaseException | None) -> None:
+            if isinstance(error, pykka.ActorDeadError):
+                error = _ended(session_id, error)
+            done(value, error)
+
+        def expired() -> TimeoutError:
+            return TimeoutError(f"session {session_id!r} did not answer within {timeout} s")
+
+        ask_later(ref, request, outcome, timer.call_later, timeout, expired)
 
     def workers(self) -> list[WorkerInfo]:
         return []
@@ -77,6 +110,18 @@ class ThreadRuntime:
 
     def close(self) -> None:
         """Nothing to release: the host's supervisor stops the sessions."""
+
+
+def _ended(session_id: str, exc: pykka.ActorDeadError) -> NotDelivered | SessionCrashed:
+    """What a call that found its session's actor dead means (see ``SessionRuntime.call``)."""
+    if exc.__cause__ is None:  # never taken: it died with the call in its inbox
+        error: NotDelivered | SessionCrashed = NotDelivered(
+            f"session {session_id!r} ended before it took the call"
+        )
+    else:
+        error = SessionCrashed(session_id, f"it died during the call ({exc})")
+    error.__cause__ = exc
+    return error
 
 
 def _own_session(ref: pykka.ActorRef[Any]) -> AgentSession | None:

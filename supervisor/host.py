@@ -32,11 +32,13 @@ from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
 from supervisor._data_dir import OwnedStore
 from supervisor._encryption_keys import EncryptionKeys
+from supervisor._futures import HostFutures
 from supervisor._hibernation import Sweeper
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
+from supervisor._nonblocking import NonBlockingCalls
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions, runtime_for
 from supervisor._session_attrs import SessionMetadata, plain_text
@@ -168,6 +170,8 @@ class AgentHost:
         )
         self.registry = self._sessions.registry
         self._root = self._sessions.root
+        calls = NonBlockingCalls(self._sessions, self._runtime, self._checkpoints, policy)
+        self._futures = HostFutures(self, self._table, self._checkpoints, calls)
         self._sweeper: Sweeper | None = None
         if auto_hibernate and hibernate_after_ms is not None:
             interval = max(0.05, hibernate_after_ms / 4000)
@@ -178,6 +182,7 @@ class AgentHost:
             self._runtime,
             sweeper=self._sweeper,
             close_store=None if owned is None else owned.close,
+            close_calls=calls.close,
             timeout=call_timeout,
             owner=self,
         )
@@ -388,6 +393,12 @@ class AgentHost:
         ref = self._table.live(session_id, tenant_id).ref
         if ref is not None:
             kill(ref, reason)
+
+    @property
+    def futures(self) -> HostFutures:
+        """The calls in non-blocking form, each returning a ``concurrent.futures.Future``
+        (see ``HostFutures``; ``supervisor.AsyncAgentHost`` awaits them). Thread-safe."""
+        return self._futures
 
     # -- listing, workers, hibernation, stopping ----------------------------------
 

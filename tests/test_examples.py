@@ -48,3 +48,15 @@ def test_plugin_guide_rebuilds_its_live_state(script: str, tmp_path: Path) -> No
     out = _run(script, tmp_path)
     assert out.count("session_start(resumed=True, stripped=['conn'])") == 2
     assert "'still there?': the rebuilt table now holds 4 rows" in out
+
+
+def test_asgi_app_serves_a_session_without_a_framework(tmp_path: Path) -> None:
+    out = _run("asgi_app.py", tmp_path)
+    assert "POST /sessions -> 201" in out
+    for n in range(3):
+        assert f"POST /messages -> 200 echo: hello {n}" in out
+    assert "DELETE -> 204" in out
+    assert "GET /events -> 200, 9 events, ending with 'turn_finished'" in out
+    assert "POST to a stopped session -> 404" in out
+    assert "host shut down" in out
+    assert (tmp_path / "sessionvisor-data").is_dir()

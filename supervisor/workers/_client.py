@@ -74,13 +74,19 @@ class Reply:
 
     Thread-safe. Any number of threads may wait in ``result``. The waiting is a
     lock the constructor acquires and ``_settle`` releases: the cheapest wake-up
-    CPython has.
+    CPython has. ``on_done``, if given, is called with the reply once it is
+    settled, on the settling thread (a non-blocking call's completion: nobody waits).
     """
 
-    __slots__ = ("_done", "_error", "_gate", "_on_reply", "_value")
+    __slots__ = ("_done", "_error", "_gate", "_on_done", "_on_reply", "_value")
 
-    def __init__(self, on_reply: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        on_reply: Callable[[Any], Any] | None = None,
+        on_done: Callable[[Reply], None] | None = None,
+    ) -> None:
         self._on_reply = on_reply
+        self._on_done = on_done
         self._gate = threading.Lock()
         self._gate.acquire()
         self._done = False
@@ -119,6 +125,12 @@ class Reply:
         self._error = error
         self._done = True
         self._gate.release()
+        on_done = self._on_done
+        if on_done is not None:
+            try:
+                on_done(self)
+            except Exception:
+                logger.exception("a reply's completion handler failed")
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -232,7 +244,11 @@ class WorkerClient:
         return not self._dead
 
     def submit(
-        self, op: str, payload: Any = None, on_reply: Callable[[Any], Any] | None = None
+        self,
+        op: str,
+        payload: Any = None,
+        on_reply: Callable[[Any], Any] | None = None,
+        on_done: Callable[[Reply], None] | None = None,
     ) -> Reply:
         """Send a request; the ``Reply`` gets its payload or exception. Any thread.
 
@@ -240,10 +256,13 @@ class WorkerClient:
         ``Reply``'s value on the thread that reads the reply, before any waiter
         sees it and before later frames (a death included) are handled; what it
         raises becomes the ``Reply``'s error. It runs even when nobody waits any
-        more (the caller timed out).
+        more (the caller timed out). ``on_done``, if given, gets the settled
+        ``Reply`` on the same thread, right after (or on this one, if the worker
+        is dead already).
         """
         call_id = next(self._ids)  # atomic; replies are matched by id, not by order
-        return self._write(call_id, pack({"id": call_id, "op": op, "payload": payload}), on_reply)
+        data = pack({"id": call_id, "op": op, "payload": payload})
+        return self._write(call_id, data, Reply(on_reply, on_done))
 
     def ask(
         self,
@@ -267,28 +286,28 @@ class WorkerClient:
         call_id = next(self._ids)
         data = pack({"id": call_id, "op": op, "payload": payload})
         if len(data) > _LEAD_LIMIT or not self._lead():
-            return self._write(call_id, data, on_reply)
+            return self._write(call_id, data, Reply(on_reply))
         try:
-            reply = self._write(call_id, data, on_reply)
+            reply = self._write(call_id, data, Reply(on_reply))
             self._read_until(reply, None if timeout is None else time.monotonic() + timeout)
         finally:
             self._step_down()
         return reply
 
-    def _write(self, call_id: int, data: bytes, on_reply: Callable[[Any], Any] | None) -> Reply:
-        """Register the reply of request ``call_id`` and write the request (``data``)."""
-        future = Reply(on_reply)
+    def _write(self, call_id: int, data: bytes, future: Reply) -> Reply:
+        """Register ``future`` as the reply of request ``call_id`` and write the request."""
         with self._lock:
-            if self._dead:
-                future._settle(None, self._crashed())
-                return future
-            self._futures[call_id] = future
-            # A broken pipe means the worker died: the reader fails this future
-            # with its exit status when it buries it (it takes this lock first).
-            try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per request)
-                write_frame(self._conn, data)
-            except OSError:
-                pass
+            dead = self._dead
+            if not dead:
+                self._futures[call_id] = future
+                # A broken pipe means the worker died: the reader fails this future
+                # with its exit status when it buries it (it takes this lock first).
+                try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per request)
+                    write_frame(self._conn, data)
+                except OSError:
+                    pass
+        if dead:  # settled outside the lock: its ``on_done`` may submit again
+            future._settle(None, self._crashed())
         return future
 
     def call(

@@ -29,7 +29,9 @@ import pykka
 
 from actors import Event, EventBuffer, Message, Snapshot, SteeringQueue, SteeringQueueFull
 from supervisor._actor import SupervisedActor
-from supervisor._runtime import NotDelivered, SessionLaunch
+from supervisor._outcome import OneOutcome
+from supervisor._runtime import Done, NotDelivered, SessionLaunch
+from supervisor._timer import CallTimer
 from supervisor.errors import RemoteError, SessionCrashed, WorkerCrashed
 from supervisor.workers._client import Reply, WorkerClient
 from supervisor.workers._pool import WorkerPool
@@ -110,6 +112,82 @@ class SessionLink:
         except SessionCrashed as exc:  # WorkerCrashed too
             raise NotDelivered(str(exc)) from exc
 
+    # -- without a waiting thread (``WorkerRuntime.submit``) ------------------------
+
+    def submit_send(self, text: str, timeout: float, done: Done, timer: CallTimer) -> None:
+        """``send`` without waiting: ``done`` gets the answer (its checkpoint saved) or the
+        error ``send`` would raise, on the thread that reads the reply."""
+        payload = {"session": self.session_id, "text": text}
+        self._submit("send", payload, timeout, done, timer, self.finish_send, asked=False)
+
+    def submit_history(self, timeout: float, done: Done, timer: CallTimer) -> None:
+        """``history`` without waiting (see ``submit_send``)."""
+        payload = {"session": self.session_id}
+        self._submit("history", payload, timeout, done, timer, decode_history, asked=True)
+
+    def submit_snapshot(
+        self, label: str | None, timeout: float, done: Done, timer: CallTimer
+    ) -> None:
+        """``snapshot`` without waiting (see ``submit_send``)."""
+        payload = {"session": self.session_id, "label": label}
+        self._submit("snapshot", payload, timeout, done, timer, Snapshot.deserialize, asked=True)
+
+    def _submit(  # noqa: PLR0917 (one call's whole description)
+        self,
+        op: str,
+        payload: dict[str, Any],
+        timeout: float,
+        done: Done,
+        timer: CallTimer,
+        on_reply: Callable[[Any], Any],
+        *,
+        asked: bool,
+    ) -> None:
+        """Submit ``op``; the reply, or the deadline, settles ``done`` once. Past the
+        worker's ``call_timeout`` (when it comes first) the worker is killed, as ``_call``
+        does, and the call fails with ``WorkerCrashed`` when its death is handled."""
+        outcome = OneOutcome(done)
+
+        def settled(reply: Reply) -> None:
+            try:
+                value = reply.result(0)
+            except Exception as exc:
+                error = self._mapped(exc)
+                if asked and isinstance(error, SessionCrashed):  # WorkerCrashed too
+                    error = _chained(NotDelivered(str(error)), error)
+                outcome.finish(None, error)
+            else:
+                outcome.finish(value, None)
+
+        limit = self.call_timeout
+        if limit is not None and limit <= timeout:
+            outcome.deadline = timer.call_later(limit, lambda: self._kill_late(op, outcome, limit))
+        else:
+            message = f"session {self.session_id!r} did not answer within {timeout} s"
+            outcome.deadline = timer.call_later(
+                timeout, lambda: outcome.finish(None, TimeoutError(message))
+            )
+        self.client.submit(op, payload, on_reply=on_reply, on_done=settled)
+
+    def _kill_late(self, op: str, outcome: OneOutcome, limit: float) -> None:
+        if outcome.settled:
+            return
+        logger.error(
+            "worker pid %s did not answer %r within %s s; killing it", self.client.pid, op, limit
+        )
+        self.client.kill()  # the reply then fails with WorkerCrashed, on the reader thread
+
+    def _mapped(self, exc: BaseException) -> BaseException:
+        """The error a call that failed with ``exc`` raises (see ``send``)."""
+        if isinstance(exc, WorkerCrashed):
+            return _chained(WorkerCrashed(exc.pid, exc.exit_status, self.session_id), exc)
+        if isinstance(exc, SessionDown):
+            if not exc.started:
+                return _chained(NotDelivered(exc.remote_message), exc)
+            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
+            return _chained(SessionCrashed(self.session_id, detail), exc)
+        return exc
+
     def _call(
         self,
         op: str,
@@ -136,13 +214,8 @@ class SessionLink:
             if kills:
                 return self._result_or_kill(op, reply, left)
             return self.client.wait(reply, left)
-        except WorkerCrashed as exc:
-            raise WorkerCrashed(exc.pid, exc.exit_status, self.session_id) from exc
-        except SessionDown as exc:
-            if not exc.started:
-                raise NotDelivered(exc.remote_message) from exc
-            detail = f"it died in worker pid {self.client.pid}: {exc.remote_message}"
-            raise SessionCrashed(self.session_id, detail) from exc
+        except (WorkerCrashed, SessionDown) as exc:
+            raise self._mapped(exc) from exc
         except TimeoutError:
             if reply.done():
                 raise  # the error *is* the reply
@@ -185,6 +258,12 @@ class SessionLink:
                 self.events.publish("error", error=repr(exc))
                 raise
         return answer
+
+
+def _chained(error: BaseException, cause: BaseException) -> BaseException:
+    """``error`` caused by ``cause`` (as ``raise error from cause`` would leave it)."""
+    error.__cause__ = cause
+    return error
 
 
 def decode_history(history: list[dict[str, Any]]) -> list[Message]:

@@ -13,7 +13,8 @@ from typing import Any
 import pykka
 
 from actors import Send, TakeSnapshot
-from supervisor._runtime import NotDelivered, Request, SessionLaunch, WorkerInfo
+from supervisor._runtime import Done, NotDelivered, Request, SessionLaunch, WorkerInfo
+from supervisor._timer import CallTimer
 from supervisor.workers._pool import WorkerPool
 from supervisor.workers._proxy import SessionLink, start_in_worker
 
@@ -43,6 +44,27 @@ class WorkerRuntime:
         if isinstance(request, TakeSnapshot):
             return link.snapshot(request.label, timeout)
         return link.history(timeout)
+
+    def submit(  # noqa: PLR0917 (the seam's signature)
+        self,
+        session_id: str,
+        ref: pykka.ActorRef[Any],
+        request: Request,
+        timeout: float,
+        done: Done,
+        timer: CallTimer,
+    ) -> None:
+        """Write ``request`` on the worker's pipe; ``done`` gets the outcome on the thread
+        that reads the reply (see ``SessionRuntime.submit``)."""
+        link: SessionLink | None = self._pool.link_of(session_id, ref)
+        if link is None:
+            done(None, NotDelivered(f"session {session_id!r} has left its worker"))
+        elif isinstance(request, Send):
+            link.submit_send(request.text, timeout, done, timer)
+        elif isinstance(request, TakeSnapshot):
+            link.submit_snapshot(request.label, timeout, done, timer)
+        else:
+            link.submit_history(timeout, done, timer)
 
     def workers(self) -> list[WorkerInfo]:
         return self._pool.info()

@@ -1,0 +1,287 @@
+"""``HostFutures``: an ``AgentHost``'s calls in non-blocking form (``host.futures``).
+
+Each method takes the arguments of the blocking method of the same name and
+returns a ``concurrent.futures.Future`` at once. ``send``, ``history`` and
+``checkpoint`` hold no thread while the session works (see
+``supervisor._nonblocking``); the lifecycle calls run on the host's few helper
+threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol, Unpack
+
+from actors import (
+    AgentTemplate,
+    EventBatch,
+    EventBuffer,
+    GetHistory,
+    Message,
+    Send,
+    Snapshot,
+    Subscriber,
+    TakeSnapshot,
+)
+from supervisor._checkpoints import Checkpoints
+from supervisor._host_record import SessionRecord
+from supervisor._nonblocking import NonBlockingCalls
+from supervisor._session_attrs import SessionMetadata, plain_text
+from supervisor._session_table import SessionTable
+
+__all__ = ["EventWatch", "HostFutures"]
+
+
+class _Host(Protocol):
+    """What ``HostFutures`` runs on helper threads: ``AgentHost``'s blocking methods."""
+
+    call_timeout: float
+
+    def start_session(
+        self,
+        template: AgentTemplate,
+        session_id: str | None = None,
+        tenant_id: str = "default",
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> str: ...
+
+    def resume(
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        checkpoint_id: str | None = None,
+        *,
+        tenant_id: str | None = None,
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> str: ...
+
+    def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> bool: ...
+
+    def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> None: ...
+
+
+class HostFutures:
+    """``host.futures``: ``AgentHost``'s calls, each returning a ``concurrent.futures.Future``.
+
+    Thread-safe: call it from any thread, an event loop's included; no method
+    blocks on a session. A future resolves with what the blocking method returns,
+    or fails with what it raises, with the same types (``SessionNotFound``,
+    ``SessionFailed``, ``SessionCrashed``, ``TimeoutError``, the model's own
+    error, ...). Only invalid arguments raise at the call itself (``TypeError``,
+    ``ValueError``), as programming errors. A future still unresolved when the
+    host shuts down fails with ``RuntimeError``.
+
+    Calls that change what runs a session (``send``, ``stop_session``) wait for
+    it in one FIFO queue per session, shared with the blocking methods: they run
+    in the order they were made, one at a time, and no thread waits for a queued
+    one. ``cancel()`` withdraws a call still queued (it never runs); a call that
+    has started cannot be cancelled (``concurrent.futures`` semantics), and runs
+    to its end: its turn is checkpointed as usual.
+
+    The future's done-callbacks run on the thread that completes the call: the
+    session's own (thread mode), the one reading its worker's pipe (process
+    mode), the host's timer thread (a timeout) or a helper thread. They must be
+    quick and must not block; hand longer work to your own executor.
+    """
+
+    def __init__(
+        self,
+        host: _Host,
+        table: SessionTable,
+        checkpoints: Checkpoints,
+        calls: NonBlockingCalls,
+    ) -> None:
+        self._host = host
+        self._table = table
+        self._checkpoints = checkpoints
+        self._calls = calls
+
+    def send(
+        self,
+        session_id: str,
+        text: str,
+        timeout: float | None = None,
+        *,
+        tenant_id: str | None = None,
+    ) -> Future[Message]:
+        """``AgentHost.send`` without a waiting thread: the answer once the turn (and its
+        checkpoint, with the default policy) is done.
+
+        ``timeout`` (default ``call_timeout``) bounds the wait in the session's
+        queue and, again, the turn itself, as the blocking form does: past it the
+        future fails with ``TimeoutError`` (a turn under way goes on).
+
+        Raises:
+            TypeError, ValueError: ``text`` is not a ``str`` or holds text no
+                checkpoint can store (at the call, not in the future).
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
+        request = Send(plain_text("the user's text", text))
+        wait = self._host.call_timeout if timeout is None else timeout
+        return self._with_record(
+            session_id, tenant_id, lambda record: self._calls.exclusive(record, request, wait)
+        )
+
+    def history(self, session_id: str, *, tenant_id: str | None = None) -> Future[list[Message]]:
+        """``AgentHost.history`` without a waiting thread (from the last checkpoint, on a
+        helper thread, when the session is not running)."""
+
+        def ask(record: SessionRecord) -> Future[Any]:
+            store = self._checkpoints.store
+            return self._calls.ask_running(
+                record,
+                GetHistory(),
+                answered=_same,
+                otherwise=lambda: store.load(session_id).messages(),
+            )
+
+        return self._with_record(session_id, tenant_id, ask)
+
+    def checkpoint(
+        self, session_id: str, label: str | None = None, *, tenant_id: str | None = None
+    ) -> Future[Snapshot]:
+        """``AgentHost.checkpoint`` without a waiting thread: the snapshot once it is saved."""
+        checkpoints = self._checkpoints
+
+        def ask(record: SessionRecord) -> Future[Any]:
+            def relabel() -> Snapshot:
+                return checkpoints.relabel(checkpoints.store.load(session_id), label, record.events)
+
+            return self._calls.ask_running(
+                record,
+                TakeSnapshot(label),
+                answered=lambda snapshot: checkpoints.save(snapshot, record.events),
+                otherwise=relabel,
+            )
+
+        return self._with_record(session_id, tenant_id, ask)
+
+    def stop_session(self, session_id: str, *, tenant_id: str | None = None) -> Future[None]:
+        """``AgentHost.stop_session``, in its turn in the session's queue (after the calls
+        made before it), on a helper thread."""
+        sessions = self._calls.sessions
+        timeout = self._host.call_timeout
+        return self._with_record(
+            session_id,
+            tenant_id,
+            lambda record: self._calls.exclusive_op(record, lambda: sessions.stop(record), timeout),
+        )
+
+    def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> Future[bool]:
+        """``AgentHost.hibernate`` on a helper thread (False if the session was busy)."""
+        return self._calls.helper(lambda: self._host.hibernate(session_id, tenant_id=tenant_id))
+
+    def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> Future[None]:
+        """``AgentHost.steer`` on a helper thread (in process mode it is a round trip to
+        the worker)."""
+        return self._calls.helper(lambda: self._host.steer(session_id, text, tenant_id=tenant_id))
+
+    def start_session(
+        self,
+        template: AgentTemplate,
+        session_id: str | None = None,
+        tenant_id: str = "default",
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> Future[str]:
+        """``AgentHost.start_session`` on a helper thread; the session's id."""
+        host = self._host
+        return self._calls.helper(
+            lambda: host.start_session(template, session_id, tenant_id, api_key, **attrs)
+        )
+
+    def resume(
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        checkpoint_id: str | None = None,
+        *,
+        tenant_id: str | None = None,
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> Future[str]:
+        """``AgentHost.resume`` on a helper thread; the session's id."""
+        host = self._host
+        return self._calls.helper(
+            lambda: host.resume(
+                session_id, template, checkpoint_id, tenant_id=tenant_id, api_key=api_key, **attrs
+            )
+        )
+
+    def watch(
+        self,
+        session_id: str,
+        on_event: Subscriber,
+        on_stopped: Callable[[], None],
+        *,
+        tenant_id: str | None = None,
+    ) -> EventWatch:
+        """Follow the session's event stream: ``on_event`` gets every new event (as
+        ``AgentHost.subscribe``'s subscriber, on the publishing thread) and ``on_stopped``
+        is called once when the session is stopped (``stop_session``, or the host's
+        shutdown; at once if it is stopped already). Both must be quick and not block.
+        The returned ``EventWatch`` reads the stream by cursor, even after the stop.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+        """
+        record = self._table.live(session_id, tenant_id)
+        unsubscribe = record.events.subscribe(on_event)
+        unwatch = self._table.when_stopped(record, on_stopped)
+        return EventWatch(record.events, unsubscribe, unwatch)
+
+    def _with_record(
+        self,
+        session_id: str,
+        tenant_id: str | None,
+        call: Callable[[SessionRecord], Future[Any]],
+    ) -> Future[Any]:
+        """``call(record)``, or a future failed with ``SessionNotFound`` (no such session
+        for ``tenant_id``)."""
+        try:
+            record = self._table.live(session_id, tenant_id)
+        except Exception as exc:
+            failed: Future[Any] = Future()
+            failed.set_exception(exc)
+            return failed
+        return call(record)
+
+
+class EventWatch:
+    """What ``HostFutures.watch`` returns: reads one session's stream, and ends the watch.
+
+    Thread-safe (the stream's buffer is).
+    """
+
+    __slots__ = ("_buffer", "_unsubscribe", "_unwatch")
+
+    def __init__(
+        self,
+        buffer: EventBuffer,
+        unsubscribe: Callable[[], None],
+        unwatch: Callable[[], None],
+    ) -> None:
+        self._buffer = buffer
+        self._unsubscribe = unsubscribe
+        self._unwatch = unwatch
+
+    def since(self, cursor: int | None) -> EventBatch:
+        """The events after ``cursor`` (see ``AgentHost.events``)."""
+        return self._buffer.since(cursor)
+
+    def close(self) -> None:
+        """Stop calling ``on_event`` and ``on_stopped``. Idempotent."""
+        self._unsubscribe()
+        self._unwatch()
+
+
+def _same(answer: list[Message]) -> list[Message]:
+    return answer
+
+
+for _cls in (EventWatch, HostFutures):
+    _cls.__module__ = "supervisor"

@@ -1,0 +1,52 @@
+"""``OneOutcome``: of the ways a call without a waiting thread can end, the first wins.
+
+A non-blocking call can end in several ways that race: its answer (or error),
+and its deadline on the host's timer. Whichever comes first is handed to the
+call's ``done`` callback; the others are ignored, and the deadline is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from supervisor._timer import Deadline
+
+__all__ = ["OneOutcome"]
+
+logger = logging.getLogger("supervisor.host")
+
+
+class OneOutcome:
+    """Hands ``done`` the first outcome only. Thread-safe (a lock is the claim).
+
+    Args:
+        done: Called once with ``(answer, None)`` or ``(None, error)``.
+    """
+
+    __slots__ = ("_claim", "_done", "deadline")
+
+    def __init__(self, done: Callable[[Any, BaseException | None], None]) -> None:
+        self._done = done
+        self._claim = threading.Lock()
+        self.deadline: Deadline | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether an outcome was handed over already."""
+        return self._claim.locked()
+
+    def finish(self, value: Any, error: BaseException | None) -> None:
+        """Hand this outcome over unless another came first. Never raises (it runs on
+        threads that must go on: a session's, a pipe reader's, the timer's)."""
+        if not self._claim.acquire(blocking=False):
+            return
+        if self.deadline is not None:
+            self.deadline.cancel()
+        try:
+            self._done(value, error)
+        except Exception:
+            logger.exception("a call's completion handler failed")

@@ -1,0 +1,257 @@
+"""``AsyncAgentHost``: an ``AgentHost`` for asyncio programs (ASGI apps, aiohttp, FastAPI).
+
+Every coroutine is a ``host.futures`` call awaited on the running event loop:
+the call's completion is handed to the loop with ``loop.call_soon_threadsafe``
+from whichever thread completed it, so no thread waits for a pending call
+(no ``to_thread``, no executor). ``events`` follows a session's event stream
+as an async iterator, woken the same way.
+
+Cancelling a task that awaits a call detaches that task only: the call goes
+on (queued calls run in their turn), and its turn is checkpointed as usual.
+To withdraw a call that has not started, use ``host.futures`` and ``cancel()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from concurrent.futures import Future
+from typing import Self, TypeVar, Unpack
+
+from actors import AgentTemplate, Event, Message, Snapshot
+from supervisor._futures import EventWatch
+from supervisor._session_attrs import SessionMetadata
+from supervisor.host import AgentHost
+
+__all__ = ["AsyncAgentHost", "EventStream", "wait_future"]
+
+T = TypeVar("T")
+
+
+async def wait_future(future: Future[T]) -> T:
+    """Await a ``concurrent.futures.Future`` on the running loop without a waiting thread.
+
+    Its outcome (result or exception, with its type) is passed to the loop with
+    ``call_soon_threadsafe`` by the thread that resolves it. Cancelling the
+    awaiting task leaves ``future`` alone: what it stands for goes on.
+    """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[T] = loop.create_future()
+
+    def resolved(done: Future[T]) -> None:  # on the thread that resolved ``future``
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits any more
+            loop.call_soon_threadsafe(_copy_outcome, done, waiter)
+
+    future.add_done_callback(resolved)
+    return await waiter
+
+
+def _copy_outcome(done: Future[T], waiter: asyncio.Future[T]) -> None:
+    if waiter.done():  # the awaiting task was cancelled
+        return
+    if done.cancelled():
+        waiter.cancel()
+        return
+    error = done.exception()
+    if error is None:
+        waiter.set_result(done.result())
+    else:
+        waiter.set_exception(error)
+
+
+class AsyncAgentHost:
+    """The calls of ``host`` as coroutines, for code running in an asyncio event loop.
+
+    Thread-safe, like the host it wraps: several loops may share one (each call
+    is bridged to the loop that awaits it). The coroutines take the arguments
+    of the ``AgentHost`` methods of the same names, return what they return and
+    raise what they raise, with the same types; see ``HostFutures`` for what
+    runs where. Cancelling an awaiting task detaches it; the call completes.
+
+    The host is yours: shut it down (``await ahost.shutdown()``, or
+    ``host.shutdown()`` from a thread) when the application stops.
+
+    Args:
+        host: The host to drive.
+    """
+
+    def __init__(self, host: AgentHost) -> None:
+        self.host = host
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        timeout: float | None = None,
+        *,
+        tenant_id: str | None = None,
+    ) -> Message:
+        """``AgentHost.send``: the answer once the turn (and its checkpoint) is done."""
+        return await wait_future(
+            self.host.futures.send(session_id, text, timeout, tenant_id=tenant_id)
+        )
+
+    async def history(self, session_id: str, *, tenant_id: str | None = None) -> list[Message]:
+        """``AgentHost.history``."""
+        return await wait_future(self.host.futures.history(session_id, tenant_id=tenant_id))
+
+    async def checkpoint(
+        self, session_id: str, label: str | None = None, *, tenant_id: str | None = None
+    ) -> Snapshot:
+        """``AgentHost.checkpoint``: the snapshot, once saved."""
+        return await wait_future(
+            self.host.futures.checkpoint(session_id, label, tenant_id=tenant_id)
+        )
+
+    async def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> None:
+        """``AgentHost.steer``."""
+        await wait_future(self.host.futures.steer(session_id, text, tenant_id=tenant_id))
+
+    async def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> bool:
+        """``AgentHost.hibernate``."""
+        return await wait_future(self.host.futures.hibernate(session_id, tenant_id=tenant_id))
+
+    async def stop_session(self, session_id: str, *, tenant_id: str | None = None) -> None:
+        """``AgentHost.stop_session``, after the calls to the session made before it."""
+        await wait_future(self.host.futures.stop_session(session_id, tenant_id=tenant_id))
+
+    async def start_session(
+        self,
+        template: AgentTemplate,
+        session_id: str | None = None,
+        tenant_id: str = "default",
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> str:
+        """``AgentHost.start_session``; the session's id."""
+        return await wait_future(
+            self.host.futures.start_session(template, session_id, tenant_id, api_key, **attrs)
+        )
+
+    async def resume(
+        self,
+        session_id: str,
+        template: AgentTemplate,
+        checkpoint_id: str | None = None,
+        *,
+        tenant_id: str | None = None,
+        api_key: str | None = None,
+        **attrs: Unpack[SessionMetadata],
+    ) -> str:
+        """``AgentHost.resume``; the session's id."""
+        return await wait_future(
+            self.host.futures.resume(
+                session_id, template, checkpoint_id, tenant_id=tenant_id, api_key=api_key, **attrs
+            )
+        )
+
+    def events(
+        self, session_id: str, since: int | None = None, *, tenant_id: str | None = None
+    ) -> EventStream:
+        """The session's events after cursor ``since`` (all it still holds if ``None``), then
+        each new one as it is published, across restarts; the iteration ends once the
+        session is stopped and its last events were read. See ``EventStream``.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``); raised
+                by the first ``__anext__``.
+        """
+        return EventStream(self.host, session_id, since, tenant_id)
+
+    async def shutdown(self) -> None:
+        """``AgentHost.shutdown`` on a thread of its own (it waits for every session)."""
+        await asyncio.to_thread(self.host.shutdown)
+
+
+class EventStream:
+    """``async for event in ahost.events(sid, since=cursor)``: one session's events.
+
+    Subscribes at the first ``__anext__`` (on the loop that iterates) and wakes
+    with ``call_soon_threadsafe`` when the session publishes; no thread waits.
+    Iterate it from one task. The stream ends (``StopAsyncIteration``) once the
+    session is stopped or the host shut down; ``aclose()`` (or leaving an
+    ``async with`` block) ends it early and unsubscribes.
+
+    Attributes:
+        cursor: The seq of the last event handed out (or read past): pass it as
+            ``since`` to a later ``events`` call to go on from here.
+        missed: How many events after the starting cursor this stream could not
+            hand out (dropped from the session's full buffer before it read them,
+            see ``actors.EventBatch.missed``). A reader that must see every
+            event checks it, or gives the session a larger ``event_buffer_size``.
+    """
+
+    def __init__(
+        self, host: AgentHost, session_id: str, since: int | None, tenant_id: str | None
+    ) -> None:
+        self.session_id = session_id
+        self.cursor = since
+        self.missed = 0
+        self._host = host
+        self._tenant_id = tenant_id
+        self._ready: collections.deque[Event] = collections.deque()
+        self._watch: EventWatch | None = None
+        self._wake: asyncio.Event | None = None
+        self._stopped = False
+        self._closed = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Event:
+        while True:
+            if self._ready:
+                return self._ready.popleft()
+            if self._closed:
+                raise StopAsyncIteration
+            wake = self._wake or self._open()
+            wake.clear()
+            stopped = self._stopped  # before reading: a stop's last events are in by then
+            assert self._watch is not None
+            batch = self._watch.since(self.cursor)
+            self.cursor = batch.cursor
+            self.missed += batch.missed
+            self._ready.extend(batch.events)
+            if self._ready:
+                continue
+            if stopped:
+                await self.aclose()
+                raise StopAsyncIteration
+            await wake.wait()
+
+    def _open(self) -> asyncio.Event:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def notify(_event: object = None) -> None:  # on the publishing or stopping thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody iterates
+                loop.call_soon_threadsafe(wake.set)
+
+        def stopped() -> None:
+            self._stopped = True
+            notify()
+
+        self._watch = self._host.futures.watch(
+            self.session_id, notify, stopped, tenant_id=self._tenant_id
+        )
+        self._wake = wake
+        return wake
+
+    async def aclose(self) -> None:
+        """End the stream now and unsubscribe (events already read are still handed out
+        first). Idempotent."""
+        self._closed = True
+        if self._watch is not None:
+            self._watch.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+for _cls in (AsyncAgentHost, EventStream):
+    _cls.__module__ = "supervisor"
+wait_future.__module__ = "supervisor"

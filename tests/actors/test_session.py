@@ -495,7 +495,7 @@ def test_event_data(start: Starter) -> None:
     assert response.data == {
         "content": "echo: hello world",
         "tool_calls": [],
-        "usage": {"input_tokens": 2, "output_tokens": 3, "total": 5},
+        "usage": Usage(2, 3).to_dict(),
     }
     assert finished.data == {"turn": 1, "content": "echo: hello world"}
     assert started.at <= response.at <= finished.at
@@ -865,7 +865,7 @@ def test_state_shape_and_codecs(start: Starter) -> None:
     assert state["model"] == "scripted"
     assert state["instructions"] == "Be exact."
     assert state["metadata"] == {"owner": "ada", "tags": ["x", "y"]}
-    assert state["usage"] == {"input_tokens": 8, "output_tokens": 2, "total": 10}
+    assert state["usage"] == Usage(8, 2).to_dict()
     assert state["plugins"] == {"memory": {"turns": 1, "notes": ["add 1 and 2"]}}
     # A later response without provider_state keeps the earlier one.
     assert state["provider_state"] == {"conversation": "abc"}

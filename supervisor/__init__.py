@@ -33,6 +33,7 @@ from supervisor.errors import CheckpointNotFound as CheckpointNotFound
 from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
 from supervisor.errors import ChildStartError as ChildStartError
+from supervisor.errors import CredentialsUnavailable as CredentialsUnavailable
 from supervisor.errors import DataDirLocked as DataDirLocked
 from supervisor.errors import Killed as Killed
 from supervisor.errors import RemoteError as RemoteError
@@ -78,6 +79,7 @@ __all__ = [
     "ChildNotFound",
     "ChildSpec",
     "ChildStartError",
+    "CredentialsUnavailable",
     "DataDirLocked",
     "Down",
     "EvictCallback",

@@ -30,6 +30,7 @@ from actors import (
 )
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
+from supervisor._credentials import CredentialsSource, TenantCredentials
 from supervisor._data_dir import OwnedStore
 from supervisor._hibernation import Sweeper
 from supervisor._host_policy import HostPolicy
@@ -103,6 +104,10 @@ class AgentHost:
             state and metadata (secret-looking keys, ``Bearer``/``sk-`` values)
             by stripped markers that ``session_start`` rebuilds on resume;
             ``None`` saves them as they are.
+        credentials: ``fn(tenant_id) -> Credentials | str | None``, asked at every
+            start, restart, reactivation and resume of a tenant's session; its
+            answer reaches the model with each request, never a checkpoint. If it
+            raises, that start fails with ``CredentialsUnavailable``.
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class AgentHost:
         max_steps: int = 8,
         workers: int | None = None,
         redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
+        credentials: CredentialsSource | None = None,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
         policy = HostPolicy(
@@ -134,6 +140,7 @@ class AgentHost:
             max_steps,
             clock,
         )
+        keys = TenantCredentials(credentials)
         owned = None
         if store is None:  # the default store, in a data directory this host then owns
             owned = OwnedStore(Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve())
@@ -157,7 +164,7 @@ class AgentHost:
         self._clock = clock
         self._table = SessionTable()
         self._sessions = Incarnations(
-            self._table, self._runtime, self._checkpoints, self.providers, policy
+            self._table, self._runtime, self._checkpoints, self.providers, policy, keys
         )
         self.registry = self._sessions.registry
         self._root = self._sessions.root

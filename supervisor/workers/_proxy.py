@@ -26,7 +26,15 @@ from typing import Any
 
 import pykka
 
-from actors import Event, EventBuffer, Message, Snapshot, SteeringQueue, SteeringQueueFull
+from actors import (
+    Credentials,
+    Event,
+    EventBuffer,
+    Message,
+    Snapshot,
+    SteeringQueue,
+    SteeringQueueFull,
+)
 from supervisor._actor import SupervisedActor
 from supervisor._runtime import NotDelivered, SessionLaunch
 from supervisor.errors import RemoteError, SessionCrashed, WorkerCrashed
@@ -298,6 +306,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "max_steering_queue": launch.steering.limit,
                 "metadata": launch.metadata,
                 "steering": queued,
+                "credentials": _plain_credentials(launch.credentials),
             },
         }
         client.call("start", payload, launch.timeout)
@@ -315,6 +324,13 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
         raise
     pool.attach(session_id, client, ref, link)
     return ref
+
+
+def _plain_credentials(credentials: Credentials | None) -> dict[str, Any] | None:
+    """``credentials`` as the ``start`` frame carries them (the worker rebuilds them)."""
+    if credentials is None:
+        return None
+    return {"api_key": credentials.api_key, "headers": dict(credentials.headers)}
 
 
 class WorkerSession(SupervisedActor):

@@ -22,6 +22,7 @@ from actors import (
     EchoModel,
     Event,
     EventBuffer,
+    GenerateModel,
     Message,
     Model,
     ModelResponse,
@@ -66,7 +67,7 @@ def start() -> Iterator[Starter]:
 class RecordingModel:
     """Wraps a model and records every prompt it was given (copied)."""
 
-    def __init__(self, inner: Model) -> None:
+    def __init__(self, inner: GenerateModel) -> None:
         self.inner = inner
         self.prompts: list[list[Message]] = []
         self.model_string = "recording"

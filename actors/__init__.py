@@ -12,6 +12,7 @@ from actors.errors import ActorsError as ActorsError
 from actors.errors import InvalidMessage as InvalidMessage
 from actors.errors import ModelScriptExhausted as ModelScriptExhausted
 from actors.errors import PluginError as PluginError
+from actors.errors import ProviderError as ProviderError
 from actors.errors import RegistryProfileMissing as RegistryProfileMissing
 from actors.errors import SnapshotDecodeError as SnapshotDecodeError
 from actors.errors import SnapshotEncodeError as SnapshotEncodeError
@@ -90,6 +91,7 @@ __all__ = [
     "Plugin",
     "PluginContext",
     "PluginError",
+    "ProviderError",
     "ProviderRegistry",
     "RegistryProfileMissing",
     "RespondModel",

@@ -413,8 +413,9 @@ CHAT: Dialect = _Chat()
 RESPONSES: Dialect = _Responses()
 ANTHROPIC: Dialect = _Anthropic()
 
-ChunkHook = Callable[[int], None]
-"""Called by the server before it writes streamed event ``i`` (a benchmark's pacing)."""
+ChunkHook = Callable[[int, bytes], None]
+"""Called by the server before it writes each streamed event, with its index and bytes (a
+test's or a benchmark's pacing)."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -473,7 +474,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         for index, data in enumerate(events):
             if hook is not None:
-                hook(index)
+                hook(index, data)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             if hook is not None:
                 self.server.wire.chunk_written(index)

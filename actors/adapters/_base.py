@@ -8,6 +8,7 @@ connection pool and its lock stay behind, and the worker builds its own.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from abc import ABC, abstractmethod
@@ -193,12 +194,21 @@ class ProviderAdapter(ABC, Generic[ClientT]):
 
     def close(self) -> None:
         """Close the connection pool (open connections to the provider); the next request
-        opens a new one. Thread-safe; call when the adapter is no longer used."""
+        opens a new one. Thread-safe; call when the adapter is no longer used (one that is
+        garbage-collected closes its pool itself)."""
         with self._lock:
             http, self._http = self._http, None
             self._clients.clear()
         if http is not None:
             http.close()
+
+    def __del__(self) -> None:
+        # An adapter nobody references any more (one a ProviderRegistry built for a
+        # session that ended) closes its connections, as the SDKs' own clients do.
+        http = getattr(self, "_http", None)
+        if http is not None:
+            with contextlib.suppress(Exception):
+                http.close()
 
     def end_user(self, request: ModelRequest) -> str | None:
         """The end-user id to send for ``request`` (see ``AdapterSettings.end_user``)."""

@@ -124,9 +124,10 @@ def test_failures_after_the_sdks_retries_fail_the_turn_with_the_sdks_error(
 ) -> None:
     host = make_provider_host()
     sid = host.start_session(AgentTemplate(model=make_adapter(max_retries=1)))
-    server.script(Status(429, "slow down", QUICK), Text("retried"))
+    server.script(Status(429, "slow down", {"retry-after": "0.05"}), Text("retried"))
     assert host.send(sid, "a").content == "retried"
-    assert len(server.requests) == 2  # the SDK retried after retry-after-ms
+    first, second = server.wait_for(2)  # the SDK retried, after the server's retry-after
+    assert second.at - first.at >= 0.05
     before = host.history(sid)
     for status, error in (
         (429, flavour.sdk.RateLimitError),

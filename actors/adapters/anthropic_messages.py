@@ -8,7 +8,8 @@ Mapping, both ways:
   ``assistant`` messages of content blocks: an assistant's text as a ``text``
   block and each tool call as a ``tool_use`` block (``id``, ``name``,
   ``input``); ``tool`` messages as ``tool_result`` blocks (``tool_use_id``) of
-  the next user message, which also takes any user text that follows them;
+  the next user message, which also takes any user text that follows them; a
+  message of one text block goes as its text;
 - a ``@tool`` as ``{name, description, input_schema}``;
 - usage: input tokens are ``input_tokens`` plus the cache's
   (``cache_read_input_tokens``, ``cache_creation_input_tokens``), cached input
@@ -82,7 +83,9 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
 
 def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Conversation messages (no system ones) as Messages API ``messages``: consecutive
-    messages of one side (tool results and the user text after them) share one message."""
+    messages of one side (tool results and the user text after them) share one message,
+    and a message that is one text block is sent as its text (the API's short form,
+    which the SDK also prepares faster)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if message.role == "assistant" else "user"
@@ -93,6 +96,10 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    for item in out:
+        content = item["content"]
+        if len(content) == 1 and content[0]["type"] == "text":
+            item["content"] = content[0]["text"]
     return out
 
 

@@ -97,6 +97,9 @@ def _anthropic(messages: Sequence[Message]) -> dict[str, Any]:
             out[-1]["content"] += block
         else:
             out.append({"role": role, "content": block})
+    for message in out:  # the short form: one text block is sent as its text
+        if len(message["content"]) == 1 and message["content"][0]["type"] == "text":
+            message["content"] = message["content"][0]["text"]
     system = [m.content for m in messages if m.role == "system"]
     return {"system": system[0], "messages": out} if system else {"messages": out}
 

@@ -8,6 +8,7 @@ from supervisor._actor import SupervisedActor as SupervisedActor
 from supervisor._actor import kill as kill
 from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
+from supervisor._credentials import CredentialsSource as CredentialsSource
 from supervisor._host_record import SessionInfo as SessionInfo
 from supervisor._host_record import SessionStatus as SessionStatus
 from supervisor._lifecycle import NOPROC as NOPROC
@@ -79,6 +80,7 @@ __all__ = [
     "ChildNotFound",
     "ChildSpec",
     "ChildStartError",
+    "CredentialsSource",
     "CredentialsUnavailable",
     "DataDirLocked",
     "Down",

@@ -25,8 +25,9 @@ CredentialsSource = Callable[[str], Credentials | str | None]
 class TenantCredentials:
     """Resolves a tenant's credentials through the host's callback.
 
-    Thread-safe if the callback is (the host calls it from its supervisor's thread, one
-    start at a time, and from ``resume`` callers).
+    Thread-safe if the callback is. The host calls it where incarnations start: on its
+    supervisor's thread (one start at a time, so a slow callback delays every restart:
+    keep it quick) or on the thread of a ``start_session``/``resume`` caller.
 
     Args:
         source: The callback, or ``None`` for a host without one (every session then

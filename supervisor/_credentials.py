@@ -26,8 +26,8 @@ class TenantCredentials:
     """Resolves a tenant's credentials through the host's callback.
 
     Thread-safe if the callback is. The host calls it where incarnations start: on its
-    supervisor's thread (one start at a time, so a slow callback delays every restart:
-    keep it quick) or on the thread of a ``start_session``/``resume`` caller.
+    supervisor's thread, one start at a time, so a slow callback delays every start and
+    restart: keep it quick.
 
     Args:
         source: The callback, or ``None`` for a host without one (every session then

@@ -9,9 +9,11 @@ echo of the last user text (JSON, or Server-Sent Events when asked to stream).
    against the same SDK's ``create`` with the same growing conversation (for
    the Responses API continuing from the previous response, as the adapter
    does), rounds interleaved, median of per-round ratios. Goal: >= 0.9. For
-   context the same through ``AgentHost.send``, which adds the host's routing
-   and a checkpoint per turn (the default policy; into a
-   ``MemoryCheckpointStore``), in thread and worker mode (one worker).
+   context: the same session called on the benchmark's thread (no actor
+   hand-off: what the session and adapter cost alone); and through
+   ``AgentHost.send``, which adds the host's routing and a checkpoint per turn
+   (the default policy; into a ``MemoryCheckpointStore``), in thread and
+   worker mode (one worker).
 2. Streaming: from the server writing an SSE chunk to a subscriber of the
    session receiving its ``delta`` event, p50/p99 in thread and worker mode.
    The server writes a chunk only once the previous one's delta has arrived,
@@ -127,6 +129,20 @@ def _session_turns(template: AgentTemplate, turns: int) -> Callable[[], float]:
     return run
 
 
+def _inline_turns(template: AgentTemplate, turns: int) -> Callable[[], float]:
+    """One round of ``AgentSession.send`` called on this thread (a plain object, no actor):
+    the session's and the adapter's own cost, without the actor's thread hand-off."""
+
+    def run() -> float:
+        session = AgentSession(template)
+        start = time.perf_counter()
+        for turn in range(turns):
+            session.send(f"hello {turn}")
+        return turns / (time.perf_counter() - start)
+
+    return run
+
+
 def _host_turns(host: AgentHost, template: AgentTemplate, turns: int) -> Callable[[], float]:
     """One round of ``AgentHost.send`` on a fresh session (its conversation starts empty)."""
 
@@ -163,6 +179,8 @@ def bench_turns() -> None:
             s, b, ratio = _compare(_session_turns(template, TURNS), bare)
             rows.append((f"{name}: bare SDK calls/s", f"{b:,.0f}"))
             rows.append((f"{name}: AgentSession turns/s", f"{s:,.0f}  ({ratio:.2f} x bare)"))
+            s, b, ratio = _compare(_inline_turns(template, TURNS), bare)
+            rows.append((f"{name}:   same, no actor hop", f"{s:,.0f}  ({ratio:.2f} x bare)"))
             with AgentHost(store=MemoryCheckpointStore()) as host:
                 s, b, ratio = _compare(_host_turns(host, template, TURNS), bare)
             rows.append((f"{name}: AgentHost turns/s, threads", f"{s:,.0f}  ({ratio:.2f} x bare)"))

@@ -12,6 +12,7 @@ from actors.errors import ActorsError as ActorsError
 from actors.errors import InvalidMessage as InvalidMessage
 from actors.errors import ModelScriptExhausted as ModelScriptExhausted
 from actors.errors import PluginError as PluginError
+from actors.errors import ProviderError as ProviderError
 from actors.errors import RegistryProfileMissing as RegistryProfileMissing
 from actors.errors import SnapshotDecodeError as SnapshotDecodeError
 from actors.errors import SnapshotEncodeError as SnapshotEncodeError
@@ -30,8 +31,10 @@ from actors.messages import Usage as Usage
 from actors.migrations import SNAPSHOT_MIGRATIONS as SNAPSHOT_MIGRATIONS
 from actors.migrations import MigrationRegistry as MigrationRegistry
 from actors.model import EchoModel as EchoModel
+from actors.model import GenerateModel as GenerateModel
 from actors.model import Model as Model
 from actors.model import ModelResponse as ModelResponse
+from actors.model import RespondModel as RespondModel
 from actors.model import ScriptedModel as ScriptedModel
 from actors.plugins import Plugin as Plugin
 from actors.plugins import PluginContext as PluginContext
@@ -41,6 +44,8 @@ from actors.redact import is_secret_key as is_secret_key
 from actors.redact import is_secret_value as is_secret_value
 from actors.redact import redact_secrets as redact_secrets
 from actors.redact import strip_secrets as strip_secrets
+from actors.request import Credentials as Credentials
+from actors.request import ModelRequest as ModelRequest
 from actors.session import AgentSession as AgentSession
 from actors.session import GetHistory as GetHistory
 from actors.session import Send as Send
@@ -49,34 +54,47 @@ from actors.snapshot import SCHEMA_VERSION as SCHEMA_VERSION
 from actors.snapshot import Snapshot as Snapshot
 from actors.snapshot import schema_version as schema_version
 from actors.steering import SteeringQueue as SteeringQueue
+from actors.streaming import INVALID_ARGUMENTS as INVALID_ARGUMENTS
+from actors.streaming import Delta as Delta
+from actors.streaming import StreamAssembler as StreamAssembler
+from actors.streaming import TextDelta as TextDelta
+from actors.streaming import ToolCallDelta as ToolCallDelta
+from actors.streaming import parse_tool_arguments as parse_tool_arguments
 from actors.template import AgentTemplate as AgentTemplate
 from actors.tools import Tool as Tool
 from actors.tools import tool as tool
 
 __all__ = [
+    "INVALID_ARGUMENTS",
     "SCHEMA_VERSION",
     "SNAPSHOT_MIGRATIONS",
     "STRIPPED_KEY",
     "ActorsError",
     "AgentSession",
     "AgentTemplate",
+    "Credentials",
+    "Delta",
     "EchoModel",
     "Event",
     "EventBatch",
     "EventBuffer",
+    "GenerateModel",
     "GetHistory",
     "InvalidMessage",
     "Message",
     "MigrationRegistry",
     "Model",
     "ModelFactory",
+    "ModelRequest",
     "ModelResponse",
     "ModelScriptExhausted",
     "Plugin",
     "PluginContext",
     "PluginError",
+    "ProviderError",
     "ProviderRegistry",
     "RegistryProfileMissing",
+    "RespondModel",
     "Role",
     "ScriptedModel",
     "Send",
@@ -85,10 +103,13 @@ __all__ = [
     "SnapshotEncodeError",
     "SteeringQueue",
     "SteeringQueueFull",
+    "StreamAssembler",
     "Subscriber",
     "TakeSnapshot",
+    "TextDelta",
     "Tool",
     "ToolCall",
+    "ToolCallDelta",
     "ToolDefinitionError",
     "TurnLimitExceeded",
     "UnknownModel",
@@ -98,6 +119,7 @@ __all__ = [
     "is_secret_key",
     "is_secret_value",
     "is_stripped_marker",
+    "parse_tool_arguments",
     "redact_secrets",
     "schema_version",
     "strip_secrets",

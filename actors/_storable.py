@@ -12,6 +12,10 @@ what comes from outside the session's control is made storable as it enters:
   arguments keep them as decimal text, and the call itself becomes an error the
   model sees (the tool is not run), so the model can send the value as a string.
 
+A tool call whose JSON arguments an adapter could not read (``INVALID_ARGUMENTS``,
+see ``actors.streaming``) is stored as it came and becomes an error the model
+sees as well.
+
 The user's own text is refused instead (``AgentHost.send`` raises before the
 turn starts): a caller can fix it, a tool result cannot be sent back. Pure
 functions, thread-safe; each returns its input unchanged when it is already
@@ -24,6 +28,7 @@ from typing import Any
 
 from actors._codec import join_path
 from actors.messages import Message, ToolCall
+from actors.streaming import INVALID_ARGUMENTS
 
 __all__ = ["storable_message", "storable_text"]
 
@@ -53,6 +58,11 @@ def storable_message(message: Message) -> tuple[Message, dict[str, str]]:
             refused[call.id] = (
                 f"error: argument {problem} is an integer beyond 64 bits, which this session "
                 "cannot store; the tool was not run: send it as a string"
+            )
+        elif INVALID_ARGUMENTS in call.arguments:
+            refused[call.id] = (
+                "error: the arguments are not a JSON object; the tool was not run: call it "
+                "again with its arguments as one JSON object"
             )
         calls.append(
             call if arguments is call.arguments else ToolCall(call.id, call.name, arguments)

@@ -13,6 +13,7 @@ __all__ = [
     "InvalidMessage",
     "ModelScriptExhausted",
     "PluginError",
+    "ProviderError",
     "RegistryProfileMissing",
     "SnapshotDecodeError",
     "SnapshotEncodeError",
@@ -123,6 +124,17 @@ class PluginError(ActorsError, RuntimeError):
         return (PluginError, (self.plugin, self.hook, self.error))
 
 
+class ProviderError(ActorsError, RuntimeError):
+    """A provider's answer that an adapter cannot use although its SDK raised nothing: a
+    stream that ended before the provider finished it (the connection closed cleanly
+    halfway), or a response the provider marked failed. Like any model error it fails the
+    turn, which is rolled back.
+
+    Differs from the SDK's own errors (``openai.RateLimitError``,
+    ``anthropic.APIConnectionError``, ...), which adapters let through unchanged.
+    """
+
+
 class SnapshotEncodeError(ActorsError, TypeError):
     """A snapshot holds a value strict serialization refuses; ``path`` says where it sits."""
 
@@ -151,6 +163,7 @@ for _cls in (
     TurnLimitExceeded,
     SteeringQueueFull,
     PluginError,
+    ProviderError,
     SnapshotEncodeError,
     SnapshotDecodeError,
 ):

@@ -37,8 +37,10 @@ class Event(NamedTuple):
     Attributes:
         seq: Position in the session's stream, from 1, without gaps.
         type: ``turn_started``, ``steered`` (a steering message was injected),
-            ``model_response``, ``tool_call``, ``tool_result``, ``turn_finished``,
-            ``plugin_error``, ``error``, or a plugin's own type.
+            ``delta`` (a piece of a streaming model's output, see
+            ``actors.streaming``), ``model_response``, ``tool_call``,
+            ``tool_result``, ``turn_finished``, ``plugin_error``, ``error``, or a
+            plugin's own type.
         data: Plain details (JSON-compatible).
         at: Wall-clock time (seconds since the epoch) it was published.
     """
@@ -212,6 +214,13 @@ class EventBuffer:
                     subscriber(event)
                 except Exception:
                     logger.exception("event subscriber %r failed on %s", subscriber, type_)
+
+    def publish_now(self, type_: str, **data: Any) -> Event:
+        """Publish an event that consumers watch for while the session works (a model's
+        streamed ``delta``): here exactly as ``publish``. A buffer that relays events to
+        another process and holds some back until the call ends (a worker's) sends this
+        one, after those it held, at once."""
+        return self.publish(type_, **data)
 
     def since(self, cursor: int | None = None) -> EventBatch:
         """Events after ``cursor``, the cursor to pass next, and how many were missed.

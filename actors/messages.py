@@ -246,11 +246,23 @@ def _exact_message(data: dict[str, Any]) -> Message | None:
 class Usage:
     """Token usage of one model call or, summed with ``+``, of a whole session.
 
-    Immutable and thread-safe.
+    Immutable and thread-safe. The two details are parts of the counts they
+    refine, as providers bill them: ``cached_input_tokens`` of
+    ``input_tokens``, ``reasoning_tokens`` of ``output_tokens``.
+
+    Attributes:
+        input_tokens: Prompt tokens, cached ones included.
+        output_tokens: Generated tokens, reasoning included.
+        cached_input_tokens: Prompt tokens read from the provider's prompt cache
+            (billed cheaper).
+        reasoning_tokens: Generated tokens the model spent reasoning, not shown
+            in its answer.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -261,14 +273,19 @@ class Usage:
         if not isinstance(other, Usage):
             return NotImplemented
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def to_dict(self) -> dict[str, int]:
-        """Plain dict with input, output and total tokens."""
+        """Plain dict with every count and the total."""
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
             "total": self.total,
         }
 
@@ -276,11 +293,19 @@ class Usage:
     def from_dict(cls, data: object) -> Usage:
         """Rebuild usage from ``to_dict`` output; ``total``, when present, must be consistent.
 
+        ``cached_input_tokens`` and ``reasoning_tokens`` may be absent (0): usage
+        written before snapshot schema 2 has neither (its migration adds them).
+
         Raises:
             InvalidMessage: a count is missing, negative, not an integer, or the total disagrees.
         """
         d = _require_mapping("Usage", data)
-        usage = cls(_get_count("Usage", d, "input_tokens"), _get_count("Usage", d, "output_tokens"))
+        usage = cls(
+            _get_count("Usage", d, "input_tokens"),
+            _get_count("Usage", d, "output_tokens"),
+            _get_count("Usage", d, "cached_input_tokens") if "cached_input_tokens" in d else 0,
+            _get_count("Usage", d, "reasoning_tokens") if "reasoning_tokens" in d else 0,
+        )
         if "total" in d and (not _is_count(d["total"]) or d["total"] != usage.total):
             raise InvalidMessage(
                 "Usage", "total", f"is {d['total']!r} but input + output is {usage.total}"

@@ -6,8 +6,13 @@ steps (``v1 -> v2 -> v3``...), so every step stays small and is written once,
 against the version right before it. Reading a newer one is refused: this
 code cannot know what the newer fields mean.
 
-Version 1 is the first schema, so ``SNAPSHOT_MIGRATIONS`` ships empty. When
-the schema changes, bump ``SCHEMA_VERSION`` and register the step from the
+The versions so far:
+
+1. the first schema;
+2. ``state.usage`` gains ``cached_input_tokens`` and ``reasoning_tokens``
+   (step ``_usage_details``: both 0 in a snapshot written before them).
+
+When the schema changes, bump ``SCHEMA_VERSION`` and register the step from the
 previous version in this module. Tests build their own ``MigrationRegistry``
 instead of touching the shared one.
 """
@@ -22,7 +27,7 @@ from actors.errors import SnapshotDecodeError
 
 __all__ = ["SCHEMA_VERSION", "SNAPSHOT_MIGRATIONS", "Migration", "MigrationRegistry"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The snapshot schema version this code writes and fully understands."""
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -121,7 +126,20 @@ class MigrationRegistry:
 
 
 SNAPSHOT_MIGRATIONS = MigrationRegistry()
-"""The registry ``Snapshot.deserialize`` uses by default. Version 1 needs no steps."""
+"""The registry ``Snapshot.deserialize`` uses by default, with every step of this module."""
+
+
+@SNAPSHOT_MIGRATIONS.register(1)
+def _usage_details(data: dict[str, Any]) -> dict[str, Any]:
+    """1 -> 2: ``state.usage`` gains ``cached_input_tokens`` and ``reasoning_tokens``, 0 in
+    a snapshot written before providers' usage details were kept. Copies what it changes;
+    a state or usage that is not a dict is left for the reader to refuse."""
+    state = data.get("state")
+    if not isinstance(state, dict) or not isinstance(state.get("usage"), dict):
+        return data
+    usage = {"cached_input_tokens": 0, "reasoning_tokens": 0, **state["usage"]}
+    return {**data, "state": {**state, "usage": usage}}
+
 
 for _cls in (MigrationRegistry,):
     _cls.__module__ = "actors"

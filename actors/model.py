@@ -1,8 +1,20 @@
-"""The ``Model`` protocol and the two embedded deterministic models.
+"""The two forms of ``Model`` and the two embedded deterministic models.
 
 A model turns a conversation (and the tools it may call) into one assistant
-message plus token usage. ``EchoModel`` and ``ScriptedModel`` need no network,
-so every example and test runs offline.
+message plus token usage. It has one of two methods; a session looks once,
+when it starts, which one:
+
+- ``respond(request) -> ModelResponse`` (``RespondModel``): gets a
+  ``ModelRequest`` with the session's identity, its provider state and the
+  tenant's credentials, and may stream (``request.emit``). The provider
+  adapters (``actors.adapters``) have this form. A model with both methods is
+  called through this one.
+- ``generate(messages, tools) -> ModelResponse`` (``GenerateModel``): the
+  prompt and tools only. ``EchoModel`` and ``ScriptedModel`` have this form;
+  it stays supported.
+
+``EchoModel`` and ``ScriptedModel`` need no network, so every example and test
+runs offline.
 """
 
 from __future__ import annotations
@@ -17,9 +29,18 @@ from actors.errors import ModelScriptExhausted
 from actors.messages import Message, ToolCall, Usage
 
 if TYPE_CHECKING:
+    from actors.request import ModelRequest
     from actors.tools import Tool
 
-__all__ = ["EchoModel", "Model", "ModelResponse", "ScriptedModel", "model_string_of"]
+__all__ = [
+    "EchoModel",
+    "GenerateModel",
+    "Model",
+    "ModelResponse",
+    "RespondModel",
+    "ScriptedModel",
+    "model_string_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,27 +52,53 @@ class ModelResponse:
         usage: Tokens this call consumed.
         provider_state: Plain data the provider wants back on the next call
             (for example a server-side conversation id); ``None`` keeps the
-            session's current provider state. Persisted in snapshots.
+            session's current provider state. Persisted in snapshots, and
+            handed back as ``ModelRequest.provider_state``.
+        stop_reason: Why the model stopped, if it says: ``stop`` (it answered),
+            ``tool_calls``, ``length`` (the output limit), ``content_filter``,
+            or the provider's own word for anything else. Published with the
+            ``model_response`` event, not persisted.
     """
 
     message: Message
     usage: Usage = field(default_factory=Usage)
     provider_state: dict[str, Any] | None = None
+    stop_reason: str | None = None
 
 
 @runtime_checkable
-class Model(Protocol):
-    """Anything that can answer a conversation.
+class GenerateModel(Protocol):
+    """A model of the two-argument form: ``generate(messages, tools)``.
 
     ``generate`` is called on the session's actor thread, one call at a time per
     session; a model shared by several sessions must be thread-safe. An
-    exception it raises fails that turn only: the caller of ``send`` gets it and
-    the session lives on.
+    exception it raises fails that turn only: the caller of ``send`` gets it,
+    the turn is rolled back and the session lives on.
     """
 
     def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
         """Answer ``messages`` (system prompt first), optionally calling ``tools``."""
         ...
+
+
+@runtime_checkable
+class RespondModel(Protocol):
+    """A model of the one-argument form: ``respond(request)`` (see ``ModelRequest``).
+
+    Called as ``GenerateModel.generate`` is (the session's thread, one call at a
+    time per session, thread-safe if shared; an exception fails the turn only,
+    rolled back, a stream that broke off halfway included). A streaming model
+    calls ``request.emit(delta)`` for each piece as it arrives and returns
+    ``ModelResponse(request.streamed_message(), usage, ...)``.
+    """
+
+    def respond(self, request: ModelRequest) -> ModelResponse:
+        """Answer ``request.messages``, optionally calling ``request.tools``."""
+        ...
+
+
+Model = GenerateModel | RespondModel
+"""Anything that can answer a conversation: either form (``isinstance`` works with it)."""
 
 
 def model_string_of(model: Model | str) -> str:
@@ -183,5 +230,5 @@ class ScriptedModel:
         )
 
 
-for _cls in (ModelResponse, Model, EchoModel, ScriptedModel):
+for _cls in (ModelResponse, GenerateModel, RespondModel, EchoModel, ScriptedModel):
     _cls.__module__ = "actors"

@@ -7,7 +7,9 @@ start-up can resume every saved session. Two forms exist:
 - a plain name (``echo``), registered with ``add_model``;
 - ``registry:<profile>:<provider>:<model_id>``: the named profile's factory is
   called with the model id. A missing profile raises ``RegistryProfileMissing``
-  (register it and try again).
+  (register it and try again). A profile of a built-in provider (``openai``,
+  ``anthropic``; see ``actors.adapters``) needs no factory, only its settings:
+  ``register("prod", "openai", base_url=..., stream=True)``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from actors.adapters import builtin_factory
 from actors.errors import RegistryProfileMissing, UnknownModel
 from actors.model import EchoModel, Model
 
@@ -47,15 +51,32 @@ class ProviderRegistry:
         if builtins:
             self._models["echo"] = lambda _name: EchoModel()
 
-    def register(self, profile: str, provider: str, factory: ModelFactory) -> None:
+    def register(
+        self, profile: str, provider: str, factory: ModelFactory | None = None, **settings: Any
+    ) -> None:
         """Register (or replace) ``profile``, served by ``provider`` through ``factory``.
 
+        Without a factory, ``provider`` must be built in (``openai``, ``anthropic``)
+        and ``settings`` configure its adapter: ``AdapterSettings`` fields
+        (``base_url``, ``max_retries``, ``stream``, ...) and, for ``openai``,
+        ``api="chat"`` (the default) or ``"responses"``. The adapter's SDK is
+        imported when the first model is built.
+
         Raises:
-            ValueError: ``profile`` or ``provider`` is empty or contains ``:``.
+            ValueError: ``profile`` or ``provider`` is empty or contains ``:``; no
+                factory for a provider that is not built in; a factory and settings.
+            TypeError: a setting is invalid (the message names it).
         """
         for label, value in (("profile", profile), ("provider", provider)):
             if not value or ":" in value:
                 raise ValueError(f"{label} must be a non-empty name without ':', got {value!r}")
+        if factory is None:
+            factory = builtin_factory(provider, settings)
+        elif settings:
+            raise ValueError(
+                f"settings {sorted(settings)} configure built-in adapters only; "
+                "a factory configures its own models"
+            )
         with self._lock:
             self._profiles[profile] = _Profile(provider, factory)
 

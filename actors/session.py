@@ -26,11 +26,13 @@ from actors._strip import strip_live
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
-from actors.model import Model, ModelResponse
+from actors.model import Model, ModelResponse, RespondModel
 from actors.plugins import Plugin
 from actors.providers import ProviderRegistry
+from actors.request import Credentials, ModelRequest
 from actors.snapshot import Snapshot, session_snapshot
 from actors.steering import SteeringQueue
+from actors.streaming import Delta
 from actors.template import AgentTemplate
 from actors.tools import Tool
 
@@ -136,6 +138,8 @@ class AgentSession(pykka.ThreadingActor):
             event is published and ``send`` raises that exception: the caller
             knows the answer is not durable, and may send the same text again.
         checkpoint_every: Turns between checkpoints (>= 1).
+        credentials: Handed to a model of the ``respond`` form with every request
+            (``ModelRequest.credentials``); never part of the state or a snapshot.
     """
 
     start_timeout: ClassVar[float] = 30.0
@@ -158,6 +162,7 @@ class AgentSession(pykka.ThreadingActor):
         event_buffer: EventBuffer | None = None,
         checkpointer: Callable[[Snapshot], object] | None = None,
         checkpoint_every: int = 1,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every)):
@@ -171,6 +176,8 @@ class AgentSession(pykka.ThreadingActor):
         self.max_steps = max_steps
         self.model_string = template.model_string
         self.model = model if model is not None else self._resolve(template.model, providers)
+        self._credentials = credentials
+        self._call_model = self._model_call(self.model)
         self.tools: dict[str, Tool] = {t.name: t for t in template.tools}
         self._tool_list = list(template.tools)
         self.steering = steering if steering is not None else SteeringQueue(max_steering_queue)
@@ -218,6 +225,14 @@ class AgentSession(pykka.ThreadingActor):
         if isinstance(model, str):
             return (providers or ProviderRegistry()).lookup(model)
         return model
+
+    def _model_call(self, model: Model) -> Callable[[Sequence[Message], list[Tool]], ModelResponse]:
+        """How this session calls its model, chosen once: ``respond`` with a request, or
+        ``generate`` (see ``actors.model``)."""
+        if isinstance(model, RespondModel):
+            self._respond_to = model.respond
+            return self._respond
+        return model.generate
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
@@ -467,7 +482,7 @@ class AgentSession(pykka.ThreadingActor):
             prompt = self._prompt()
             if self._prompt_plugins:
                 prompt = self._piped_prompt(list(prompt))
-            response = self.model.generate(prompt, tools)
+            response = self._call_model(prompt, tools)
             self._usage += response.usage
             if self._has_plugins:
                 response = self.plugins.pipe(
@@ -486,6 +501,25 @@ class AgentSession(pykka.ThreadingActor):
             self._system = Message.system(self.template.instructions)
         return PromptView(self._system, self._messages)
 
+    def _respond(self, prompt: Sequence[Message], tools: list[Tool]) -> ModelResponse:
+        """Call a model of the ``respond`` form (see ``_model_call``)."""
+        tenant = self._metadata.get("tenant_id")
+        request = ModelRequest(
+            prompt,
+            tools,
+            session_id=self.session_id,
+            tenant_id=tenant if isinstance(tenant, str) else None,
+            provider_state=self._provider_state,
+            credentials=self._credentials,
+            on_delta=self._publish_delta,
+        )
+        return self._respond_to(request)
+
+    def _publish_delta(self, delta: Delta) -> None:
+        """A streamed delta: published at once (``publish_now``: a worker writes it to the
+        host without waiting for the turn's end)."""
+        self.event_buffer.publish_now("delta", **delta.event_data())
+
     def _piped_prompt(self, prompt: list[Message]) -> list[Message]:
         return self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
 
@@ -497,12 +531,14 @@ class AgentSession(pykka.ThreadingActor):
         self._messages.append(message)
         if response.provider_state is not None:
             self._provider_state = response.provider_state
-        self.event_buffer.publish(
-            "model_response",
-            content=message.content,
-            tool_calls=[c.to_dict() for c in message.tool_calls],
-            usage=response.usage.to_dict(),
-        )
+        data: dict[str, Any] = {
+            "content": message.content,
+            "tool_calls": [c.to_dict() for c in message.tool_calls],
+            "usage": response.usage.to_dict(),
+        }
+        if response.stop_reason is not None:
+            data["stop_reason"] = response.stop_reason
+        self.event_buffer.publish("model_response", **data)
         return message
 
     def _call_tool(self, call: ToolCall) -> None:

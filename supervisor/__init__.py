@@ -8,6 +8,7 @@ from supervisor._actor import SupervisedActor as SupervisedActor
 from supervisor._actor import kill as kill
 from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
+from supervisor._credentials import CredentialsSource as CredentialsSource
 from supervisor._encryption_keys import EncryptionKeys as EncryptionKeys
 from supervisor._futures import EventWatch as EventWatch
 from supervisor._futures import HostFutures as HostFutures
@@ -39,6 +40,7 @@ from supervisor.errors import CheckpointNotFound as CheckpointNotFound
 from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
 from supervisor.errors import ChildStartError as ChildStartError
+from supervisor.errors import CredentialsUnavailable as CredentialsUnavailable
 from supervisor.errors import DataDirLocked as DataDirLocked
 from supervisor.errors import EncryptionKeyError as EncryptionKeyError
 from supervisor.errors import EncryptionUnavailable as EncryptionUnavailable
@@ -90,6 +92,8 @@ __all__ = [
     "ChildNotFound",
     "ChildSpec",
     "ChildStartError",
+    "CredentialsSource",
+    "CredentialsUnavailable",
     "DataDirLocked",
     "Down",
     "EncryptionKeyError",

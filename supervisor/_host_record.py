@@ -8,13 +8,23 @@ queue per session whatever happens to the actor underneath.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
 import pykka
 
-from actors import AgentTemplate, EventBuffer, Snapshot, SteeringQueue
+from actors import (
+    AgentTemplate,
+    Event,
+    EventBuffer,
+    InvalidMessage,
+    Snapshot,
+    SnapshotDecodeError,
+    SteeringQueue,
+    Usage,
+)
 from supervisor._checkpoints import event_seq
 from supervisor._gate import SessionGate
 
@@ -42,6 +52,10 @@ class SessionInfo:
         status: See ``SessionStatus``.
         model: The model string of its template.
         created_at: When the host first registered it, ms since the Unix epoch.
+        usage: Tokens its model calls used, as its ``AgentSession.usage()`` counts
+            them (failed turns included; after a crash, from the checkpoint it was
+            resumed from), summed from its ``model_response`` events: no snapshot
+            is loaded to list it.
     """
 
     session_id: str
@@ -49,6 +63,7 @@ class SessionInfo:
     status: SessionStatus
     model: str
     created_at: int
+    usage: Usage = field(default_factory=Usage)
 
 
 class SessionRecord:
@@ -78,6 +93,7 @@ class SessionRecord:
         "steering",
         "template",
         "tenant_id",
+        "usage",
     )
 
     def __init__(
@@ -109,6 +125,22 @@ class SessionRecord:
         after = 0 if resume_from is None else event_seq(resume_from)
         self.events = EventBuffer(attrs.get("event_buffer_size") or 1000, after=after)
         self.steering = SteeringQueue(attrs.get("max_steering_queue") or 16)
+        self.usage = Usage()
+        self.restart_usage(resume_from)
+        self.events.subscribe(self._count_usage)
+
+    def restart_usage(self, snapshot: Snapshot | None) -> None:
+        """Count usage on from ``snapshot``'s (an incarnation starts from it), or from 0."""
+        try:
+            self.usage = Usage() if snapshot is None else snapshot.usage()
+        except SnapshotDecodeError:  # the session will refuse that checkpoint itself
+            self.usage = Usage()
+
+    def _count_usage(self, event: Event) -> None:
+        """Add a model call's usage (a subscriber, on the thread that publishes the event)."""
+        if event.type == "model_response":
+            with contextlib.suppress(InvalidMessage):  # a plugin's event: not a model call's
+                self.usage = self.usage + Usage.from_dict(event.data.get("usage"))
 
     def exclusive(self, timeout: float) -> _Exclusive:
         """Hold ``op_lock`` for an operation that changes what runs the session:
@@ -127,6 +159,7 @@ class SessionRecord:
             self.status,
             self.template.model_string,
             self.created_at,
+            self.usage,
         )
 
 

@@ -26,6 +26,7 @@ import pykka
 
 from actors import AgentTemplate, Model, ProviderRegistry, Snapshot, TakeSnapshot
 from supervisor._checkpoints import Checkpoints
+from supervisor._credentials import TenantCredentials
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
 from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
@@ -58,16 +59,19 @@ class Incarnations:
         checkpoints: The host's checkpoint writer.
         providers: Resolves templates' model strings.
         policy: Timeouts, restart intensity and cadences of every session.
+        credentials: The tenants' credentials, asked for at every incarnation.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 (the host's parts, in the order it builds them)
         self,
         table: SessionTable,
         runtime: SessionRuntime,
         checkpoints: Checkpoints,
         providers: ProviderRegistry,
         policy: HostPolicy,
+        credentials: TenantCredentials | None = None,
     ) -> None:
+        self._credentials = credentials or TenantCredentials(None)
         self._table = table
         self._runtime = runtime
         self._checkpoints = checkpoints
@@ -160,6 +164,7 @@ class Incarnations:
         snapshot = pending
         if snapshot is None and record.incarnations > 0:  # a first start is new or resumed
             snapshot = self._checkpoints.latest(record.session_id, record.events)
+        record.restart_usage(snapshot)
         launch = SessionLaunch(
             session_id=record.session_id,
             template=record.template,
@@ -172,6 +177,7 @@ class Incarnations:
             events=record.events,
             save=self._checkpoints.saver(record.events),
             timeout=self.policy.call_timeout,
+            credentials=self._credentials.resolve(record.tenant_id),
         )
         ref = self._runtime.start(launch)
         try:

@@ -37,6 +37,7 @@ import pykka
 
 from actors import (
     AgentTemplate,
+    Credentials,
     EventBuffer,
     GetHistory,
     Model,
@@ -99,6 +100,8 @@ class SessionLaunch:
         events: The host's event stream of the session (outlives incarnations).
         save: The host's checkpoint writer for this session.
         timeout: Seconds the start may take.
+        credentials: The tenant's credentials, resolved for this incarnation; never
+            persisted (in process mode they travel with the ``start`` frame only).
     """
 
     session_id: str
@@ -112,6 +115,7 @@ class SessionLaunch:
     events: EventBuffer
     save: Callable[[Snapshot], object]
     timeout: float
+    credentials: Credentials | None = None
 
 
 class SessionRuntime(Protocol):

@@ -15,6 +15,7 @@ __all__ = [
     "ChildAlreadyExists",
     "ChildNotFound",
     "ChildStartError",
+    "CredentialsUnavailable",
     "DataDirLocked",
     "EncryptionKeyError",
     "EncryptionUnavailable",
@@ -154,6 +155,24 @@ class ChildStartError(SupervisorError):
             f"({type(cause).__name__} is not an Exception; it was caught so the supervisor "
             "and its other children go on); find what raised it in the __cause__'s "
             "traceback (a model factory, a template's pickling, a plugin)"
+        )
+
+
+class CredentialsUnavailable(SupervisorError):
+    """The host's ``credentials`` callback raised (or returned something that is not
+    credentials) for a session's tenant, so that session could not start or resume.
+
+    Differs from a model that failed on a turn: nothing ran, and the session keeps
+    its checkpoints; fix the credential source and ``resume`` it (a crash restart
+    counts against its restart intensity). The callback's own error is the
+    ``__cause__``; the message never holds a credential.
+    """
+
+    def __init__(self, tenant_id: str, problem: str) -> None:
+        self.tenant_id = tenant_id
+        super().__init__(
+            f"no credentials for tenant {tenant_id!r}: {problem}; fix the host's credentials "
+            "callback (it gets the tenant id and returns Credentials, an API key str or None)"
         )
 
 
@@ -500,6 +519,7 @@ for _cls in (
     CheckpointNotFound,
     SnapshotTooLarge,
     ChildStartError,
+    CredentialsUnavailable,
     ChildAlreadyExists,
     ChildNotFound,
     RestartIntensityExceeded,

@@ -30,6 +30,7 @@ from actors import (
 )
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
+from supervisor._credentials import CredentialsSource, TenantCredentials
 from supervisor._data_dir import OwnedStore
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._futures import HostFutures
@@ -108,6 +109,10 @@ class AgentHost:
             ``None`` saves them as they are.
         encryption: Encrypt the default store at rest with these keys (see
             ``SQLiteCheckpointStore``); with ``store=`` give them to that store instead.
+        credentials: ``fn(tenant_id) -> Credentials | str | None``, asked at every
+            start, restart, reactivation and resume of a tenant's session; its
+            answer reaches the model with each request, never a checkpoint. If it
+            raises, that start fails with ``CredentialsUnavailable``.
     """
 
     def __init__(
@@ -128,6 +133,7 @@ class AgentHost:
         workers: int | None = None,
         redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
         encryption: EncryptionKeys | None = None,
+        credentials: CredentialsSource | None = None,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
         policy = HostPolicy(
@@ -140,6 +146,7 @@ class AgentHost:
             max_steps,
             clock,
         )
+        keys = TenantCredentials(credentials)
         owned = None
         if store is not None and encryption is not None:
             raise ValueError("encryption= is for the host's own store; pass it to your store")
@@ -166,7 +173,7 @@ class AgentHost:
         self._clock = clock
         self._table = SessionTable()
         self._sessions = Incarnations(
-            self._table, self._runtime, self._checkpoints, self.providers, policy
+            self._table, self._runtime, self._checkpoints, self.providers, policy, keys
         )
         self.registry = self._sessions.registry
         self._root = self._sessions.root

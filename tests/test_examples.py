@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.providers.wire import CHAT, Calls, Text, WireServer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -60,3 +62,38 @@ def test_asgi_app_serves_a_session_without_a_framework(tmp_path: Path) -> None:
     assert "POST to a stopped session -> 404" in out
     assert "host shut down" in out
     assert (tmp_path / "sessionvisor-data").is_dir()
+
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["threads", "worker"])
+def test_openai_compatible_example_runs_a_tool_against_a_local_server(
+    tmp_path: Path, workers: int | None
+) -> None:
+    with WireServer(CHAT) as server:
+        server.script(
+            Calls([("call_1", "add", {"a": 1234, "b": 4321})]),
+            Text("The sum is 5555.", pieces=["The sum", " is 5555."]),
+        )
+        command = [
+            sys.executable,
+            str(ROOT / "examples" / "openai_compatible.py"),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "local-model",
+            "--api-key",
+            "sk-example-key",
+        ]
+        if workers is not None:
+            command += ["--workers", str(workers)]
+        result = subprocess.run(
+            command, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert [r.headers["authorization"] for r in server.requests] == [
+            "Bearer sk-example-key"
+        ] * 2
+    out = result.stdout
+    assert "[tool call] add({'a': 1234, 'b': 4321})" in out
+    assert "[tool result] 5555" in out
+    assert "The sum is 5555.\nanswer: The sum is 5555." in out
+    assert "usage: 40 input (16 cached), 10 output (4 reasoning)" in out

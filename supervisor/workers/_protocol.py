@@ -14,7 +14,8 @@ Parent -> worker (requests)::
     start           {"session": sid, "key": str,
                      "restore": {"state": dict, "stripped": [str]} | None,
                      "options": {max_steps, checkpoint_every (int|None),
-                     max_steering_queue, metadata, steering: [str]}}    None
+                     max_steering_queue, metadata, steering: [str],
+                     credentials: {api_key, headers} | None}}           None
     send            {"session": sid, "text": str}                       {"message": dict,
                                                                          "checkpoint": bytes|None}
     snapshot        {"session": sid, "label": str|None}                 bytes (Snapshot.serialize)
@@ -33,6 +34,7 @@ Worker -> parent::
     {"id": int, "ok": false, "error": <an error map, below>}
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
     {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
+                                                          (and a streamed delta, at once)
     {"op": "down", "session": sid, "reason": str}         a session died in the worker
     {"op": "poke"}                                        write a ``poke`` back, at once
 

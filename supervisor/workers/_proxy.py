@@ -27,7 +27,15 @@ from typing import Any
 
 import pykka
 
-from actors import Event, EventBuffer, Message, Snapshot, SteeringQueue, SteeringQueueFull
+from actors import (
+    Credentials,
+    Event,
+    EventBuffer,
+    Message,
+    Snapshot,
+    SteeringQueue,
+    SteeringQueueFull,
+)
 from supervisor._actor import SupervisedActor
 from supervisor._outcome import OneOutcome
 from supervisor._runtime import Done, NotDelivered, SessionLaunch
@@ -430,6 +438,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "max_steering_queue": launch.steering.limit,
                 "metadata": launch.metadata,
                 "steering": queued,
+                "credentials": _plain_credentials(launch.credentials),
             },
         }
         client.call("start", payload, launch.timeout, written=forward.start_written)
@@ -447,6 +456,13 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
         raise
     pool.attach(session_id, client, ref, link)
     return ref
+
+
+def _plain_credentials(credentials: Credentials | None) -> dict[str, Any] | None:
+    """``credentials`` as the ``start`` frame carries them (the worker rebuilds them)."""
+    if credentials is None:
+        return None
+    return {"api_key": credentials.api_key, "headers": dict(credentials.headers)}
 
 
 class WorkerSession(SupervisedActor):

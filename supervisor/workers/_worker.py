@@ -37,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
@@ -48,11 +48,10 @@ import pykka
 from actors import (
     AgentSession,
     AgentTemplate,
+    Credentials,
     Event,
     EventBuffer,
-    Message,
     Model,
-    ModelResponse,
     Snapshot,
     SteeringQueue,
     Tool,
@@ -209,6 +208,10 @@ class _Relay(EventBuffer):
         for type_, data in events:
             self._worker.relay(self._hosted, type_, data)
 
+    def publish_now(self, type_: str, **data: Any) -> Event:
+        self._worker.relay_now(self._hosted, type_, data)
+        return Event(0, type_, data, time.time())
+
 
 class _Worker:
     """The worker's state. Its pipe is read on the main thread and by idle sessions
@@ -281,6 +284,19 @@ class _Worker:
                 )
                 return
             batch.append([type_, data])
+
+    def relay_now(self, hosted: _Hosted, type_: str, data: dict[str, Any]) -> None:
+        """An event a consumer waits for while the call runs (a streamed delta): written now,
+        on the calling thread, in one frame after the events held back so far."""
+        with hosted.lock:
+            batch = hosted.batch
+            if batch:
+                batch.append([type_, data])
+                hosted.batch = []
+                events = batch
+            else:
+                events = [[type_, data]]
+            self._write({"op": "events", "session": hosted.session_id, "events": events})
 
     def flush(self, hosted: _Hosted) -> None:
         """Write the events ``hosted`` held back so far (before a slow step of its call)."""
@@ -430,6 +446,7 @@ class _Worker:
             steering=hosted.steering,
             event_buffer=_Relay(self, hosted),
             checkpoint_every=options["checkpoint_every"] or 1,
+            credentials=_credentials(options.get("credentials")),
         )
         hosted.ref = ref
         with self._lock:
@@ -485,6 +502,13 @@ def _pack_answer(frame: dict[str, Any]) -> bytes:
         return pack_escaped(frame)  # escaping leaves encodable text as it is
 
 
+def _credentials(plain: dict[str, Any] | None) -> Credentials | None:
+    """The tenant's credentials as the ``start`` frame carried them."""
+    if plain is None:
+        return None
+    return Credentials(api_key=plain.get("api_key"), headers=plain.get("headers") or {})
+
+
 def _down_reply(call_id: int, reason: str, *, started: bool) -> dict[str, Any]:
     error = {"type": SESSION_DOWN, "message": reason, "args": [started]}
     return {"id": call_id, "ok": False, "error": error}
@@ -518,7 +542,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         self._worker = worker
         self._hosted = hosted
         flush = functools.partial(worker.flush, hosted)
-        self.model = _TimedModel(self.model, flush)
+        self._call_model = _Step(self._call_model, flush)
         self.tools = {
             name: dataclasses.replace(t, fn=_Step(t.fn, flush)) for name, t in self.tools.items()
         }
@@ -588,7 +612,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
 
 
 class _Step:
-    """A model's ``generate`` or a tool's function that flushes held-back events before it
+    """A session's model call or a tool's function that flushes held-back events before it
     runs, when it was slow last time (or has not run yet). Used on one session's thread."""
 
     __slots__ = ("_flush", "_fn", "_slow")
@@ -606,27 +630,3 @@ class _Step:
             return self._fn(*args, **kwargs)
         finally:
             self._slow = time.perf_counter() - started > SLOW_STEP
-
-
-class _TimedModel:
-    """A session's model whose ``generate`` is timed as a ``_Step`` is (its own code, with
-    the model's signature: no ``*args`` repacking on every model call); other attributes
-    pass through. Used on one session's thread."""
-
-    def __init__(self, model: Model, flush: Callable[[], None]) -> None:
-        self._model = model
-        self._generate = model.generate
-        self._flush = flush
-        self._slow = True  # unknown yet: assume slow
-
-    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
-        if self._slow:
-            self._flush()
-        started = time.perf_counter()
-        try:
-            return self._generate(messages, tools)
-        finally:
-            self._slow = time.perf_counter() - started > SLOW_STEP
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)

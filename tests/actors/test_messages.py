@@ -49,7 +49,13 @@ messages = st.builds(
     name=st.none() | text,
 )
 counts = st.integers(min_value=0, max_value=2**62)
-usages = st.builds(Usage, input_tokens=counts, output_tokens=counts)
+usages = st.builds(
+    Usage,
+    input_tokens=counts,
+    output_tokens=counts,
+    cached_input_tokens=counts,
+    reasoning_tokens=counts,
+)
 
 
 def _via_msgpack(data: dict[str, Any]) -> Any:
@@ -281,6 +287,16 @@ def test_tool_call_missing_arguments_defaults_to_empty() -> None:
         pytest.param({"input_tokens": 1, "output_tokens": 2, "total": 4}, "total", id="bad-total"),
         pytest.param({"input_tokens": 1, "output_tokens": 2, "total": "3"}, "total", id="str-tot"),
         pytest.param({"input_tokens": 1, "output_tokens": 2, "total": None}, "total", id="null"),
+        pytest.param(
+            {"input_tokens": 1, "output_tokens": 2, "cached_input_tokens": -1},
+            "cached_input_tokens",
+            id="neg-cached",
+        ),
+        pytest.param(
+            {"input_tokens": 1, "output_tokens": 2, "reasoning_tokens": "1"},
+            "reasoning_tokens",
+            id="str-reasoning",
+        ),
     ],
 )
 def test_usage_from_dict_names_the_bad_field(data: dict[str, Any], field: str) -> None:
@@ -295,6 +311,14 @@ def test_usage_inconsistent_total_says_what_it_should_be() -> None:
 
 def test_usage_without_total_is_accepted() -> None:
     assert Usage.from_dict({"input_tokens": 1, "output_tokens": 2}) == Usage(1, 2)
+
+
+def test_usage_details_sum_and_default_to_zero_when_absent() -> None:
+    # Usage written before snapshot schema 2 has no details: they read as 0.
+    assert Usage.from_dict({"input_tokens": 5, "output_tokens": 1}) == Usage(5, 1, 0, 0)
+    total = Usage(10, 4, cached_input_tokens=6, reasoning_tokens=3) + Usage(2, 1, 1, 0)
+    assert total == Usage(12, 5, cached_input_tokens=7, reasoning_tokens=3)
+    assert total.total == 17  # details are parts of input and output, not added again
 
 
 @pytest.mark.parametrize("missing", ["input_tokens", "output_tokens"])

@@ -22,6 +22,7 @@ from actors import (
     EchoModel,
     Event,
     EventBuffer,
+    GenerateModel,
     Message,
     Model,
     ModelResponse,
@@ -66,7 +67,7 @@ def start() -> Iterator[Starter]:
 class RecordingModel:
     """Wraps a model and records every prompt it was given (copied)."""
 
-    def __init__(self, inner: Model) -> None:
+    def __init__(self, inner: GenerateModel) -> None:
         self.inner = inner
         self.prompts: list[list[Message]] = []
         self.model_string = "recording"
@@ -495,7 +496,7 @@ def test_event_data(start: Starter) -> None:
     assert response.data == {
         "content": "echo: hello world",
         "tool_calls": [],
-        "usage": {"input_tokens": 2, "output_tokens": 3, "total": 5},
+        "usage": Usage(2, 3).to_dict(),
     }
     assert finished.data == {"turn": 1, "content": "echo: hello world"}
     assert started.at <= response.at <= finished.at
@@ -865,7 +866,7 @@ def test_state_shape_and_codecs(start: Starter) -> None:
     assert state["model"] == "scripted"
     assert state["instructions"] == "Be exact."
     assert state["metadata"] == {"owner": "ada", "tags": ["x", "y"]}
-    assert state["usage"] == {"input_tokens": 8, "output_tokens": 2, "total": 10}
+    assert state["usage"] == Usage(8, 2).to_dict()
     assert state["plugins"] == {"memory": {"turns": 1, "notes": ["add 1 and 2"]}}
     # A later response without provider_state keeps the earlier one.
     assert state["provider_state"] == {"conversation": "abc"}

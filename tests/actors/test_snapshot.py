@@ -38,7 +38,7 @@ def _snap(**overrides: Any) -> Snapshot:
 def test_new_fills_identity_fields() -> None:
     before = datetime.now(UTC)
     snap = Snapshot.new(session_id="sess-1", state={"messages": []}, label="first")
-    assert snap.schema_version == SCHEMA_VERSION == 1
+    assert snap.schema_version == SCHEMA_VERSION == 2
     assert snap.session_id == "sess-1"
     assert snap.label == "first"
     assert snap.metadata == {}
@@ -330,6 +330,7 @@ def _legacy_v1_bytes() -> bytes:
     state = dict(data["state"])
     state["message_history"] = state.pop("messages")
     data["state"] = state
+    data["schema_version"] = 1
     return encode_plain(data)
 
 

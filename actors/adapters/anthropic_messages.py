@@ -1,0 +1,253 @@
+"""``AnthropicModel``: the Anthropic Messages API.
+
+Needs ``sessionvisor[anthropic]`` (the official ``anthropic`` SDK).
+
+Mapping, both ways:
+
+- system messages as ``system``; the conversation as alternating ``user`` and
+  ``assistant`` messages of content blocks: an assistant's text as a ``text``
+  block and each tool call as a ``tool_use`` block (``id``, ``name``,
+  ``input``); ``tool`` messages as ``tool_result`` blocks (``tool_use_id``) of
+  the next user message, which also takes any user text that follows them; a
+  message of one text block goes as its text;
+- a ``@tool`` as ``{name, description, input_schema}``;
+- usage: input tokens are ``input_tokens`` plus the cache's
+  (``cache_read_input_tokens``, ``cache_creation_input_tokens``), cached input
+  the cache reads; output tokens ``output_tokens`` (reasoning:
+  ``output_tokens_details.thinking_tokens``);
+- stop reason: ``end_turn`` and ``stop_sequence`` read as ``stop``, ``tool_use``
+  as ``tool_calls``, ``max_tokens`` as ``length``, ``refusal`` as
+  ``content_filter``.
+
+``max_tokens`` is required by the API: 4096 unless the settings say otherwise.
+A stream cut off halfway raises ``anthropic.APIConnectionError``, as the
+same failure does outside a stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anthropic
+import httpx2
+
+from actors.adapters._base import ProviderAdapter, api_key, merged_headers
+from actors.adapters._mapping import normalized_stop, split_system
+from actors.errors import ProviderError
+from actors.messages import Message, ToolCall, Usage
+from actors.model import ModelResponse
+from actors.request import Credentials, ModelRequest
+from actors.streaming import INVALID_ARGUMENTS, TextDelta, ToolCallDelta
+from actors.tools import Tool
+
+__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel", "anthropic_messages", "anthropic_tools"]
+
+DEFAULT_MAX_TOKENS = 4096
+"""The output limit sent when the settings give none (the API requires one)."""
+
+_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+
+
+def _tool_input(call: ToolCall) -> dict[str, Any]:
+    """A call's ``input``: what the model wrote, as a string, when it was not JSON."""
+    if INVALID_ARGUMENTS in call.arguments and len(call.arguments) == 1:
+        return {INVALID_ARGUMENTS: call.arguments[INVALID_ARGUMENTS]}
+    return dict(call.arguments)
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    if message.role == "tool":
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id or "",
+                "content": message.content or "",
+            }
+        ]
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Conversation messages (no system ones) as Messages API ``messages``: consecutive
+    messages of one side (tool results and the user text after them) share one message,
+    and a message that is one text block is sent as its text (the API's short form,
+    which the SDK also prepares faster)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    for item in out:
+        content = item["content"]
+        if len(content) == 1 and content[0]["type"] == "text":
+            item["content"] = content[0]["text"]
+    return out
+
+
+def anthropic_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """``@tool`` schemas as Messages API tools."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in tools
+    ]
+
+
+def _usage(usage: Any, output: Any = None) -> Usage:
+    """The Messages API's usage as ``Usage``; ``output``, a stream's last ``message_delta``
+    usage, overrides the counts it has."""
+    counts = {
+        name: getattr(usage, name, None) or 0
+        for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    }
+    out_tokens = getattr(usage, "output_tokens", 0) or 0
+    details = getattr(usage, "output_tokens_details", None)
+    if output is not None:
+        counts.update(
+            {name: getattr(output, name) for name in counts if getattr(output, name, None)}
+        )
+        out_tokens = output.output_tokens or out_tokens
+        details = getattr(output, "output_tokens_details", None) or details
+    return Usage(
+        sum(counts.values()),
+        out_tokens,
+        counts["cache_read_input_tokens"],
+        getattr(details, "thinking_tokens", 0) or 0,
+    )
+
+
+class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
+    """A model served by the Messages API (``POST /v1/messages``).
+
+    Thread-safe (see ``ProviderAdapter``). Picklable as configuration: in a
+    worker process it builds its own client on first use.
+
+    Args:
+        model_id: The model's name.
+        **settings: ``AdapterSettings``: ``base_url``, ``api_key``,
+            ``max_retries``, ``timeout``, ``stream``, ``default_headers``,
+            ``end_user`` (sent as ``metadata.user_id``), ``max_tokens``
+            (``DEFAULT_MAX_TOKENS`` if unset), ``options``.
+    """
+
+    provider = "anthropic"
+
+    def _new_http_client(self) -> Any:
+        return anthropic.DefaultHttpxClient()
+
+    def _new_client(self, http: Any, credentials: Credentials | None) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            api_key=api_key(self.settings, credentials),
+            default_headers=merged_headers(self.settings, credentials) or None,
+            http_client=http,
+            **self.sdk_options(),
+        )
+
+    def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+        system, conversation = split_system(request.messages)
+        arguments: dict[str, Any] = {
+            "model": self.model_id,
+            "max_tokens": self.settings.max_tokens or DEFAULT_MAX_TOKENS,
+            "messages": anthropic_messages(conversation),
+        }
+        if system is not None:
+            arguments["system"] = system
+        if request.tools:
+            arguments["tools"] = anthropic_tools(request.tools)
+        end_user = self.end_user(request)
+        if end_user is not None:
+            arguments["metadata"] = {"user_id": end_user}
+        arguments.update(self.settings.options)
+        return arguments
+
+    def _once(self, client: anthropic.Anthropic, request: ModelRequest) -> ModelResponse:
+        create: Any = client.messages.create
+        answer = create(**self._arguments(request))
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in answer.content:
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                arguments = block.input if isinstance(block.input, dict) else {}
+                calls.append(ToolCall(block.id, block.name, dict(arguments)))
+        return ModelResponse(
+            Message.assistant("".join(texts) if texts else None, tuple(calls)),
+            _usage(answer.usage),
+            stop_reason=normalized_stop(answer.stop_reason, _STOP),
+        )
+
+    def _stream(self, client: anthropic.Anthropic, request: ModelRequest) -> ModelResponse:
+        create: Any = client.messages.create
+        arguments = self._arguments(request)
+        arguments["stream"] = True
+        read = _StreamRead(request)
+        with create(**arguments) as events:
+            try:
+                for event in events:
+                    read.take(event)
+            except httpx2.TransportError as exc:  # the SDK's type, as outside a stream
+                raise anthropic.APIConnectionError(request=events.response.request) from exc
+        if not read.finished:
+            raise ProviderError(
+                f"the stream of {self.model_string} ended before message_stop: the "
+                "connection closed early"
+            )
+        message = request.streamed_message() if request.streamed else Message.assistant(None)
+        return ModelResponse(
+            message, _usage(read.started, read.last), stop_reason=normalized_stop(read.stop, _STOP)
+        )
+
+
+class _StreamRead:
+    """What one Messages stream said so far; emits its deltas. Used on one thread."""
+
+    __slots__ = ("calls", "finished", "last", "request", "started", "stop")
+
+    def __init__(self, request: ModelRequest) -> None:
+        self.request = request
+        self.calls: dict[int, int] = {}  # content block index -> the call's index
+        self.started: Any = None  # message_start's usage
+        self.last: Any = None  # the last message_delta's usage
+        self.stop: str | None = None
+        self.finished = False
+
+    def take(self, event: Any) -> None:
+        """Act on one stream event."""
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta":
+                self.request.emit(TextDelta(delta.text))
+            elif delta.type == "input_json_delta" and event.index in self.calls:
+                index = self.calls[event.index]
+                self.request.emit(ToolCallDelta(index, arguments=delta.partial_json))
+        elif kind == "content_block_start" and event.content_block.type == "tool_use":
+            block = event.content_block
+            index = self.calls[event.index] = len(self.calls)
+            self.request.emit(ToolCallDelta(index, block.id, block.name))
+        elif kind == "message_start":
+            self.started = event.message.usage
+        elif kind == "message_delta":
+            self.last = event.usage
+            self.stop = event.delta.stop_reason or self.stop
+        elif kind == "message_stop":
+            self.finished = True

@@ -1,0 +1,202 @@
+"""``OpenAIChatModel``: the OpenAI Chat Completions API, and every server that speaks it.
+
+Needs ``sessionvisor[openai]`` (the official ``openai`` SDK). Through
+``base_url`` it serves any OpenAI-compatible server: vLLM, Ollama, LM Studio,
+a LiteLLM proxy, Azure OpenAI's ``/openai/v1`` endpoint.
+
+Mapping, both ways:
+
+- ``system``/``user`` messages as they are; an ``assistant`` message's tool
+  calls as ``tool_calls`` (``id``, ``function.name``, ``function.arguments``
+  as JSON text); a ``tool`` message as ``role: tool`` with its ``tool_call_id``;
+- a ``@tool`` as ``{"type": "function", "function": {name, description, parameters}}``;
+- usage: ``prompt_tokens`` (cached: ``prompt_tokens_details.cached_tokens``),
+  ``completion_tokens`` (reasoning: ``completion_tokens_details.reasoning_tokens``);
+- ``finish_reason`` as the stop reason (``function_call`` reads as ``tool_calls``).
+
+Streaming asks for usage in the last chunk (``stream_options.include_usage``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from actors.adapters._base import ProviderAdapter, api_key, merged_headers
+from actors.adapters._mapping import arguments_json, normalized_stop
+from actors.errors import ProviderError
+from actors.messages import Message, ToolCall, Usage
+from actors.model import ModelResponse
+from actors.request import Credentials, ModelRequest
+from actors.streaming import TextDelta, ToolCallDelta, parse_tool_arguments
+from actors.tools import Tool
+
+__all__ = ["OpenAIChatModel", "chat_messages", "chat_tools", "chat_usage"]
+
+_STOP = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+}
+
+
+def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The conversation as Chat Completions ``messages``."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message.tool_call_id or "",
+                    "content": message.content or "",
+                }
+            )
+        elif message.role == "assistant":
+            item: dict[str, Any] = {"role": "assistant", "content": message.content}
+            if message.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": arguments_json(call)},
+                    }
+                    for call in message.tool_calls
+                ]
+            out.append(item)
+        else:
+            out.append({"role": message.role, "content": message.content or ""})
+    return out
+
+
+def chat_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """``@tool`` schemas as Chat Completions function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+            },
+        }
+        for t in tools
+    ]
+
+
+def chat_usage(usage: Any) -> Usage:
+    """A ``CompletionUsage`` (or ``None``) as ``Usage``."""
+    if usage is None:
+        return Usage()
+    prompt = usage.prompt_tokens_details
+    completion = usage.completion_tokens_details
+    return Usage(
+        usage.prompt_tokens or 0,
+        usage.completion_tokens or 0,
+        (prompt.cached_tokens or 0) if prompt is not None else 0,
+        (completion.reasoning_tokens or 0) if completion is not None else 0,
+    )
+
+
+class OpenAIChatModel(ProviderAdapter[openai.OpenAI]):
+    """A model served by the Chat Completions API (``POST /chat/completions``).
+
+    Thread-safe (see ``ProviderAdapter``). Picklable as configuration: in a
+    worker process it builds its own client on first use.
+
+    Args:
+        model_id: The model's name on the server.
+        **settings: ``AdapterSettings``: ``base_url``, ``api_key``,
+            ``max_retries``, ``timeout``, ``stream``, ``default_headers``,
+            ``end_user`` (sent as ``safety_identifier``), ``max_tokens`` (sent as
+            ``max_completion_tokens``), ``options``.
+    """
+
+    provider = "openai"
+
+    def _new_http_client(self) -> Any:
+        return openai.DefaultHttpxClient()
+
+    def _new_client(self, http: Any, credentials: Credentials | None) -> openai.OpenAI:
+        return openai.OpenAI(
+            api_key=api_key(self.settings, credentials),
+            default_headers=merged_headers(self.settings, credentials) or None,
+            http_client=http,
+            **self.sdk_options(),
+        )
+
+    def _arguments(self, request: ModelRequest) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "model": self.model_id,
+            "messages": chat_messages(request.messages),
+        }
+        if request.tools:
+            arguments["tools"] = chat_tools(request.tools)
+        if self.settings.max_tokens is not None:
+            arguments["max_completion_tokens"] = self.settings.max_tokens
+        end_user = self.end_user(request)
+        if end_user is not None:
+            arguments["safety_identifier"] = end_user
+        arguments.update(self.settings.options)
+        return arguments
+
+    def _once(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
+        create: Any = client.chat.completions.create
+        completion = create(**self._arguments(request))
+        if not completion.choices:
+            raise ProviderError(f"{self.model_string} answered without a choice")
+        choice = completion.choices[0]
+        answer = choice.message
+        calls = tuple(
+            ToolCall(call.id, call.function.name, parse_tool_arguments(call.function.arguments))
+            for call in answer.tool_calls or ()
+            if call.type == "function"
+        )
+        text = answer.content if answer.content is not None else answer.refusal
+        return ModelResponse(
+            Message.assistant(text, calls),
+            chat_usage(completion.usage),
+            stop_reason=normalized_stop(choice.finish_reason, _STOP),
+        )
+
+    def _stream(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
+        create: Any = client.chat.completions.create
+        arguments = self._arguments(request)
+        arguments["stream"] = True
+        arguments["stream_options"] = {"include_usage": True}
+        finish: str | None = None
+        usage: Any = None
+        with create(**arguments) as chunks:
+            for chunk in chunks:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    delta = choice.delta
+                    text = delta.content or delta.refusal
+                    if text:
+                        request.emit(TextDelta(text))
+                    for call in delta.tool_calls or ():
+                        function = call.function
+                        request.emit(
+                            ToolCallDelta(
+                                call.index,
+                                call.id,
+                                None if function is None else function.name,
+                                "" if function is None else function.arguments or "",
+                            )
+                        )
+                    if choice.finish_reason is not None:
+                        finish = choice.finish_reason
+        if finish is None:
+            raise ProviderError(
+                f"the stream of {self.model_string} ended before the model finished "
+                "(no finish_reason): the connection closed early"
+            )
+        message = request.streamed_message() if request.streamed else Message.assistant(None)
+        return ModelResponse(message, chat_usage(usage), stop_reason=normalized_stop(finish, _STOP))

@@ -1,0 +1,235 @@
+"""``OpenAIResponsesModel``: the OpenAI Responses API, continuing on the server's state.
+
+Needs ``sessionvisor[openai]``. Each answer's id is kept in the session's
+``provider_state`` as ``previous_response_id``, with ``covers``: how many
+messages of the conversation (system messages aside) the server holds under
+that id. The next request then sends ``previous_response_id`` and only the
+messages after those (tool results, the next user text); since the state is in
+every checkpoint, this holds after a resume too. When the conversation no
+longer matches (a turn rolled back, a plugin that rewrote the prompt), the
+whole conversation is sent without an id.
+
+Mapping, both ways:
+
+- system messages as ``instructions`` (sent every time: the API does not carry
+  them over a ``previous_response_id``);
+- ``user`` and ``assistant`` text as input messages; an assistant's tool calls
+  as ``function_call`` items (``call_id``, ``name``, ``arguments``); a ``tool``
+  message as a ``function_call_output`` item;
+- a ``@tool`` as ``{"type": "function", name, description, parameters}``;
+- usage: ``input_tokens`` (cached: ``input_tokens_details.cached_tokens``),
+  ``output_tokens`` (reasoning: ``output_tokens_details.reasoning_tokens``);
+- stop reason: ``tool_calls`` when it called tools, else ``stop``; an
+  incomplete response's reason (``max_output_tokens`` reads as ``length``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import openai
+
+from actors.adapters._base import ProviderAdapter, api_key, merged_headers
+from actors.adapters._mapping import arguments_json, normalized_stop, split_system
+from actors.errors import ProviderError
+from actors.messages import Message, ToolCall, Usage
+from actors.model import ModelResponse
+from actors.request import Credentials, ModelRequest
+from actors.streaming import TextDelta, ToolCallDelta, parse_tool_arguments
+from actors.tools import Tool
+
+__all__ = [
+    "OpenAIResponsesModel",
+    "responses_input",
+    "responses_tools",
+    "responses_usage",
+    "unsent",
+]
+
+_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Conversation messages (no system ones) as Responses ``input`` items."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.tool_call_id or "",
+                    "output": message.content or "",
+                }
+            )
+            continue
+        if message.content or message.role != "assistant":
+            items.append({"role": message.role, "content": message.content or ""})
+        items.extend(
+            {
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": arguments_json(call),
+            }
+            for call in message.tool_calls
+        )
+    return items
+
+
+def responses_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """``@tool`` schemas as Responses function tools."""
+    return [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": dict(t.parameters),
+            "strict": False,
+        }
+        for t in tools
+    ]
+
+
+def responses_usage(usage: Any) -> Usage:
+    """A ``ResponseUsage`` (or ``None``) as ``Usage``."""
+    if usage is None:
+        return Usage()
+    cached = getattr(usage.input_tokens_details, "cached_tokens", 0) or 0
+    reasoning = getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0
+    return Usage(usage.input_tokens or 0, usage.output_tokens or 0, cached, reasoning)
+
+
+def unsent(
+    conversation: Sequence[Message], state: Mapping[str, Any] | None
+) -> tuple[str | None, Sequence[Message]]:
+    """The ``previous_response_id`` to continue from and the messages the server lacks, or
+    ``(None, conversation)`` when ``state`` does not match the conversation."""
+    if not state:
+        return None, conversation
+    previous, covers = state.get("previous_response_id"), state.get("covers")
+    if (
+        not isinstance(previous, str)
+        or not isinstance(covers, int)
+        or not 0 < covers <= len(conversation)
+        or conversation[covers - 1].role != "assistant"
+    ):
+        return None, conversation
+    return previous, conversation[covers:]
+
+
+def _message_of(response: Any) -> Message:
+    """The assistant message of a whole ``Response``."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for item in response.output:
+        if item.type == "message":
+            texts.extend(part.text for part in item.content if part.type == "output_text")
+        elif item.type == "function_call":
+            calls.append(ToolCall(item.call_id, item.name, parse_tool_arguments(item.arguments)))
+    return Message.assistant("".join(texts) if texts else None, tuple(calls))
+
+
+class OpenAIResponsesModel(ProviderAdapter[openai.OpenAI]):
+    """A model served by the Responses API (``POST /responses``), continuing with
+    ``previous_response_id`` (see the module docstring).
+
+    Thread-safe (see ``ProviderAdapter``). Picklable as configuration: in a
+    worker process it builds its own client on first use.
+
+    Args:
+        model_id: The model's name.
+        **settings: ``AdapterSettings``: ``base_url``, ``api_key``,
+            ``max_retries``, ``timeout``, ``stream``, ``default_headers``,
+            ``end_user`` (sent as ``safety_identifier``), ``max_tokens`` (sent as
+            ``max_output_tokens``), ``options``.
+    """
+
+    provider = "openai-responses"
+
+    def _new_http_client(self) -> Any:
+        return openai.DefaultHttpxClient()
+
+    def _new_client(self, http: Any, credentials: Credentials | None) -> openai.OpenAI:
+        return openai.OpenAI(
+            api_key=api_key(self.settings, credentials),
+            default_headers=merged_headers(self.settings, credentials) or None,
+            http_client=http,
+            **self.sdk_options(),
+        )
+
+    def _arguments(self, request: ModelRequest) -> tuple[dict[str, Any], int]:
+        """The create call's arguments, and how many messages the answer will cover."""
+        instructions, conversation = split_system(request.messages)
+        previous, new = unsent(conversation, request.provider_state)
+        arguments: dict[str, Any] = {"model": self.model_id, "input": responses_input(new)}
+        if previous is not None:
+            arguments["previous_response_id"] = previous
+        if instructions is not None:
+            arguments["instructions"] = instructions
+        if request.tools:
+            arguments["tools"] = responses_tools(request.tools)
+        if self.settings.max_tokens is not None:
+            arguments["max_output_tokens"] = self.settings.max_tokens
+        end_user = self.end_user(request)
+        if end_user is not None:
+            arguments["safety_identifier"] = end_user
+        arguments.update(self.settings.options)
+        return arguments, len(conversation) + 1
+
+    def _answer(self, response: Any, message: Message, covers: int) -> ModelResponse:
+        """The ``ModelResponse`` of a finished ``Response`` whose message is ``message``."""
+        if response.status == "failed":
+            error = response.error
+            detail = f"{error.code}: {error.message}" if error is not None else "no detail"
+            raise ProviderError(f"{self.model_string} failed the response ({detail})")
+        stop = "tool_calls" if message.tool_calls else "stop"
+        if response.status == "incomplete":
+            details = response.incomplete_details
+            stop = normalized_stop(getattr(details, "reason", None), _INCOMPLETE) or "incomplete"
+        return ModelResponse(
+            message,
+            responses_usage(response.usage),
+            {"previous_response_id": response.id, "covers": covers},
+            stop,
+        )
+
+    def _once(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
+        create: Any = client.responses.create
+        arguments, covers = self._arguments(request)
+        response = create(**arguments)
+        return self._answer(response, _message_of(response), covers)
+
+    def _stream(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
+        create: Any = client.responses.create
+        arguments, covers = self._arguments(request)
+        arguments["stream"] = True
+        calls: dict[int, int] = {}  # output index -> the call's index in the message
+        final: Any = None
+        with create(**arguments) as events:
+            for event in events:
+                kind = event.type
+                if kind == "response.output_text.delta":
+                    request.emit(TextDelta(event.delta))
+                elif kind == "response.function_call_arguments.delta":
+                    index = calls.setdefault(event.output_index, len(calls))
+                    request.emit(ToolCallDelta(index, arguments=event.delta))
+                elif kind == "response.output_item.added" and event.item.type == "function_call":
+                    index = calls.setdefault(event.output_index, len(calls))
+                    item = event.item
+                    request.emit(
+                        ToolCallDelta(index, item.call_id, item.name, item.arguments or "")
+                    )
+                elif kind in ("response.completed", "response.incomplete", "response.failed"):
+                    final = event.response
+                elif kind == "error":
+                    raise ProviderError(
+                        f"{self.model_string} streamed an error ({event.code}: {event.message})"
+                    )
+        if final is None:
+            raise ProviderError(
+                f"the stream of {self.model_string} ended before the response was complete: "
+                "the connection closed early"
+            )
+        message = request.streamed_message() if request.streamed else _message_of(final)
+        return self._answer(final, message, covers)

@@ -66,7 +66,7 @@ def http_server() -> Iterator[HttpServerProcess]:
 
 
 def _send(ref: Ref, text: str) -> str:
-    content = ref.proxy().send(text).get(timeout=WAIT).content
+    content: str | None = ref.proxy().send(text).get(timeout=WAIT).content
     assert content is not None
     return content
 
@@ -326,7 +326,7 @@ def test_a_closed_connection_refuses_calls() -> None:
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda: MCPTools("npx server"), TypeError, "StdioServer or an HttpServer"),
+        (lambda: MCPTools("npx"), TypeError, "StdioServer or an HttpServer"),  # type: ignore[arg-type]
         (lambda: MCPTools(stdio_server(), call_timeout=0), ValueError, "call_timeout"),
         (lambda: MCPTools(stdio_server(), name=""), ValueError, "name"),
         (lambda: MCPTools(stdio_server(), include="add"), TypeError, "include"),

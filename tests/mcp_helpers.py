@@ -98,8 +98,15 @@ class HttpServerProcess:
         self.stop()
 
 
+_MP_HELPER = b"\x00-c\x00from multiprocessing."
+"""In the command line of multiprocessing's own helpers (its forkserver, its resource
+tracker), which live as long as the process that first needed them."""
+
+
 def descendants(pid: int | None = None) -> set[int]:
-    """Every live (not zombie) process below ``pid`` (this one by default), read from /proc."""
+    """Every live (not zombie) process below ``pid`` (this one by default), read from /proc,
+    but multiprocessing's forkserver and resource tracker (the processes they start are
+    included)."""
     root = os.getpid() if pid is None else pid
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -118,7 +125,14 @@ def descendants(pid: int | None = None) -> set[int]:
         for child in children.get(stack.pop(), []):
             found.add(child)
             stack.append(child)
-    return found
+    return {p for p in found if not _is_mp_helper(p)}
+
+
+def _is_mp_helper(pid: int) -> bool:
+    try:
+        return _MP_HELPER in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def ended_within(pid: int, timeout: float = WAIT) -> bool:

@@ -13,7 +13,8 @@ Run as a file, never imported by the tests (it needs nothing of this project):
 Its tools: ``add``, ``echo``, ``fail`` (the tool raises: an error result),
 ``pid`` (which process serves this connection), ``crash`` (the process exits
 during the call: a server that dies mid-session), ``block`` (never answers: a
-call that times out) and ``picture`` (an image block, not text).
+call that times out), ``wait_for`` (answers once a file exists: a call the
+test holds open) and ``picture`` (an image block, not text).
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ async def block() -> str:
     """Never answer."""
     await anyio.sleep_forever()
     return "unreachable"
+
+
+@app.tool()
+async def wait_for(path: str) -> str:
+    """Answer once the file ``path`` exists (checked every 10 ms)."""
+    while not os.path.exists(path):
+        await anyio.sleep(0.01)
+    return "there"
 
 
 @app.tool()

@@ -48,3 +48,10 @@ def test_plugin_guide_rebuilds_its_live_state(script: str, tmp_path: Path) -> No
     out = _run(script, tmp_path)
     assert out.count("session_start(resumed=True, stripped=['conn'])") == 2
     assert "'still there?': the rebuilt table now holds 4 rows" in out
+
+
+def test_mcp_guide_reconnects_after_a_crash(tmp_path: Path) -> None:
+    out = _run("mcp_tools.py", tmp_path)
+    assert "words_word_count returned: 4" in out
+    assert "a new connection, to a new server process: True" in out
+    assert "what its checkpoint stripped: ['plugins.mcp.connection']" in out

@@ -253,9 +253,13 @@ class MCPConnection(LiveResource):
             self._loop.release()
             if not isinstance(exc, Exception):
                 raise
+            hint = (
+                "check its command, and its error output (the session process's stderr)"
+                if isinstance(self.server, StdioServer)
+                else "check that the server runs and is reachable at that URL"
+            )
             raise MCPServerUnavailable(
-                self.server.describe(),
-                f"cannot connect ({_reason(exc)}); check that the server runs and is reachable",
+                self.server.describe(), f"cannot connect ({_reason(exc)}); {hint}"
             ) from exc
         return _Link(loop, client, stop, ended, tools)
 

@@ -243,7 +243,7 @@ def test_an_http_server_that_is_down_fails_the_session_start(
     error = info.value.error
     assert isinstance(error, MCPServerUnavailable)
     assert error.server == address.describe()
-    assert "check that the server runs and is reachable" in str(error)
+    assert "check that the server runs and is reachable at that URL" in str(error)
 
 
 def test_a_stdio_server_that_dies_mid_call_is_a_tool_error_then_reconnected(

@@ -20,6 +20,7 @@ from actors import AgentTemplate, PluginError
 from actors.mcp import MCPServerUnavailable, MCPTools
 from supervisor import AgentHost
 from tests.mcp_helpers import HttpServerProcess, descendants, ended_within, stdio_server
+from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import WAIT, HostFactory, template, watch_events
 
 MCP_WAIT = 15.0
@@ -121,6 +122,30 @@ def test_a_server_down_at_resume_fails_that_start_not_the_host(make_host: HostFa
         server.start()  # the same port
         assert host.resume(sid, mcp) == sid
         assert host.send(sid, '/mcp_add {"a": 3, "b": 4}').content == "mcp_add returned: 7"
+
+
+def test_a_crash_while_the_server_is_down_gives_the_session_up_not_the_host(
+    make_host: HostFactory,
+) -> None:
+    host = make_host(clock=FakeClock(), max_restarts=2, max_seconds=5.0)
+    with HttpServerProcess() as server:
+        mcp = template(plugins=[MCPTools(server.address, prefix="mcp_")])
+        sid = host.start_session(mcp)
+        other = host.start_session(template())
+        assert host.send(sid, '/mcp_add {"a": 1, "b": 2}').content == "mcp_add returned: 3"
+        server.stop()
+        waiter = watch_events(host, sid)
+        host.kill(sid)
+        given_up = waiter.wait_for("given_up", timeout=MCP_WAIT)
+        assert "MCPServerUnavailable" in given_up.data["reason"]
+        assert {s.session_id: s.status for s in host.list_sessions()} == {
+            sid: "failed",
+            other: "active",
+        }
+        assert host.send(other, "fine").content == "echo: fine"
+        server.start()
+        assert host.resume(sid, mcp) == sid  # its checkpoints were kept
+        assert host.send(sid, '/mcp_add {"a": 2, "b": 2}').content == "mcp_add returned: 4"
 
 
 def test_events_before_an_mcp_call_reach_subscribers_while_it_runs(

@@ -23,8 +23,9 @@ class StdioServer:
     and stopped when it ends: its stdin is closed, then it is terminated and
     killed if it lingers (the SDK's shutdown sequence). It inherits only a safe
     part of the environment (``HOME``, ``PATH``, ``USER``, ...) plus ``env``,
-    and writes its stderr to the session process's stderr. Immutable:
-    thread-safe.
+    and writes its stderr to the session process's stderr. Its command line
+    names it in errors and events, which may reach the model and the history:
+    pass credentials in ``env``, never in ``args``. Immutable: thread-safe.
 
     Attributes:
         command: The executable, e.g. ``"npx"`` or ``sys.executable``.

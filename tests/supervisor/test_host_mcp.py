@@ -9,6 +9,7 @@ its host. Every wait is bounded.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -122,6 +123,21 @@ def test_a_server_down_at_resume_fails_that_start_not_the_host(make_host: HostFa
         server.start()  # the same port
         assert host.resume(sid, mcp) == sid
         assert host.send(sid, '/mcp_add {"a": 3, "b": 4}').content == "mcp_add returned: 7"
+
+
+@pytest.mark.parametrize("mode", ["process"])
+def test_a_stdio_server_ends_with_its_killed_worker_and_the_session_reconnects(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    sid = host.start_session(_mcp_template())
+    server = _pid(host, sid)
+    worker = _parent(server)
+    waiter = watch_events(host, sid)
+    os.kill(worker, signal.SIGKILL)  # no session_end: the server sees its stdin end
+    assert ended_within(server)
+    waiter.wait_for("resumed", timeout=MCP_WAIT)
+    assert _pid(host, sid) not in {server, 0}
 
 
 def test_a_crash_while_the_server_is_down_gives_the_session_up_not_the_host(

@@ -268,7 +268,7 @@ def test_a_stdio_server_that_dies_mid_call_is_a_tool_error_then_reconnected(
 def test_an_http_server_that_dies_is_a_tool_error_until_it_is_back(
     refs: list[Ref], http_server: HttpServerProcess
 ) -> None:
-    ref = _start(refs, MCPTools(http_server.address, connect_timeout=3))
+    ref = _start(refs, MCPTools(http_server.address))
     assert _send(ref, '/add {"a": 1, "b": 1}') == "add returned: 2"
     http_server.stop()
     down = _send(ref, '/add {"a": 1, "b": 1}')

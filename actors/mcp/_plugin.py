@@ -52,7 +52,10 @@ class MCPTools(Plugin):
             not clash. A clash fails the session's start.
         include: Offer only these tools (names on the server); one the server
             does not offer fails the start. ``None`` offers them all.
-        connect_timeout: Seconds to connect and list the tools.
+        connect_timeout: Seconds to connect and list the tools (a stdio server
+            fetched on first use, such as ``npx -y ...``, may need more). Keep
+            it under ``AgentSession.start_timeout`` (30 s), the most a whole
+            session start may take.
         call_timeout: Seconds one tool call may take.
     """
 

@@ -12,19 +12,25 @@ import sys
 from pathlib import Path
 from types import TracebackType
 
-from actors.mcp import HttpServer, StdioServer
+from actors.mcp import HttpServer, MCPTools, ServerAddress, StdioServer
 
 __all__ = [
+    "CONNECT_TIMEOUT",
     "SERVER_SCRIPT",
     "WAIT",
     "HttpServerProcess",
     "descendants",
     "ended_within",
+    "mcp_tools",
     "stdio_server",
 ]
 
-WAIT = 10.0
-"""Upper bound of every wait on a server process (seconds): starting one imports the SDK."""
+WAIT = 30.0
+"""Upper bound of every wait on a server process (seconds): starting one imports the SDK,
+which takes a loaded machine many seconds."""
+
+CONNECT_TIMEOUT = 25.0
+"""The tests' ``connect_timeout``: as long as a session start may take (30 s) allows."""
 
 SERVER_SCRIPT = Path(__file__).with_name("mcp_server.py")
 
@@ -32,6 +38,25 @@ SERVER_SCRIPT = Path(__file__).with_name("mcp_server.py")
 def stdio_server() -> StdioServer:
     """The test server over stdio: each connection runs its own process of it."""
     return StdioServer(sys.executable, [str(SERVER_SCRIPT), "stdio"])
+
+
+def mcp_tools(
+    server: ServerAddress,
+    *,
+    name: str | None = None,
+    prefix: str = "",
+    include: list[str] | None = None,
+    call_timeout: float = 60.0,
+) -> MCPTools:
+    """``MCPTools`` with the tests' ``connect_timeout`` (``CONNECT_TIMEOUT``)."""
+    return MCPTools(
+        server,
+        name=name,
+        prefix=prefix,
+        include=include,
+        connect_timeout=CONNECT_TIMEOUT,
+        call_timeout=call_timeout,
+    )
 
 
 class HttpServerProcess:

@@ -35,7 +35,14 @@ from actors.mcp import (
 )
 from actors.mcp._loop import SHARED_LOOP, SharedLoop
 from actors.mcp._results import result_text
-from tests.mcp_helpers import WAIT, HttpServerProcess, descendants, ended_within, stdio_server
+from tests.mcp_helpers import (
+    WAIT,
+    HttpServerProcess,
+    descendants,
+    ended_within,
+    mcp_tools,
+    stdio_server,
+)
 
 Ref = pykka.ActorRef[AgentSession]
 
@@ -86,7 +93,7 @@ def _start(refs: list[Ref], plugin: MCPTools, **kwargs: Any) -> Ref:
 
 
 def test_the_servers_tools_are_offered_and_called(refs: list[Ref]) -> None:
-    ref = _start(refs, MCPTools(stdio_server()))
+    ref = _start(refs, mcp_tools(stdio_server()))
     tools = ref.proxy().tools.get(timeout=WAIT)
     assert {"add", "echo", "fail", "pid", "crash", "block", "picture"} <= set(tools)
     assert tools["add"].description == "Add two integers."
@@ -98,7 +105,7 @@ def test_the_servers_tools_are_offered_and_called(refs: list[Ref]) -> None:
 
 
 def test_a_tool_error_is_a_tool_message_and_the_connection_stays(refs: list[Ref]) -> None:
-    ref = _start(refs, MCPTools(stdio_server()))
+    ref = _start(refs, mcp_tools(stdio_server()))
     server = _send(ref, "/pid")
     answer = _send(ref, '/fail {"message": "no such file"}')
     assert answer.startswith("fail returned: error: MCPToolError: MCP tool 'fail'")
@@ -109,7 +116,7 @@ def test_a_tool_error_is_a_tool_message_and_the_connection_stays(refs: list[Ref]
 
 
 def test_content_that_is_not_text_reaches_the_model_as_json(refs: list[Ref]) -> None:
-    ref = _start(refs, MCPTools(stdio_server()))
+    ref = _start(refs, mcp_tools(stdio_server()))
     block = json.loads(_send(ref, "/picture").removeprefix("picture returned: "))
     assert block == {"type": "image", "data": "R0lGODlhAQABAAAAACw=", "mimeType": "image/gif"}
 
@@ -129,7 +136,7 @@ def test_result_text_joins_blocks_and_falls_back_to_structured_content() -> None
 def test_a_call_that_times_out_is_a_tool_error_and_the_connection_stays(
     refs: list[Ref],
 ) -> None:
-    ref = _start(refs, MCPTools(stdio_server(), call_timeout=0.5))
+    ref = _start(refs, mcp_tools(stdio_server(), call_timeout=0.5))
     server = _send(ref, "/pid")
     answer = _send(ref, "/block")
     assert answer == (
@@ -140,7 +147,7 @@ def test_a_call_that_times_out_is_a_tool_error_and_the_connection_stays(
 
 
 def test_prefix_and_include_choose_what_the_model_sees(refs: list[Ref]) -> None:
-    ref = _start(refs, MCPTools(stdio_server(), prefix="srv_", include=["add", "echo"]))
+    ref = _start(refs, mcp_tools(stdio_server(), prefix="srv_", include=["add", "echo"]))
     assert sorted(ref.proxy().tools.get(timeout=WAIT)) == ["srv_add", "srv_echo"]
     assert _send(ref, '/srv_add {"a": 1, "b": 1}') == "srv_add returned: 2"
 
@@ -148,7 +155,7 @@ def test_prefix_and_include_choose_what_the_model_sees(refs: list[Ref]) -> None:
 def test_include_naming_a_tool_the_server_lacks_fails_the_start() -> None:
     with pytest.raises(PluginError, match=r"include names tools \['nope'\]") as info:
         AgentSession.start(
-            AgentTemplate(model=EchoModel(), plugins=[MCPTools(stdio_server(), include=["nope"])])
+            AgentTemplate(model=EchoModel(), plugins=[mcp_tools(stdio_server(), include=["nope"])])
         )
     assert info.value.hook == "session_tools"
 
@@ -162,8 +169,8 @@ def test_a_clash_with_a_template_tool_fails_the_start_and_a_prefix_resolves_it(
         return a - b
 
     with pytest.raises(PluginError, match="'add' is already taken by the template"):
-        _start(refs, MCPTools(stdio_server()), tools=[add])
-    ref = _start(refs, MCPTools(stdio_server(), prefix="mcp_"), tools=[add])
+        _start(refs, mcp_tools(stdio_server()), tools=[add])
+    ref = _start(refs, mcp_tools(stdio_server(), prefix="mcp_"), tools=[add])
     assert _send(ref, '/add {"a": 5, "b": 3}') == "add returned: 2"
     assert _send(ref, '/mcp_add {"a": 5, "b": 3}') == "mcp_add returned: 8"
 
@@ -172,8 +179,8 @@ def test_two_servers_in_one_template(refs: list[Ref], http_server: HttpServerPro
     template = AgentTemplate(
         model=EchoModel(),
         plugins=[
-            MCPTools(stdio_server(), name="local", prefix="local_"),
-            MCPTools(http_server.address, name="remote", prefix="remote_"),
+            mcp_tools(stdio_server(), name="local", prefix="local_"),
+            mcp_tools(http_server.address, name="remote", prefix="remote_"),
         ],
     )
     refs.append(ref := AgentSession.start(template))
@@ -188,7 +195,7 @@ def test_two_servers_in_one_template(refs: list[Ref], http_server: HttpServerPro
 def test_the_connection_is_stripped_from_snapshots_and_reopened_on_resume(
     refs: list[Ref],
 ) -> None:
-    plugin = MCPTools(stdio_server())
+    plugin = mcp_tools(stdio_server())
     ref = _start(refs, plugin)
     first = int(_send(ref, "/pid").removeprefix("pid returned: "))
     snapshot = ref.proxy().snapshot().get(timeout=WAIT)
@@ -208,7 +215,7 @@ def test_the_connection_is_stripped_from_snapshots_and_reopened_on_resume(
 
 
 def test_sessions_share_one_event_loop_thread_that_ends_with_the_last(refs: list[Ref]) -> None:
-    plugin = MCPTools(stdio_server())
+    plugin = mcp_tools(stdio_server())
     first, second = _start(refs, plugin), _start(refs, plugin)
     assert _send(first, "/pid") != _send(second, "/pid")  # a server process each
     loops = [t for t in threading.enumerate() if t.name == "mcp-event-loop"]
@@ -224,7 +231,7 @@ def test_sessions_share_one_event_loop_thread_that_ends_with_the_last(refs: list
 
 
 def test_a_server_that_cannot_start_fails_the_session_start() -> None:
-    plugin = MCPTools(StdioServer("/nonexistent/mcp-server"))
+    plugin = mcp_tools(StdioServer("/nonexistent/mcp-server"))
     with pytest.raises(PluginError) as info:
         AgentSession.start(AgentTemplate(model=EchoModel(), plugins=[plugin]))
     assert info.value.hook == "session_start"
@@ -239,7 +246,7 @@ def test_an_http_server_that_is_down_fails_the_session_start(
     address = http_server.address
     http_server.stop()
     with pytest.raises(PluginError) as info:
-        AgentSession.start(AgentTemplate(model=EchoModel(), plugins=[MCPTools(address)]))
+        AgentSession.start(AgentTemplate(model=EchoModel(), plugins=[mcp_tools(address)]))
     error = info.value.error
     assert isinstance(error, MCPServerUnavailable)
     assert error.server == address.describe()
@@ -249,7 +256,7 @@ def test_an_http_server_that_is_down_fails_the_session_start(
 def test_a_stdio_server_that_dies_mid_call_is_a_tool_error_then_reconnected(
     refs: list[Ref],
 ) -> None:
-    ref = _start(refs, MCPTools(stdio_server()))
+    ref = _start(refs, mcp_tools(stdio_server()))
     first = int(_send(ref, "/pid").removeprefix("pid returned: "))
     answer = _send(ref, "/crash")
     assert answer.startswith("crash returned: error: MCPServerUnavailable: ")
@@ -268,7 +275,7 @@ def test_a_stdio_server_that_dies_mid_call_is_a_tool_error_then_reconnected(
 def test_an_http_server_that_dies_is_a_tool_error_until_it_is_back(
     refs: list[Ref], http_server: HttpServerProcess
 ) -> None:
-    ref = _start(refs, MCPTools(http_server.address))
+    ref = _start(refs, mcp_tools(http_server.address))
     assert _send(ref, '/add {"a": 1, "b": 1}') == "add returned: 2"
     http_server.stop()
     down = _send(ref, '/add {"a": 1, "b": 1}')
@@ -285,7 +292,7 @@ def test_an_http_server_that_dies_is_a_tool_error_until_it_is_back(
 def test_an_http_server_restarted_between_calls_goes_unnoticed(
     refs: list[Ref], http_server: HttpServerProcess
 ) -> None:
-    ref = _start(refs, MCPTools(http_server.address))
+    ref = _start(refs, mcp_tools(http_server.address))
     before = _send(ref, "/pid")
     http_server.stop()
     http_server.start()  # same port; a 2026-era server keeps no MCP session to lose
@@ -296,7 +303,7 @@ def test_a_legacy_http_server_restarted_between_calls_gets_a_new_session_and_the
     refs: list[Ref],
 ) -> None:
     with HttpServerProcess(legacy=True) as server:
-        ref = _start(refs, MCPTools(server.address))
+        ref = _start(refs, mcp_tools(server.address))
         before = _send(ref, "/pid")
         server.stop()
         server.start()  # it knows nothing of the old MCP session: 404 "Session not found"

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from actors import AgentTemplate, PluginError
-from actors.mcp import MCPServerUnavailable, MCPTools
+from actors.mcp import MCPServerUnavailable
 from supervisor import AgentHost
-from tests.mcp_helpers import HttpServerProcess, descendants, ended_within, stdio_server
+from tests.mcp_helpers import HttpServerProcess, descendants, ended_within, mcp_tools, stdio_server
 from tests.supervisor.helpers import FakeClock
 from tests.supervisor.host_helpers import WAIT, HostFactory, template, watch_events
 
-MCP_WAIT = 15.0
+MCP_WAIT = 40.0
 """A call that starts a stdio server (a Python process importing the SDK) on a loaded machine."""
 
 
@@ -40,7 +40,7 @@ def no_leaked_processes() -> Iterator[None]:
 def _mcp_template() -> AgentTemplate:
     """The host tests' template (its own ``add`` included) with the test server's tools
     as ``mcp_*``."""
-    return template(plugins=[MCPTools(stdio_server(), prefix="mcp_")])
+    return template(plugins=[mcp_tools(stdio_server(), prefix="mcp_")])
 
 
 def _pid(host: AgentHost, session_id: str) -> int:
@@ -107,7 +107,7 @@ def test_a_server_that_dies_mid_session_is_a_tool_error_then_reconnected(
 def test_a_server_down_at_resume_fails_that_start_not_the_host(make_host: HostFactory) -> None:
     host = make_host()
     with HttpServerProcess() as server:
-        mcp = template(plugins=[MCPTools(server.address, prefix="mcp_")])
+        mcp = template(plugins=[mcp_tools(server.address, prefix="mcp_")])
         sid = host.start_session(mcp)
         other = host.start_session(template())
         assert host.send(sid, '/mcp_add {"a": 1, "b": 2}').content == "mcp_add returned: 3"
@@ -145,7 +145,7 @@ def test_a_crash_while_the_server_is_down_gives_the_session_up_not_the_host(
 ) -> None:
     host = make_host(clock=FakeClock(), max_restarts=2, max_seconds=5.0)
     with HttpServerProcess() as server:
-        mcp = template(plugins=[MCPTools(server.address, prefix="mcp_")])
+        mcp = template(plugins=[mcp_tools(server.address, prefix="mcp_")])
         sid = host.start_session(mcp)
         other = host.start_session(template())
         assert host.send(sid, '/mcp_add {"a": 1, "b": 2}').content == "mcp_add returned: 3"

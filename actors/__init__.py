@@ -7,6 +7,7 @@ snapshots. Never imports ``supervisor``.
 from actors._codec import decode_plain as decode_plain
 from actors._codec import encode_plain as encode_plain
 from actors._strip import STRIPPED_KEY as STRIPPED_KEY
+from actors._strip import LiveResource as LiveResource
 from actors._strip import is_stripped_marker as is_stripped_marker
 from actors.errors import ActorsError as ActorsError
 from actors.errors import InvalidMessage as InvalidMessage
@@ -81,6 +82,7 @@ __all__ = [
     "GenerateModel",
     "GetHistory",
     "InvalidMessage",
+    "LiveResource",
     "Message",
     "MigrationRegistry",
     "Model",

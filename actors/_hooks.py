@@ -1,18 +1,20 @@
 """Runs plugin hooks for one session with the failure policy of ``Plugin``.
 
-``session_start`` failures raise ``PluginError``; failures of every other hook
-become ``plugin_error`` events and the hook's result is ignored.
+``session_start`` and ``session_tools`` failures raise ``PluginError``;
+failures of every other hook become ``plugin_error`` events and the hook's
+result is ignored.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from actors.errors import PluginError
 from actors.events import EventBuffer
 from actors.plugins import Plugin, PluginContext
+from actors.tools import Tool
 
 __all__ = ["PluginRunner"]
 
@@ -52,19 +54,39 @@ class PluginRunner:
         """Each plugin's live state dict, by plugin name."""
         return {name: ctx.state for name, ctx in self.contexts.items()}
 
-    def start(self) -> None:
-        """Run every ``session_start`` in order; stop at the first failure.
+    def start(self, taken: Collection[str] = ()) -> list[Tool]:
+        """Run every ``session_start``, each followed by its ``session_tools``, in order;
+        stop at the first failure.
+
+        Args:
+            taken: Names of the session's own tools (the template's), which no
+                plugin's tool may reuse.
+
+        Returns:
+            The tools the plugins offer, in plugin order.
 
         Raises:
             PluginError: naming the plugin whose hook raised (a ``SystemExit`` or other
-                ``BaseException`` included: it fails the start, never the thread).
+                ``BaseException`` included: it fails the start, never the thread), or
+                whose ``session_tools`` returned a non-``Tool`` or a name already taken.
         """
+        owners = dict.fromkeys(taken, "the template")
+        offered: list[Tool] = []
         for plugin in self.plugins:
+            ctx = self.contexts[plugin.name]
             try:
-                plugin.session_start(self.contexts[plugin.name])
+                plugin.session_start(ctx)
             except BaseException as exc:  # SystemExit too: it fails this start, nothing else
                 raise PluginError(plugin.name, "session_start", exc) from exc
             self.started.append(plugin)
+            try:
+                tools = list(plugin.session_tools(ctx))
+                for item in tools:
+                    _claim(owners, item, plugin.name)
+            except BaseException as exc:
+                raise PluginError(plugin.name, "session_tools", exc) from exc
+            offered += tools
+        return offered
 
     def end(self, reason: str) -> None:
         """Run ``session_end`` of every plugin that started, last started first."""
@@ -96,3 +118,17 @@ class PluginRunner:
             logger.warning("plugin %r failed in %s: %r", plugin.name, hook, exc)
             self.events.publish("plugin_error", plugin=plugin.name, hook=hook, error=repr(exc))
             return None
+
+
+def _claim(owners: dict[str, str], item: object, plugin: str) -> None:
+    """Record ``plugin`` as the owner of tool ``item``'s name; refuse a non-tool or a clash."""
+    if not isinstance(item, Tool):
+        raise TypeError(f"session_tools must return Tool objects (use @tool), got {item!r}")
+    owner = owners.get(item.name)
+    if owner is not None:
+        where = owner if owner == "the template" else f"plugin {owner!r}"
+        raise ValueError(
+            f"tool name {item.name!r} is already taken by {where}; tool names must be unique "
+            "within a session: rename one of them (MCPTools takes a prefix= for this)"
+        )
+    owners[item.name] = plugin

@@ -2,8 +2,10 @@
 
 A live value is one whose meaning depends on this process being alive: actor
 refs and proxies, threads, futures and tasks, locks and events, sockets, open
-files, database connections, generators and coroutines, and callables
-(functions, lambdas, closures, bound methods, builtins, partials). Each is
+files, database connections, generators and coroutines, callables
+(functions, lambdas, closures, bound methods, builtins, partials), and any
+instance of ``LiveResource`` (a class of one's own, such as a client holding
+a connection, subclasses or registers with it to be stripped too). Each is
 replaced by a *marker*, the plain dict ``{"__stripped__": "<module>.<type>"}``
 (for example ``{"__stripped__": "_thread.lock"}``), and the path where it sat is
 recorded, e.g. ``plugins.db.conn`` or ``plugins.pool.workers[2]``. A dict key
@@ -23,6 +25,7 @@ input while it is being walked.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import dataclasses
@@ -44,10 +47,25 @@ import pykka
 
 from actors._codec import join_path
 
-__all__ = ["LIVE_TYPES", "STRIPPED_KEY", "is_stripped_marker", "strip_live"]
+__all__ = ["LIVE_TYPES", "STRIPPED_KEY", "LiveResource", "is_stripped_marker", "strip_live"]
 
 STRIPPED_KEY = "__stripped__"
 """The single key of a marker dict; its value names the type that was stripped."""
+
+
+class LiveResource(abc.ABC):  # noqa: B024 (no abstract method: a marker to subclass or register)
+    """Marks a type whose instances mean something only in this process, like a connection.
+
+    Snapshots strip instances of such a type from plugin state as they strip
+    sockets or open files: the value becomes a stripped marker and its path is
+    listed in ``ctx.stripped`` on resume, where ``session_start`` rebuilds it.
+    Subclass it, or ``LiveResource.register(SomeClient)`` for a class that is
+    not yours. A marker only: it adds no behaviour, so thread-safety is the
+    subclass's.
+    """
+
+    __slots__ = ()
+
 
 LIVE_TYPES: tuple[type, ...] = (
     # actors and concurrency
@@ -95,6 +113,8 @@ LIVE_TYPES: tuple[type, ...] = (
     types.MethodDescriptorType,
     types.ClassMethodDescriptorType,
     functools.partial,
+    # declared live by their authors
+    LiveResource,
 )
 """Types whose instances ``strip_live`` replaces with a marker."""
 
@@ -198,3 +218,6 @@ def strip_live(value: object, *, strip: bool = True, root: str = "") -> tuple[An
     """
     walker = _Walker(strip)
     return walker.walk(value, root), tuple(walker.paths)
+
+
+LiveResource.__module__ = "actors"

@@ -6,6 +6,11 @@ template lists the plugins. A plugin object may be shared by many sessions
 dict that is part of the session state and therefore of every snapshot. Live
 values kept there (connections, files, handles) are stripped from snapshots
 and listed in ``ctx.stripped``; ``session_start`` rebuilds them on resume.
+
+A plugin may also offer tools to its session (``session_tools``), next to the
+template's: tools that need a per-session live object, such as the connection
+to an MCP server (``actors.mcp.MCPTools``), are built there, after
+``session_start`` opened it.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from actors.messages import Message, ToolCall
 
 if TYPE_CHECKING:
     from actors.events import EventBuffer
     from actors.model import ModelResponse
+    from actors.tools import Tool
 
 __all__ = ["Plugin", "PluginContext"]
 
@@ -57,16 +63,19 @@ class Plugin:
     """Base class of plugins; every hook is a no-op unless overridden.
 
     Subclasses set ``name`` (defaults to the class name in snake case); names
-    must be unique within a template. Hooks that return ``None`` leave their
-    input unchanged; hooks that may rewrite their input say so.
+    must be unique within a template, and a plugin that may appear twice in one
+    template (one per server, say) lets its constructor set ``self.name``. The
+    name keys the plugin's state in snapshots, so keep it stable. Hooks that
+    return ``None`` leave their input unchanged; hooks that may rewrite their
+    input say so.
 
-    An exception in ``session_start`` makes the session fail to start with
-    ``PluginError`` naming the plugin. An exception in any other hook is
-    published as a ``plugin_error`` event and the session goes on as if the
-    hook had returned ``None``.
+    An exception in ``session_start`` or ``session_tools`` makes the session
+    fail to start with ``PluginError`` naming the plugin. An exception in any
+    other hook is published as a ``plugin_error`` event and the session goes on
+    as if the hook had returned ``None``.
     """
 
-    name: ClassVar[str] = ""
+    name: str = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -79,6 +88,19 @@ class Plugin:
         Runs on the session's thread before it handles any message.
         ``ctx.state`` holds the restored state and ``ctx.stripped`` what must be rebuilt.
         """
+
+    def session_tools(self, ctx: PluginContext) -> Sequence[Tool]:
+        """Tools this plugin offers the model in this session, next to the template's.
+
+        Runs on the session's thread right after this plugin's ``session_start``,
+        on the first start and on every resume; the tools are the session's until
+        it stops (they are live objects, never part of a snapshot). They may
+        close over what ``session_start`` put in ``ctx.state``. Their names must
+        not clash with the template's tools or another plugin's: a clash, a
+        value that is not a ``Tool``, or an exception fails the start with
+        ``PluginError`` (``session_end`` still runs, as the plugin started).
+        """
+        return ()
 
     def before_model(self, ctx: PluginContext, messages: list[Message]) -> list[Message] | None:
         """Before each model call; may return a replacement message list (system prompt first)."""

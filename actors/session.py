@@ -178,6 +178,7 @@ class AgentSession(pykka.ThreadingActor):
         self.model = model if model is not None else self._resolve(template.model, providers)
         self._credentials = credentials
         self._call_model = self._model_call(self.model)
+        # The template's tools; the plugins' join them at start (``on_start``).
         self.tools: dict[str, Tool] = {t.name: t for t in template.tools}
         self._tool_list = list(template.tools)
         self.steering = steering if steering is not None else SteeringQueue(max_steering_queue)
@@ -254,10 +255,20 @@ class AgentSession(pykka.ThreadingActor):
 
     def on_start(self) -> None:
         try:
-            self.plugins.start()
+            offered = self.plugins.start(self.tools)
         except Exception as exc:
             self._start_error = exc
             self.plugins.end("error")
+            return
+        for item in offered:  # the plugins' tools, alongside the template's
+            self.tools[item.name] = self._wrap_tool(item)
+            self._tool_list.append(item)
+
+    def _wrap_tool(self, tool: Tool) -> Tool:
+        """How this session runs ``tool``: here, as it is. The plugins' tools pass through it at
+        start; a subclass that runs tools its own way (a worker's session times each one)
+        overrides it and passes the template's tools through it as well."""
+        return tool
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Send):

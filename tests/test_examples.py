@@ -97,3 +97,10 @@ def test_openai_compatible_example_runs_a_tool_against_a_local_server(
     assert "[tool result] 5555" in out
     assert "The sum is 5555.\nanswer: The sum is 5555." in out
     assert "usage: 40 input (16 cached), 10 output (4 reasoning)" in out
+
+
+def test_mcp_guide_reconnects_after_a_crash(tmp_path: Path) -> None:
+    out = _run("mcp_tools.py", tmp_path)
+    assert "words_word_count returned: 4" in out
+    assert "a new connection, to a new server process: True" in out
+    assert "what its checkpoint stripped: ['plugins.mcp.connection']" in out

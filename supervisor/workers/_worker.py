@@ -346,12 +346,6 @@ class _Worker:
     def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
         if op == "load_template":
             template = cloudpickle.loads(payload["template"])
-            tools = tuple(
-                dataclasses.replace(t, fn=_fatal_on_memory_error(t.fn))
-                for t in template.tools
-                if isinstance(t, Tool)
-            )
-            template = dataclasses.replace(template, tools=tools)
             model = cloudpickle.loads(payload["model"]) if payload["model"] else template.model
             self._templates[payload["key"]] = (template, model)
             self.reply(call_id, None)
@@ -524,8 +518,10 @@ class _RemoteSession(SupervisedActor, AgentSession):
     what that turn changed (``_undo``): if the parent's save fails, the parent
     sends ``rollback``, which this session runs before any later call (the
     pipe is read in order), so the turn is undone as in thread mode. Its model
-    and tools are wrapped to write the events held back so far before a slow
-    step (see the module docstring).
+    and tools (the template's and those its plugins offer at start, through
+    ``_wrap_tool``) are wrapped to write the events held back so far before a
+    slow step (see the module docstring); a tool's ``MemoryError`` ends the
+    worker (``MEMORY_EXIT``).
     """
 
     @staticmethod
@@ -541,15 +537,17 @@ class _RemoteSession(SupervisedActor, AgentSession):
         self._inbox = inbox
         self._worker = worker
         self._hosted = hosted
-        flush = functools.partial(worker.flush, hosted)
+        self._flush = flush = functools.partial(worker.flush, hosted)
         self._call_model = _Step(self._call_model, flush)
-        self.tools = {
-            name: dataclasses.replace(t, fn=_Step(t.fn, flush)) for name, t in self.tools.items()
-        }
+        self.tools = {name: self._wrap_tool(t) for name, t in self.tools.items()}
         self._captured: bytes | None = None
         self._captured_steered: list[str] = []
         self._undo: tuple[Any, list[str]] | None = None
         self.checkpointer = self._capture if checkpoints else None
+
+    def _wrap_tool(self, tool: Tool) -> Tool:
+        # Every tool, the template's (from ``__init__``) and the plugins' (at start).
+        return dataclasses.replace(tool, fn=_Step(_fatal_on_memory_error(tool.fn), self._flush))
 
     def _capture(self, snapshot: Snapshot) -> None:
         self._captured = snapshot.serialize()

@@ -20,6 +20,7 @@ import pytest
 
 from actors import (
     STRIPPED_KEY,
+    LiveResource,
     Snapshot,
     Usage,
     is_secret_key,
@@ -145,6 +146,28 @@ def test_open_file_is_stripped(tmp_path: Path) -> None:
         snap = Snapshot.new(session_id="s", state={"plugins": {"log": {"file": handle}}})
     assert snap.stripped_fields == ("plugins.log.file",)
     assert snap.state["plugins"]["log"]["file"] == {STRIPPED_KEY: "_io.TextIOWrapper"}
+
+
+class _Client(LiveResource):
+    """A class of one's own holding a connection: declared live by subclassing."""
+
+
+class _Foreign:
+    """A class that is not ours: declared live by registering it."""
+
+
+LiveResource.register(_Foreign)
+
+
+def test_live_resources_of_ones_own_are_stripped() -> None:
+    state = {"plugins": {"p": {"client": _Client(), "foreign": _Foreign(), "plain": [1]}}}
+    snap = Snapshot.new(session_id="s", state=state)
+    assert snap.stripped_fields == ("plugins.p.client", "plugins.p.foreign")
+    assert snap.state["plugins"]["p"]["client"] == {
+        STRIPPED_KEY: f"{__name__}._Client",
+    }
+    assert snap.state["plugins"]["p"]["plain"] == [1]
+    assert Snapshot.deserialize(snap.serialize()) == snap
 
 
 @dataclass

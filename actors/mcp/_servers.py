@@ -1,0 +1,89 @@
+"""Where an MCP server is: a command to run (stdio) or a URL (Streamable HTTP).
+
+Plain, immutable configuration: it travels with the template (cloudpickled to
+worker processes) and the connection is opened from it wherever the session
+runs. It is never part of a snapshot, so headers may carry credentials.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["HttpServer", "ServerAddress", "StdioServer"]
+
+
+@dataclass(frozen=True, slots=True)
+class StdioServer:
+    """An MCP server that each session runs as its own child process, over stdin/stdout.
+
+    The process is started when the session starts (or resumes, or reconnects)
+    and stopped when it ends: its stdin is closed, then it is terminated and
+    killed if it lingers (the SDK's shutdown sequence). It inherits only a safe
+    part of the environment (``HOME``, ``PATH``, ``USER``, ...) plus ``env``,
+    and writes its stderr to the session process's stderr. Its command line
+    names it in errors and events, which may reach the model and the history:
+    pass credentials in ``env``, never in ``args``. Immutable: thread-safe.
+
+    Attributes:
+        command: The executable, e.g. ``"npx"`` or ``sys.executable``.
+        args: Its arguments.
+        env: Extra environment variables for it.
+        cwd: Its working directory; the session process's when ``None``.
+    """
+
+    command: str
+    args: Sequence[str] = ()
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.command, str) or not self.command:
+            raise ValueError(f"StdioServer command must be a non-empty str, got {self.command!r}")
+        if isinstance(self.args, str):
+            raise TypeError("StdioServer args must be a sequence of str, not one str: split it")
+        object.__setattr__(self, "args", tuple(self.args))
+        if self.env is not None:
+            object.__setattr__(self, "env", dict(self.env))
+
+    def describe(self) -> str:
+        """The server for messages and events: its command line."""
+        return f"'{shlex.join([self.command, *self.args])}' (stdio)"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class HttpServer:
+    """An MCP server reached over Streamable HTTP; each session opens its own MCP session.
+
+    Immutable: thread-safe.
+
+    Attributes:
+        url: The endpoint, e.g. ``"http://127.0.0.1:8000/mcp"``.
+        headers: Sent with every request (``Authorization`` for instance).
+
+    Neither headers nor credentials or a query in the URL are shown in
+    ``repr``, messages or events: they name the server by ``describe()``.
+    """
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or urlsplit(self.url).scheme not in ("http", "https"):
+            raise ValueError(f"HttpServer url must be an http:// or https:// URL, got {self.url!r}")
+        object.__setattr__(self, "headers", dict(self.headers))
+
+    def __repr__(self) -> str:
+        return f"HttpServer({self.describe()!r})"
+
+    def describe(self) -> str:
+        """The server for messages and events: its URL without credentials or query."""
+        parts = urlsplit(self.url)
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+ServerAddress = StdioServer | HttpServer
+"""Where an MCP server is: the two transports ``MCPTools`` speaks."""

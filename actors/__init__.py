@@ -6,6 +6,8 @@ snapshots. Never imports ``supervisor``.
 
 from actors._codec import decode_plain as decode_plain
 from actors._codec import encode_plain as encode_plain
+from actors._step import StepKey as StepKey
+from actors._step import current_step as current_step
 from actors._strip import STRIPPED_KEY as STRIPPED_KEY
 from actors._strip import is_stripped_marker as is_stripped_marker
 from actors.errors import ActorsError as ActorsError
@@ -85,6 +87,7 @@ __all__ = [
     "SnapshotEncodeError",
     "SteeringQueue",
     "SteeringQueueFull",
+    "StepKey",
     "Subscriber",
     "TakeSnapshot",
     "Tool",
@@ -93,6 +96,7 @@ __all__ = [
     "TurnLimitExceeded",
     "UnknownModel",
     "Usage",
+    "current_step",
     "decode_plain",
     "encode_plain",
     "is_secret_key",

@@ -3,8 +3,9 @@
 The steps, in order: stop the hibernation sweeper; take every running
 session's final checkpoint (a session being restarted keeps its last one);
 stop the sessions in reverse start order (the root supervisor's shutdown,
-bounded per child); close the runtime (workers are stopped and joined); close
-the store if the host owns it.
+bounded per child); close the runtime (workers are stopped and joined); give
+up ownership (a cluster node drains: other nodes take its sessions over at
+once); close the store if the host owns it.
 
 A host never shut down is shut down at interpreter exit, once the main thread
 has finished and before Python joins the actors' non-daemon threads (see
@@ -37,6 +38,7 @@ class HostShutdown:
         sessions: The host's incarnations (final checkpoints, root supervisor).
         runtime: What runs the sessions; closed after they stopped.
         sweeper: The hibernation sweeper, if any.
+        drain: Gives up the host's ownership of its sessions (a node's drain).
         close_store: Closes the store the host owns, if it owns one.
         timeout: Seconds an at-exit call waits for a shutdown another thread runs.
         owner: The host, registered to shut down at exit (weakly: it may be
@@ -50,6 +52,7 @@ class HostShutdown:
         runtime: SessionRuntime,
         *,
         sweeper: Sweeper | None,
+        drain: Callable[[], None],
         close_store: Callable[[], None] | None,
         timeout: float,
         owner: _at_exit.ShutsDownAtExit,
@@ -58,6 +61,7 @@ class HostShutdown:
         self._sessions = sessions
         self._runtime = runtime
         self._sweeper = sweeper
+        self._drain = drain
         self._close_store = close_store
         self._timeout = timeout
         self._done = threading.Event()
@@ -95,6 +99,7 @@ class HostShutdown:
             if abandoned:
                 logger.warning("sessions that did not stop in time: %s", abandoned)
             self._runtime.close()
+            self._drain()
             if self._close_store is not None:
                 self._close_store()
         finally:

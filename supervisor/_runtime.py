@@ -88,6 +88,8 @@ class SessionLaunch:
         events: The host's event stream of the session (outlives incarnations).
         save: The host's checkpoint writer for this session.
         timeout: Seconds the start may take.
+        epoch: The host's ownership epoch of the session (0 outside a cluster), for
+            the session's ``current_step()`` key.
     """
 
     session_id: str
@@ -101,6 +103,7 @@ class SessionLaunch:
     events: EventBuffer
     save: Callable[[Snapshot], object]
     timeout: float
+    epoch: int = 0
 
 
 class SessionRuntime(Protocol):

@@ -45,6 +45,7 @@ class ThreadRuntime:
             event_buffer=launch.events,
             checkpointer=None if launch.checkpoint_every is None else launch.save,
             checkpoint_every=launch.checkpoint_every or 1,
+            epoch=launch.epoch,
         )
 
     def call(

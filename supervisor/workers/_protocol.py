@@ -13,7 +13,8 @@ Parent -> worker (requests)::
     start           {"session": sid, "key": str,
                      "restore": {"state": dict, "stripped": [str]} | None,
                      "options": {max_steps, checkpoint_every (int|None),
-                     max_steering_queue, metadata, steering: [str]}}    None
+                     max_steering_queue, metadata, steering: [str],
+                     epoch: int}}                                       None
     send            {"session": sid, "text": str}                       {"message": dict,
                                                                          "checkpoint": bytes|None}
     snapshot        {"session": sid, "label": str|None}                 bytes (Snapshot.serialize)

@@ -298,6 +298,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "max_steering_queue": launch.steering.limit,
                 "metadata": launch.metadata,
                 "steering": queued,
+                "epoch": launch.epoch,
             },
         }
         client.call("start", payload, launch.timeout)

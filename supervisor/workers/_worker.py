@@ -406,6 +406,7 @@ class _Worker:
             steering=hosted.steering,
             event_buffer=_Relay(self, hosted),
             checkpoint_every=options["checkpoint_every"] or 1,
+            epoch=options.get("epoch", 0),
         )
         hosted.ref = ref
         with self._lock:

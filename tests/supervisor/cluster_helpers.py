@@ -8,17 +8,24 @@ when another node may claim its sessions.
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from actors import AgentTemplate, StepKey, current_step, tool
 from supervisor import AgentHost, CheckpointStore, PostgresCheckpointStore
 from supervisor.cluster import NodeConfig
-from tests.supervisor.host_helpers import template
+from tests.supervisor.host_helpers import WAIT, template
 
-__all__ = ["Cluster", "FakeClock", "StepLog", "expire", "sql"]
+__all__ = ["Cluster", "FakeClock", "NodeProcess", "StepLog", "expire", "sql"]
 
 
 class FakeClock:
@@ -111,3 +118,81 @@ class Cluster:
             host.shutdown()
         for store in self.stores:
             store.close()
+
+
+class NodeProcess:
+    """A ``cluster_node_worker`` process: requests over its stdin, its JSON lines collected
+    by a reader thread (joined by ``close``). Every wait is bounded by ``WAIT``."""
+
+    def __init__(self, dsn: str, schema: str, node_id: str, ttl: float) -> None:
+        self.node_id = node_id
+        root = Path(__file__).resolve().parents[2]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.supervisor.cluster_node_worker", dsn, schema, node_id,
+             str(ttl)],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        self.lines: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._ids = itertools.count(1)
+        self._reader = threading.Thread(target=self._read, name=f"read-{node_id}")
+        self._reader.start()
+        assert self.wait_for(lambda line: line.get("ready") == node_id), "node did not start"
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            with self._cond:
+                self.lines.append(json.loads(raw))
+                self._cond.notify_all()
+
+    def wait_for(self, match: Callable[[dict[str, Any]], bool], count: int = 1) -> bool:
+        """Wait until ``count`` lines ``match``; False after ``WAIT`` * 2 seconds."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: sum(1 for line in self.lines if match(line)) >= count, WAIT * 2
+            )
+
+    def request(self, op: str, **fields: Any) -> Any:
+        """Send a request and return its value (raising ``RuntimeError`` with the node's
+        error class and message if it failed)."""
+        ident = next(self._ids)
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"id": ident, "op": op, **fields}) + "\n")
+        self.process.stdin.flush()
+        assert self.wait_for(lambda line: line.get("id") == ident), f"{op} got no answer"
+        with self._cond:
+            reply = next(line for line in self.lines if line.get("id") == ident)
+        if not reply["ok"]:
+            raise RuntimeError(f"{reply['error']}: {reply['message']}")
+        return reply["value"]
+
+    def acked(self, sid: str) -> list[str]:
+        """The texts of ``sid``'s acknowledged turns so far."""
+        with self._cond:
+            return [line["text"] for line in self.lines if line.get("ack") == sid]
+
+    def nacks(self) -> dict[str, str]:
+        """The error class that ended each session's conversation, by session."""
+        with self._cond:
+            return {line["nack"]: line["error"] for line in self.lines if "nack" in line}
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.process.pid, signum)
+
+    def close(self) -> None:
+        """End the process (quit if it still answers, else kill) and join the reader."""
+        if self.process.poll() is None:
+            try:
+                self.request("quit")
+            except (AssertionError, OSError, RuntimeError):
+                self.process.kill()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(WAIT)
+        self._reader.join(WAIT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()

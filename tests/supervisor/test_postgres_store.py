@@ -23,6 +23,7 @@ from supervisor import (
 )
 from supervisor._pg_schema import MIGRATIONS, migrate
 from tests.actors.snapshot_helpers import session_state
+from tests.pg_server import terminate_connections
 from tests.supervisor.store_contract import CheckpointStoreContract, MakeStore, snap
 
 
@@ -210,3 +211,62 @@ def test_an_unreachable_server_is_a_clear_error() -> None:
 def test_invalid_options_are_named(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PostgresCheckpointStore("host=127.0.0.1", **kwargs)
+
+
+def test_saves_survive_terminated_connections_or_fail_clearly_and_retry_idempotently(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    store = PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=None, pool_size=4)
+    stop = threading.Event()
+    terminated: list[int] = []
+    outcomes: dict[str, int] = {"saved": 0, "unreachable": 0}
+    saved: dict[str, list[Snapshot]] = {}
+    errors: list[BaseException] = []
+    messages: set[str] = set()
+    lock = threading.Lock()
+
+    def kill_connections() -> None:
+        while not stop.wait(0.015):  # paces the terminations; nothing waits on this
+            terminated.append(terminate_connections(pg_dsn))
+
+    def save_turns(sid: str) -> None:
+        try:
+            for turn in range(25):
+                snapshot = Snapshot.new(session_id=sid, state=session_state(turn, session_id=sid))
+                while True:
+                    try:
+                        store.save(snapshot)
+                    except StoreUnreachable as exc:
+                        with lock:
+                            outcomes["unreachable"] += 1
+                            messages.add(str(exc).split(" (", 1)[0])
+                        continue  # the same snapshot again: a save is idempotent
+                    with lock:
+                        outcomes["saved"] += 1
+                    break
+                saved.setdefault(sid, []).append(snapshot)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    killer = threading.Thread(target=kill_connections)
+    savers = [threading.Thread(target=save_turns, args=(f"c{i}",)) for i in range(4)]
+    killer.start()
+    for thread in savers:
+        thread.start()
+    for thread in savers:
+        thread.join(120)
+    stop.set()
+    killer.join(10)
+    try:
+        assert errors == []
+        assert sum(terminated) > 0
+        assert outcomes["saved"] == 100
+        assert messages <= {f"checkpoint database {store.where} unreachable during a save"}
+        for sid, snapshots in saved.items():
+            assert [i.checkpoint_id for i in store.list(sid)] == [
+                s.checkpoint_id for s in reversed(snapshots)
+            ]
+            for snapshot in snapshots:
+                assert store.load(sid, snapshot.checkpoint_id) == snapshot
+    finally:
+        store.close()

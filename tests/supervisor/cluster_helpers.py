@@ -16,16 +16,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors import AgentTemplate, StepKey, current_step, tool
+from actors import AgentTemplate, current_step, tool
 from supervisor import AgentHost, CheckpointStore, PostgresCheckpointStore
 from supervisor.cluster import NodeConfig
 from tests.supervisor.host_helpers import WAIT, template
 
-__all__ = ["Cluster", "FakeClock", "NodeProcess", "StepLog", "expire", "sql"]
+__all__ = ["Cluster", "FakeClock", "NodeProcess", "expire", "sql", "whereami"]
 
 
 class FakeClock:
@@ -60,20 +59,10 @@ def expire(store: CheckpointStore, node_id: str) -> None:
     )
 
 
-@dataclass
-class StepLog:
-    """A tool recording the ``current_step()`` it ran under, in this process."""
-
-    seen: list[StepKey | None] = field(default_factory=list)
-
-    def template(self) -> AgentTemplate:
-        def whereami() -> str:
-            """Report the step key."""
-            key = current_step()
-            self.seen.append(key)
-            return str(key)
-
-        return template(tools=(tool(whereami),))
+@tool
+def whereami() -> str:
+    """Report the step key this tool runs under (``actors.current_step()``)."""
+    return str(current_step())
 
 
 class Cluster:

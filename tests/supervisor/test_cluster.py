@@ -26,8 +26,8 @@ from supervisor import (
 )
 from supervisor.cluster import ClusterNode, NodeConfig
 from tests.actors.snapshot_helpers import session_state
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, StepLog, expire, sql
-from tests.supervisor.host_helpers import EventWaiter, pairs, template
+from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, sql, whereami
+from tests.supervisor.host_helpers import EventWaiter, host_options, pairs, template
 
 FIVE_MINUTES_NS = 300 * 10**9
 
@@ -102,8 +102,10 @@ def test_exactly_one_node_wins_each_race_to_resume(cluster: Cluster) -> None:
     assert all(owners[sid] == "b" for sid in won_b)
 
 
-def test_a_dead_nodes_session_moves_and_its_late_save_is_refused(cluster: Cluster) -> None:
-    a, b = cluster.node("a"), cluster.node("b")
+def test_a_dead_nodes_session_moves_and_its_late_save_is_refused(
+    cluster: Cluster, mode: str
+) -> None:
+    a, b = cluster.node("a", **host_options(mode)), cluster.node("b", **host_options(mode))
     a.start_session(template(), "s")
     a.send("s", "one")
     moved = EventWaiter()
@@ -236,25 +238,26 @@ def test_a_stopped_session_is_not_taken_over_but_can_be_resumed(cluster: Cluster
     assert b.send("s", "two").content == "echo: two"
 
 
-def test_tools_read_the_step_key(cluster: Cluster) -> None:
-    log = StepLog()
-    chosen = log.template()
-    a = cluster.node("a", chosen=chosen)
+def test_tools_read_the_step_key(cluster: Cluster, mode: str) -> None:
+    chosen = template(tools=(whereami,))
+    a = cluster.node("a", chosen=chosen, **host_options(mode))
     a.start_session(chosen, "s")
-    a.send("s", "/whereami {}")
-    a.send("s", "/whereami {}")
+    answers = [a.send("s", "/whereami {}").content for _ in range(2)]
     expire(a.store, "a")
-    b = cluster.node("b", chosen=chosen)
-    b.send("s", "/whereami {}")
-    assert log.seen == [StepKey("s", 1, 1, 1), StepKey("s", 1, 2, 1), StepKey("s", 2, 3, 1)]
-    alone = AgentHost(store=MemoryCheckpointStore())
+    b = cluster.node("b", chosen=chosen, **host_options(mode))
+    answers.append(b.send("s", "/whereami {}").content)
+    alone = AgentHost(store=MemoryCheckpointStore(), **host_options(mode))
     try:
         alone.start_session(chosen, "t")
-        alone.send("t", "/whereami {}")
+        answers.append(alone.send("t", "/whereami {}").content)
     finally:
         alone.shutdown()
-    assert log.seen[-1] == StepKey("t", 0, 1, 1)
-    assert str(log.seen[-1]) == "t:0:1:1"
+    assert answers == [
+        f"whereami returned: {StepKey('s', 1, 1, 1)}",
+        "whereami returned: s:1:2:1",
+        "whereami returned: s:2:3:1",
+        "whereami returned: t:0:1:1",
+    ]
 
 
 def test_node_needs_a_postgres_store() -> None:

@@ -459,6 +459,12 @@ class Incarnations:
         except SessionAlreadyExists:
             pass  # another caller took it over first
         except CheckpointNotFound:
+            logger.warning(
+                "session %r has no checkpoint to take over from (its node died before its "
+                "first turn was saved); it is marked stopped",
+                session_id,
+            )
+            self.ownership.release(session_id, stopped=True)
             return None
         return self._table.get(session_id)
 

@@ -322,7 +322,8 @@ class ClusterNode:
             for session_id, _ in claimed:
                 if self._adopt is not None:
                     try:
-                        self._adopt(session_id)
+                        if self._adopt(session_id) is None:
+                            continue  # nothing to take over (no checkpoint): released
                     except Exception:
                         logger.exception(
                             "node %r: could not resume orphaned session %r; it stays owned "

@@ -174,7 +174,7 @@ class NodeProcess:
 
     def close(self) -> None:
         """End the process (quit if it still answers, else kill) and join the reader."""
-        if self.process.poll() is None:
+        if self.process.poll() is None:  # a killed process is reaped at once
             try:
                 self.request("quit")
             except (AssertionError, OSError, RuntimeError):

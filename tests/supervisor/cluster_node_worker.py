@@ -12,6 +12,7 @@ lands mid-turn). It reads one JSON request per line and writes JSON lines:
   "text": ...}`` *after* ``send`` returned (an acknowledged turn), and the
   failure as ``{"nack": sid, "error": <class name>}``;
 * ``{"id": n, "op": "send", "sid": ..., "text": ...}``;
+* ``{"id": n, "op": "send_all", "sids": [...], "text": ...}``: one turn to each, in parallel;
 * ``{"id": n, "op": "history", "sid": ...}``: the user texts of its turns;
 * ``{"id": n, "op": "status"}``: ``fenced``, ``leases``, ``sessions`` here;
 * ``{"id": n, "op": "quit"}``: shut the host down (drain) and exit.
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from actors import EchoModel, Message, ModelResponse, Tool
@@ -85,6 +87,10 @@ def _handle(host: AgentHost, node_id: str, request: dict[str, Any], out: _Out) -
         return None
     if op == "send":
         return host.send(request["sid"], request["text"]).content
+    if op == "send_all":
+        with ThreadPoolExecutor(16) as pool:
+            texts = [request["text"]] * len(request["sids"])
+            return [m.content for m in pool.map(host.send, request["sids"], texts)]
     if op == "history":
         return [m.content for m in host.history(request["sid"]) if m.role == "user"]
     if op == "status":

@@ -225,6 +225,21 @@ def test_the_sweeper_takes_over_a_dead_nodes_active_sessions_in_batches(
     assert sorted(b.node.leases()) == sids[:4]
 
 
+def test_a_session_that_died_before_its_first_checkpoint_is_not_taken_over(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.node("a"), cluster.node("b")
+    a.start_session(template(), "never-saved")
+    expire(a.store, "a")
+    assert b.node is not None
+    assert b.node.sweep() == []
+    assert b.node.leases() == {}
+    owners = sql(cluster.stores[0], "SELECT owner_node, state FROM {s}.sessions")
+    assert owners == [(None, "stopped")]  # released, and no sweeper takes it again
+    with pytest.raises(SessionNotFound):
+        b.send("never-saved", "hello")
+
+
 def test_a_stopped_session_is_not_taken_over_but_can_be_resumed(cluster: Cluster) -> None:
     a, b = cluster.node("a"), cluster.node("b")
     a.start_session(template(), "s")

@@ -17,7 +17,8 @@ TemplateChoice = AgentTemplate | Callable[[str], AgentTemplate]
 
 @dataclass(frozen=True, kw_only=True)
 class NodeConfig:
-    """One node of a cluster of hosts sharing a ``PostgresCheckpointStore``. Immutable.
+    """One node of a cluster of hosts sharing a ``PostgresCheckpointStore``. Immutable, so
+    thread-safe (``template`` and ``clock`` are called from the node's threads).
 
     Attributes:
         node_id: The node's name, unique among live nodes (a restarted node may

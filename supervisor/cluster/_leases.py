@@ -103,7 +103,8 @@ _ORPHANS = (
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """A session's row in ``sessions``, with its owner as the database sees it now.
+    """A session's row in ``sessions``, with its owner as the database saw it when read.
+    Immutable, thread-safe.
 
     Attributes:
         node_id: The owning node, or ``None`` (released, or never claimed).

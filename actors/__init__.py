@@ -6,6 +6,8 @@ snapshots. Never imports ``supervisor``.
 
 from actors._codec import decode_plain as decode_plain
 from actors._codec import encode_plain as encode_plain
+from actors._step import StepKey as StepKey
+from actors._step import current_step as current_step
 from actors._strip import STRIPPED_KEY as STRIPPED_KEY
 from actors._strip import LiveResource as LiveResource
 from actors._strip import is_stripped_marker as is_stripped_marker
@@ -105,6 +107,7 @@ __all__ = [
     "SnapshotEncodeError",
     "SteeringQueue",
     "SteeringQueueFull",
+    "StepKey",
     "StreamAssembler",
     "Subscriber",
     "TakeSnapshot",
@@ -116,6 +119,7 @@ __all__ = [
     "TurnLimitExceeded",
     "UnknownModel",
     "Usage",
+    "current_step",
     "decode_plain",
     "encode_plain",
     "is_secret_key",

@@ -21,6 +21,7 @@ from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
+from actors._step import STEP, StepKey
 from actors._storable import storable_message, storable_text
 from actors._strip import strip_live
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
@@ -140,6 +141,8 @@ class AgentSession(pykka.ThreadingActor):
         checkpoint_every: Turns between checkpoints (>= 1).
         credentials: Handed to a model of the ``respond`` form with every request
             (``ModelRequest.credentials``); never part of the state or a snapshot.
+        epoch: The host's ownership epoch of the session (0 outside a cluster), part of
+            the ``current_step()`` key that tools and plugins read.
     """
 
     start_timeout: ClassVar[float] = 30.0
@@ -163,6 +166,7 @@ class AgentSession(pykka.ThreadingActor):
         checkpointer: Callable[[Snapshot], object] | None = None,
         checkpoint_every: int = 1,
         credentials: Credentials | None = None,
+        epoch: int = 0,
     ) -> None:
         super().__init__()
         for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every)):
@@ -170,6 +174,7 @@ class AgentSession(pykka.ThreadingActor):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.checkpointer = checkpointer
         self.checkpoint_every = checkpoint_every
+        self.epoch = epoch
         restored = restored_state or {}
         self.session_id = session_id or restored.get("session_id") or uuid.uuid4().hex
         self.template = template
@@ -484,8 +489,18 @@ class AgentSession(pykka.ThreadingActor):
     # -- the turn loop -------------------------------------------------------------
 
     def _run_turn(self) -> Message:
+        """The turn's steps, each with its ``current_step()`` key set on this thread."""
+        token = STEP.set(None)
+        try:
+            return self._steps()
+        finally:
+            STEP.reset(token)
+
+    def _steps(self) -> Message:
         tools = self._tool_list
-        for _ in range(self.max_steps):
+        turn = self._turns + 1
+        for step in range(1, self.max_steps + 1):
+            STEP.set(StepKey(self.session_id, self.epoch, turn, step))
             for text in self.steering.drain():
                 self._steered.append(text)
                 self._messages.append(Message.user(text))

@@ -46,17 +46,22 @@ from supervisor.errors import EncryptionKeyError as EncryptionKeyError
 from supervisor.errors import EncryptionUnavailable as EncryptionUnavailable
 from supervisor.errors import InvalidEncryptionKeys as InvalidEncryptionKeys
 from supervisor.errors import Killed as Killed
+from supervisor.errors import NodeFenced as NodeFenced
+from supervisor.errors import NodeIdInUse as NodeIdInUse
+from supervisor.errors import OwnershipLost as OwnershipLost
 from supervisor.errors import RemoteError as RemoteError
 from supervisor.errors import RestartIntensityExceeded as RestartIntensityExceeded
 from supervisor.errors import SessionAlreadyExists as SessionAlreadyExists
 from supervisor.errors import SessionCrashed as SessionCrashed
 from supervisor.errors import SessionFailed as SessionFailed
 from supervisor.errors import SessionNotFound as SessionNotFound
+from supervisor.errors import SessionOwnedElsewhere as SessionOwnedElsewhere
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import StoreCorrupted as StoreCorrupted
 from supervisor.errors import StoreEncrypted as StoreEncrypted
 from supervisor.errors import StoreNotEncrypted as StoreNotEncrypted
 from supervisor.errors import StoreUnavailable as StoreUnavailable
+from supervisor.errors import StoreUnreachable as StoreUnreachable
 from supervisor.errors import SupervisorError as SupervisorError
 from supervisor.errors import TemplateNotPicklable as TemplateNotPicklable
 from supervisor.errors import WorkerCrashed as WorkerCrashed
@@ -68,6 +73,8 @@ from supervisor.intensity import RestartIntensity as RestartIntensity
 from supervisor.memory_store import MemoryCheckpointStore as MemoryCheckpointStore
 from supervisor.monitors import demonitor as demonitor
 from supervisor.monitors import monitor as monitor
+from supervisor.postgres_store import Fence as Fence
+from supervisor.postgres_store import PostgresCheckpointStore as PostgresCheckpointStore
 from supervisor.session_store import EvictCallback as EvictCallback
 from supervisor.session_store import SessionEntry as SessionEntry
 from supervisor.session_store import SessionStore as SessionStore
@@ -103,11 +110,16 @@ __all__ = [
     "EventWatch",
     "EvictCallback",
     "ExitReason",
+    "Fence",
     "HostFutures",
     "InvalidEncryptionKeys",
     "Killed",
     "MemoryCheckpointStore",
     "MonitorRef",
+    "NodeFenced",
+    "NodeIdInUse",
+    "OwnershipLost",
+    "PostgresCheckpointStore",
     "RemoteError",
     "RestartIntensity",
     "RestartIntensityExceeded",
@@ -121,6 +133,7 @@ __all__ = [
     "SessionInfo",
     "SessionMetadata",
     "SessionNotFound",
+    "SessionOwnedElsewhere",
     "SessionStatus",
     "SessionStore",
     "SnapshotTooLarge",
@@ -128,6 +141,7 @@ __all__ = [
     "StoreEncrypted",
     "StoreNotEncrypted",
     "StoreUnavailable",
+    "StoreUnreachable",
     "Strategy",
     "SupervisedActor",
     "Supervisor",

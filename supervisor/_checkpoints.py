@@ -49,20 +49,29 @@ class Checkpoints:
     """Writes and reads one host's checkpoints. Thread-safe (as its store and ``redact`` are).
 
     Args:
-        store: Where they go.
+        store: Where they go, and where they are read from.
         redact: Applied to every snapshot before it is saved, whichever path saves it
             (``None``: saved as taken).
+        write: How a snapshot is written: ``store.save`` unless the host's ownership
+            fences its saves (a cluster node's ``save``).
     """
 
-    def __init__(self, store: CheckpointStore, redact: Redaction | None = strip_secrets) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        redact: Redaction | None = strip_secrets,
+        write: Callable[[Snapshot], object] | None = None,
+    ) -> None:
         self.store = store
         self.redact = redact
+        self._write = store.save if write is None else write
 
     def save(self, snapshot: Snapshot, events: EventBuffer | None = None) -> Snapshot:
         """Save ``snapshot`` durably, marked with the last event of the session's stream
         ``events`` (if given); return what was saved.
 
         Raises:
+            OwnershipLost: (a cluster node) another node owns the session now.
             Exception: what the store raised (the caller's operation fails).
         """
         if self.redact is not None:
@@ -70,7 +79,7 @@ class Checkpoints:
         if events is not None:
             metadata = {**snapshot.metadata, EVENT_SEQ: events.last_seq}
             snapshot = dataclasses.replace(snapshot, metadata=metadata)
-        self.store.save(snapshot)
+        self._write(snapshot)
         return snapshot
 
     def saver(self, events: EventBuffer) -> Callable[[Snapshot], Snapshot]:

@@ -4,8 +4,9 @@ The steps, in order: stop the hibernation sweeper; take every running
 session's final checkpoint (a session being restarted keeps its last one);
 stop the sessions in reverse start order (the root supervisor's shutdown,
 bounded per child); close the runtime (workers are stopped and joined); fail
-the non-blocking calls still unresolved and stop their threads; close the
-store if the host owns it.
+the non-blocking calls still unresolved and stop their threads; give up
+ownership (a cluster node drains: other nodes take its sessions over at
+once); close the store if the host owns it.
 
 A host never shut down is shut down at interpreter exit, once the main thread
 has finished and before Python joins the actors' non-daemon threads (see
@@ -38,6 +39,7 @@ class HostShutdown:
         sessions: The host's incarnations (final checkpoints, root supervisor).
         runtime: What runs the sessions; closed after they stopped.
         sweeper: The hibernation sweeper, if any.
+        drain: Gives up the host's ownership of its sessions (a node's drain).
         close_store: Closes the store the host owns, if it owns one.
         close_calls: Ends the host's non-blocking calls (``NonBlockingCalls.close``).
         timeout: Seconds an at-exit call waits for a shutdown another thread runs.
@@ -52,6 +54,7 @@ class HostShutdown:
         runtime: SessionRuntime,
         *,
         sweeper: Sweeper | None,
+        drain: Callable[[], None],
         close_store: Callable[[], None] | None,
         close_calls: Callable[[], None] | None = None,
         timeout: float,
@@ -61,6 +64,7 @@ class HostShutdown:
         self._sessions = sessions
         self._runtime = runtime
         self._sweeper = sweeper
+        self._drain = drain
         self._close_store = close_store
         self._close_calls = close_calls
         self._timeout = timeout
@@ -101,6 +105,7 @@ class HostShutdown:
             self._runtime.close()
             if self._close_calls is not None:
                 self._close_calls()
+            self._drain()
             if self._close_store is not None:
                 self._close_store()
         finally:

@@ -12,6 +12,12 @@ Calls reach the serving incarnation through the runtime (``call``): one
 that never got there (``NotDelivered``: the incarnation was ending) is sent
 once more, to the next incarnation; one during which the session died raises
 ``SessionCrashed`` once the death has been reported.
+
+Ownership (``_ownership``): every incarnation starts only once the host has
+claimed the session (a resume claims it before it loads the checkpoint); a
+session found owned by another node (``OwnershipLost`` from a save or a
+claim) is stopped here and never resumed here (``lose``); a call for a
+session the host does not have may take it over (``adopt``).
 """
 
 from __future__ import annotations
@@ -30,15 +36,20 @@ from supervisor._credentials import TenantCredentials
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
 from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
+from supervisor._ownership import Ownership
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
 from supervisor._session_table import SessionTable, require_tenant
 from supervisor.child_spec import ChildSpec
 from supervisor.errors import (
     CheckpointNotFound,
     ChildStartError,
+    NodeFenced,
+    OwnershipLost,
+    SessionAlreadyExists,
     SessionCrashed,
     SessionFailed,
     SessionNotFound,
+    SessionOwnedElsewhere,
 )
 from supervisor.handle import SupervisorHandle
 from supervisor.session_store import SessionEntry, SessionStore
@@ -48,6 +59,7 @@ __all__ = ["Incarnations"]
 logger = logging.getLogger("supervisor.host")
 
 _Ended = (NotDelivered, SessionCrashed)  # a call that found its incarnation gone or going
+_Moved = (OwnershipLost, SessionOwnedElsewhere, NodeFenced)  # another node may run it now
 
 
 class Incarnations:
@@ -59,20 +71,23 @@ class Incarnations:
         checkpoints: The host's checkpoint writer.
         providers: Resolves templates' model strings.
         policy: Timeouts, restart intensity and cadences of every session.
+        ownership: Which sessions the host may run and save (see ``_ownership``).
         credentials: The tenants' credentials, asked for at every incarnation.
     """
 
-    def __init__(  # noqa: PLR0917 (the host's parts, in the order it builds them)
+    def __init__(  # noqa: PLR0917 (the host's parts, each named)
         self,
         table: SessionTable,
         runtime: SessionRuntime,
         checkpoints: Checkpoints,
         providers: ProviderRegistry,
         policy: HostPolicy,
+        ownership: Ownership,
         credentials: TenantCredentials | None = None,
     ) -> None:
         self._credentials = credentials or TenantCredentials(None)
         self._table = table
+        self.ownership = ownership
         self._runtime = runtime
         self._checkpoints = checkpoints
         self.providers = providers
@@ -88,7 +103,16 @@ class Incarnations:
 
     def call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
         """Carry ``request`` to the session's serving incarnation; if it never got there
-        (the incarnation was ending), once more to the next one."""
+        (the incarnation was ending), once more to the next one. Refused while the host's
+        node is fenced; a session whose save found it owned elsewhere is stopped here."""
+        self.ownership.check_serving()
+        try:
+            return self._call(record, request, timeout)
+        except OwnershipLost:
+            self.lose(record)
+            raise
+
+    def _call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
         for attempt in (1, 2):
             ref = self.serving(record)
             try:
@@ -160,6 +184,7 @@ class Incarnations:
         included, fails this start only: the supervisor turns it into a
         ``ChildStartError`` that counts against the session's restart intensity.
         """
+        epoch = self.ownership.claim(record.session_id)
         pending, record.resume_from = record.resume_from, None
         snapshot = pending
         if snapshot is None and record.incarnations > 0:  # a first start is new or resumed
@@ -178,6 +203,7 @@ class Incarnations:
             save=self._checkpoints.saver(record.events),
             timeout=self.policy.call_timeout,
             credentials=self._credentials.resolve(record.tenant_id),
+            epoch=epoch,
         )
         ref = self._runtime.start(launch)
         try:
@@ -239,7 +265,10 @@ class Incarnations:
         try:
             self.root.start_child(self._spec(record))
         except ChildStartError as err:
+            if isinstance(err.cause, _Moved):
+                self.lose(record)
             _reraise(err)
+        self.ownership.hibernated(record.session_id, False)
         record.events.publish("reactivated")
         assert record.ref is not None
         return record.ref
@@ -267,6 +296,9 @@ class Incarnations:
         """The supervisor gave up on a session (past its restart intensity)."""
         record = self._table.get(session_id)
         if record is None:
+            return
+        if isinstance(reason, _Moved):  # not a failure here: another node may run it
+            self._forget_moved(record, reason)
             return
         self._table.set(record, "failed", None)
         why = describe_reason(reason)
@@ -313,6 +345,7 @@ class Incarnations:
         existing = self._table.get(session_id)
         if existing is not None and existing.status != "stopped":
             require_tenant(session_id, existing.tenant_id, tenant_id)
+        self.ownership.claim(session_id)  # before the load: no older owner saves after it
         if tenant_id is not None and checkpoint_id is not None:
             self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
         snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
@@ -340,6 +373,19 @@ class Incarnations:
         require_tenant(session_id, _saved_tenant(snapshot), tenant_id)
         return snapshot
 
+    def checkpoint(self, record: SessionRecord, label: str | None) -> Snapshot:
+        """``AgentHost.checkpoint``: the running incarnation's snapshot saved, or the latest
+        checkpoint saved again as the newest, labelled ``label``."""
+        snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot(label))
+        try:
+            if snapshot is None:
+                latest = self._checkpoints.store.load(record.session_id)
+                return self._checkpoints.relabel(latest, label, record.events)
+            return self._checkpoints.save(snapshot, record.events)
+        except OwnershipLost:
+            self.lose(record)
+            raise
+
     def hibernate(self, record: SessionRecord) -> bool:
         """Checkpoint the session and stop its incarnation; False if another operation
         holds the session or no incarnation was serving."""
@@ -349,8 +395,13 @@ class Incarnations:
             snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot("hibernate"))
             if snapshot is None:
                 return False
-            self._checkpoints.save(snapshot, record.events)
+            try:
+                self._checkpoints.save(snapshot, record.events)
+            except OwnershipLost:
+                self.lose(record)
+                return False
             self._table.set(record, "hibernated", None)
+            self.ownership.hibernated(record.session_id, True)
             self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
             record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
             return True
@@ -372,11 +423,64 @@ class Incarnations:
     def stop(self, record: SessionRecord) -> None:
         """Stop the session for good: final checkpoint, not restarted, forgotten. The caller
         holds the record's ``op_lock``."""
-        self.final_checkpoint(record)
+        try:
+            self.final_checkpoint(record)
+        except OwnershipLost:
+            self.lose(record)
+            raise
         self._table.set(record, "stopped", None)
         with contextlib.suppress(Exception):
             self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
         self._table.forget(record)
+        self.ownership.release(record.session_id, stopped=True)
+
+    def lose(self, record: SessionRecord) -> None:
+        """Stop a session another node owns now, here, for good: no final checkpoint (it
+        would be refused), not restarted, forgotten; a ``moved`` event tells subscribers.
+        Idempotent; runs on the caller's thread (never the session's own)."""
+        self._forget_moved(record, "another node owns it now")
+        with contextlib.suppress(Exception):
+            self.root.terminate_child(record.session_id)
+
+    def lose_id(self, session_id: str) -> None:
+        """``lose`` the session of that id, if the host has it (the node's callback)."""
+        record = self._table.get(session_id)
+        if record is not None and record.status != "stopped":
+            self.lose(record)
+
+    def _forget_moved(self, record: SessionRecord, why: object) -> None:
+        self.ownership.release(record.session_id, stopped=False)
+        if record.status == "stopped":
+            return
+        self._table.set(record, "stopped", None)
+        self._table.forget(record)
+        logger.warning("session %r stopped here: %s", record.session_id, why)
+        record.events.publish("moved", reason=str(why))
+
+    def adopt(self, session_id: str) -> SessionRecord | None:
+        """For a call naming a session this host does not have: take it over when the
+        ownership says so (a node's orphan, with its template) and return its record, or
+        ``None`` when there is nothing to take over.
+
+        Raises:
+            SessionOwnedElsewhere: a live other node owns it.
+        """
+        template = self.ownership.locate(session_id)
+        if template is None:
+            return None
+        try:
+            self.resume(session_id, template, None, None, None, {})
+        except SessionAlreadyExists:
+            pass  # another caller took it over first
+        except CheckpointNotFound:
+            logger.warning(
+                "session %r has no checkpoint to take over from (its node died before its "
+                "first turn was saved); it is marked stopped",
+                session_id,
+            )
+            self.ownership.release(session_id, stopped=True)
+            return None
+        return self._table.get(session_id)
 
     def final_checkpoint(self, record: SessionRecord) -> None:
         """Checkpoint a session that is being stopped, if an incarnation serves. One being

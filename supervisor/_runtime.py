@@ -102,6 +102,8 @@ class SessionLaunch:
         timeout: Seconds the start may take.
         credentials: The tenant's credentials, resolved for this incarnation; never
             persisted (in process mode they travel with the ``start`` frame only).
+        epoch: The host's ownership epoch of the session (0 outside a cluster), for
+            the session's ``current_step()`` key.
     """
 
     session_id: str
@@ -116,6 +118,7 @@ class SessionLaunch:
     save: Callable[[Snapshot], object]
     timeout: float
     credentials: Credentials | None = None
+    epoch: int = 0
 
 
 class SessionRuntime(Protocol):

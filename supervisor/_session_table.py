@@ -45,7 +45,8 @@ class SessionTable:
     One lock guards the id and tenant indexes and the closed flag; the
     ``changed`` condition guards every record's ``status`` and ``ref`` and is
     notified whenever one changes (``set``), so callers can wait for a session
-    to come back.
+    to come back. ``on_missing``, set once by the host before use, is asked for a
+    session the table does not have (a cluster node may take it over).
     """
 
     def __init__(self) -> None:
@@ -57,6 +58,7 @@ class SessionTable:
         # Guarded by ``changed``: who waits for a record to be stopped (``when_stopped``).
         self._stop_watchers: dict[SessionRecord, list[Callable[[], None]]] = {}
         self.closed = False
+        self.on_missing: Callable[[str], SessionRecord | None] | None = None
 
     def check_open(self) -> None:
         """Raise ``RuntimeError`` once the host is shut down."""
@@ -135,9 +137,12 @@ class SessionTable:
 
         Raises:
             SessionNotFound: no such session (for that tenant).
+            SessionOwnedElsewhere: (a cluster node) a live other node owns it.
         """
         # Without the lock: one dict lookup is atomic, and this runs on every call.
         record = self._records.get(session_id)
+        if (record is None or record.status == "stopped") and self.on_missing is not None:
+            record = self.on_missing(session_id)
         if record is None or record.status == "stopped":
             raise SessionNotFound(session_id)
         require_tenant(session_id, record.tenant_id, tenant_id)

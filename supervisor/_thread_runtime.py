@@ -48,6 +48,7 @@ class ThreadRuntime:
             checkpointer=None if launch.checkpoint_every is None else launch.save,
             checkpoint_every=launch.checkpoint_every or 1,
             credentials=launch.credentials,
+            epoch=launch.epoch,
         )
 
     def call(

@@ -1,10 +1,14 @@
 """The ``CheckpointStore`` protocol every checkpoint backend implements.
 
 A store keeps, per session, a history of snapshots keyed by ``checkpoint_id``.
-"Newest" always means the greatest ``checkpoint_id``: ids sort by creation
-time (see ``actors.Snapshot``), so the order does not depend on when or from
-which process a snapshot was saved. Backends must pass the shared contract
-suite in ``tests/supervisor/test_checkpoint_store_contract.py``.
+"Newest" means the greatest ``checkpoint_id``: ids sort by creation time (see
+``actors.Snapshot``), so the order does not depend on when or from which
+process a snapshot was saved. A store that records ownership epochs
+(``PostgresCheckpointStore``) orders by ``(epoch, checkpoint_id)``: a later
+owner's checkpoint is newer than any of an earlier owner's, whatever their
+clocks; within one epoch (the only one a store without owners has) that is
+the same order. Backends must pass the shared contract suite in
+``tests/supervisor/store_contract.py``.
 """
 
 from __future__ import annotations

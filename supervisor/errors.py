@@ -21,17 +21,22 @@ __all__ = [
     "EncryptionUnavailable",
     "InvalidEncryptionKeys",
     "Killed",
+    "NodeFenced",
+    "NodeIdInUse",
+    "OwnershipLost",
     "RemoteError",
     "RestartIntensityExceeded",
     "SessionAlreadyExists",
     "SessionCrashed",
     "SessionFailed",
     "SessionNotFound",
+    "SessionOwnedElsewhere",
     "SnapshotTooLarge",
     "StoreCorrupted",
     "StoreEncrypted",
     "StoreNotEncrypted",
     "StoreUnavailable",
+    "StoreUnreachable",
     "SupervisorError",
     "TemplateNotPicklable",
     "WorkerCrashed",
@@ -504,8 +509,112 @@ class EncryptionUnavailable(SupervisorError, ImportError):
         )
 
 
+class OwnershipLost(SupervisorError):
+    """A save (or the start of an incarnation) found that this node no longer owns the
+    session: another node claimed it (a newer epoch) or it was released.
+
+    Nothing was stored. The node stops the session locally and does not resume
+    it; the new owner resumes it from its last checkpoint, so a turn that raised
+    this was not acknowledged: send it again, to the owner. Differs from
+    ``SessionOwnedElsewhere`` (this node never owned the session) and
+    ``NodeFenced`` (the node's own lease lapsed; no other owner needs to exist).
+    """
+
+    def __init__(self, session_id: str, node_id: str | None, epoch: int, detail: str) -> None:
+        self.session_id = session_id
+        self.node_id = node_id
+        self.epoch = epoch
+        who = "this process" if node_id is None else f"node {node_id!r}"
+        super().__init__(
+            f"session {session_id!r} is no longer owned by {who} (epoch {epoch}): {detail}; "
+            "nothing was saved and the session was stopped here; send the turn again to its "
+            "owner"
+        )
+
+
+class SessionOwnedElsewhere(SupervisorError):
+    """The session is owned by another live node of the cluster: this node will not run it.
+
+    ``node`` and ``address`` name the owner (the address as that node registered
+    it); send the call there. A gateway forwards it instead of raising. The
+    owner's lease lapses if it stops renewing its heartbeat, after which any node
+    may claim the session. Differs from ``SessionNotFound`` (no node has it).
+    """
+
+    def __init__(self, session_id: str, node: str, address: str) -> None:
+        self.session_id = session_id
+        self.node = node
+        self.address = address
+        super().__init__(
+            f"session {session_id!r} is owned by live node {node!r} at {address!r}; "
+            "send the call to that node"
+        )
+
+
+class NodeFenced(SupervisorError):
+    """This node could not renew its lease in time (or another process took over its node
+    id) and has fenced itself: it accepts no turns until a renewal succeeds.
+
+    Its sessions may be claimed by other nodes meanwhile; a save it still
+    attempts for such a session is refused (``OwnershipLost``). Retry on
+    another node, or once the node has renewed. ``reason`` says why.
+    """
+
+    def __init__(self, node_id: str, reason: str) -> None:
+        self.node_id = node_id
+        self.reason = reason
+        super().__init__(
+            f"node {node_id!r} is fenced and accepts no turns ({reason}); retry on another "
+            "node, or here once it has renewed its lease"
+        )
+
+
+class NodeIdInUse(SupervisorError, RuntimeError):
+    """Another live process is registered under this node id (its heartbeat is fresh).
+
+    Two processes under one id would each believe they own the id's sessions.
+    Pick another ``node_id``, or stop that process; one killed without draining
+    holds the id until its heartbeat is older than its TTL.
+    """
+
+    def __init__(self, node_id: str, address: str, ttl: float) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.ttl = ttl
+        super().__init__(
+            f"node id {node_id!r} is in use by a live process at {address!r}; stop it, or "
+            f"use another node_id (a process that died without draining holds the id for "
+            f"up to its TTL of {ttl} s)"
+        )
+
+
+class StoreUnreachable(SupervisorError, ConnectionError):
+    """The database server could not be reached, or the connection broke during the
+    operation (a server restart, a terminated backend, a network failure).
+
+    For a ``save``, whether the checkpoint was stored is unknown: saving the
+    same snapshot again is safe (a save is idempotent: the same checkpoint id
+    replaces its rows). Nothing is known to be wrong with the data. ``where``
+    names the server (without password); the driver's error is the ``__cause__``.
+    """
+
+    def __init__(self, where: str, action: str, error: BaseException) -> None:
+        self.where = where
+        self.action = action
+        super().__init__(
+            f"checkpoint database {where} unreachable during {action} ({error}); check that "
+            "the server runs and accepts connections, then retry (a save may be retried "
+            "as it is: it is idempotent)"
+        )
+
+
 for _cls in (
     SupervisorError,
+    OwnershipLost,
+    SessionOwnedElsewhere,
+    NodeFenced,
+    NodeIdInUse,
+    StoreUnreachable,
     StoreCorrupted,
     StoreUnavailable,
     StoreEncrypted,

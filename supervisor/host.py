@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self, Unpack
+from typing import TYPE_CHECKING, Self, Unpack
 
 from actors import (
     AgentTemplate,
@@ -25,7 +25,6 @@ from actors import (
     Send,
     Snapshot,
     Subscriber,
-    TakeSnapshot,
     strip_secrets,
 )
 from supervisor._actor import kill
@@ -40,12 +39,16 @@ from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
 from supervisor._nonblocking import NonBlockingCalls
+from supervisor._ownership import node_of, ownership_for
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions, runtime_for
 from supervisor._session_attrs import SessionMetadata, plain_text
 from supervisor._session_table import SessionTable
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.errors import SessionAlreadyExists
+from supervisor.errors import SessionAlreadyExists, SessionOwnedElsewhere
+
+if TYPE_CHECKING:
+    from supervisor.cluster import NodeConfig
 
 __all__ = ["AgentHost"]
 
@@ -113,6 +116,13 @@ class AgentHost:
             start, restart, reactivation and resume of a tenant's session; its
             answer reaches the model with each request, never a checkpoint. If it
             raises, that start fails with ``CredentialsUnavailable``.
+        node: Run as this node of a cluster of hosts sharing ``store`` (a
+            ``PostgresCheckpointStore``; see ``supervisor.cluster``): sessions are
+            claimed before they run here, every checkpoint is fenced by the claim's
+            epoch, a call for a session a live other node owns raises
+            ``SessionOwnedElsewhere``, orphans of dead nodes are taken over
+            (with ``node.template``), and ``shutdown`` drains. ``host.node`` is the
+            ``ClusterNode``.
     """
 
     def __init__(
@@ -134,6 +144,7 @@ class AgentHost:
         redact: Callable[[Snapshot], Snapshot] | None = strip_secrets,
         encryption: EncryptionKeys | None = None,
         credentials: CredentialsSource | None = None,
+        node: NodeConfig | None = None,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
         policy = HostPolicy(
@@ -155,13 +166,19 @@ class AgentHost:
             owned = OwnedStore(directory, encryption)
             store = owned.store
         try:
-            self._runtime = runtime_for(workers, clock, worker_options)
+            self._ownership = ownership_for(store, node)
+            try:
+                self._runtime = runtime_for(workers, clock, worker_options)
+            except BaseException:
+                self._ownership.drain()
+                raise
         except BaseException:
             if owned is not None:
                 owned.close()
             raise
+        self.node = node_of(self._ownership)
         self.store: CheckpointStore = store
-        self._checkpoints = Checkpoints(store, redact)
+        self._checkpoints = Checkpoints(store, redact, self._ownership.save)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.checkpoint_every = checkpoint_every
         self.max_restarts = max_restarts
@@ -173,8 +190,15 @@ class AgentHost:
         self._clock = clock
         self._table = SessionTable()
         self._sessions = Incarnations(
-            self._table, self._runtime, self._checkpoints, self.providers, policy, keys
+            self._table,
+            self._runtime,
+            self._checkpoints,
+            self.providers,
+            policy,
+            self._ownership,
+            keys,
         )
+        self._table.on_missing = self._sessions.adopt
         self.registry = self._sessions.registry
         self._root = self._sessions.root
         calls = NonBlockingCalls(self._sessions, self._runtime, self._checkpoints, policy)
@@ -188,11 +212,13 @@ class AgentHost:
             self._sessions,
             self._runtime,
             sweeper=self._sweeper,
+            drain=self._ownership.drain,
             close_store=None if owned is None else owned.close,
             close_calls=calls.close,
             timeout=call_timeout,
             owner=self,
         )
+        self._ownership.start(self._sessions.adopt, self._sessions.lose_id)
 
     # -- starting and resuming -------------------------------------------------
 
@@ -278,6 +304,8 @@ class AgentHost:
             chosen = template(session_id) if callable(template) else template
             try:
                 resumed.append(self.resume(session_id, chosen))
+            except SessionOwnedElsewhere:
+                continue  # a live node of the cluster runs it
             except Exception:
                 logger.exception("could not resume session %r", session_id)
         return resumed
@@ -378,11 +406,7 @@ class AgentHost:
             SessionNotFound: no such session on this host (for ``tenant_id``).
             TimeoutError: the session did not answer within ``call_timeout``.
         """
-        record = self._table.live(session_id, tenant_id)
-        snapshot: Snapshot | None = self._sessions.ask_running(record, TakeSnapshot(label))
-        if snapshot is None:
-            return self._checkpoints.relabel(self.store.load(session_id), label, record.events)
-        return self._checkpoints.save(snapshot, record.events)
+        return self._sessions.checkpoint(self._table.live(session_id, tenant_id), label)
 
     def kill(
         self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None

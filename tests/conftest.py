@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 from collections.abc import Iterator
 
@@ -30,3 +32,34 @@ def no_leaked_threads() -> Iterator[None]:
         thread.join(JOIN_TIMEOUT)
     leaked = _new_threads(before)
     assert not leaked, f"test leaked threads: {[t.name for t in leaked]}"
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """Connection string of a database created for this test run (dropped at its end).
+
+    Skips the test when no PostgreSQL server answers (failing instead under
+    ``SESSIONVISOR_REQUIRE_SERVICES=1``), with how to start one.
+    """
+    problem: str | None
+    try:
+        from tests import pg_server  # noqa: PLC0415 (psycopg is needed only here)
+    except ImportError as exc:
+        problem = f"psycopg is not installed ({exc}); pip install -e '.[dev]'"
+    else:
+        problem = pg_server.server_problem()
+    if problem is not None:
+        if os.environ.get("SESSIONVISOR_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"SESSIONVISOR_REQUIRE_SERVICES=1, but {problem}", pytrace=False)
+        pytest.skip(problem)
+    with pg_server.fresh_database() as dsn:
+        yield dsn
+
+
+_schemas = itertools.count()
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> str:
+    """A schema name no other test of this run uses, for a store of this test's own."""
+    return f"t{next(_schemas)}"

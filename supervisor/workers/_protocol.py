@@ -15,7 +15,8 @@ Parent -> worker (requests)::
                      "restore": {"state": dict, "stripped": [str]} | None,
                      "options": {max_steps, checkpoint_every (int|None),
                      max_steering_queue, metadata, steering: [str],
-                     credentials: {api_key, headers} | None}}           None
+                     credentials: {api_key, headers} | None,
+                     epoch: int}}                                       None
     send            {"session": sid, "text": str}                       {"message": dict,
                                                                          "checkpoint": bytes|None}
     snapshot        {"session": sid, "label": str|None}                 bytes (Snapshot.serialize)

@@ -439,6 +439,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "metadata": launch.metadata,
                 "steering": queued,
                 "credentials": _plain_credentials(launch.credentials),
+                "epoch": launch.epoch,
             },
         }
         client.call("start", payload, launch.timeout, written=forward.start_written)

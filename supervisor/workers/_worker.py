@@ -441,6 +441,7 @@ class _Worker:
             event_buffer=_Relay(self, hosted),
             checkpoint_every=options["checkpoint_every"] or 1,
             credentials=_credentials(options.get("credentials")),
+            epoch=options.get("epoch", 0),
         )
         hosted.ref = ref
         with self._lock:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from supervisor import AgentHost, MemoryCheckpointStore
+from tests.supervisor.cluster_helpers import Cluster
 from tests.supervisor.host_helpers import MODES, HostFactory, host_options
 
 
@@ -33,3 +34,12 @@ def make_host(mode: str) -> Iterator[HostFactory]:
     yield _make
     for host in hosts:
         host.shutdown()
+
+
+@pytest.fixture
+def cluster(pg_dsn: str, pg_schema: str) -> Iterator[Cluster]:
+    """Hosts as nodes of one cluster on the test's own schema (``cluster_helpers``); all
+    shut down, and their stores closed, after the test."""
+    made = Cluster(pg_dsn, pg_schema)
+    yield made
+    made.close()

@@ -1,0 +1,148 @@
+"""``PoolCommit``: saves that arrive together share one PostgreSQL transaction.
+
+The SQLite store's ``GroupCommit`` idea over a pool of connections: every
+commit waits for a WAL flush on the server, which costs more than the few
+statements of a checkpoint. A save is queued; a thread that gets one of the
+``lanes`` (at most as many as the pool has connections) becomes a *leader*:
+it takes every save queued so far and runs them on one connection. Alone, a
+save runs as its own autocommit statements (one round trip for the usual
+save); several run inside one ``BEGIN`` ... ``COMMIT``. While every lane is
+busy, arrivals queue, and the next leader takes them all: under load the
+batches grow by themselves, and with idle lanes nothing waits.
+
+A save whose write raises a Python error (``OwnershipLost``: the fence
+refused it, which writes nothing) fails alone and the batch goes on. A
+database error aborts PostgreSQL's transaction: the batch is rolled back and
+each of its saves is run again alone, so only the one at fault fails. A
+broken connection fails every save of the batch with that error (their
+callers may retry: a save is idempotent). Each caller returns only once the
+commit holding its own write is done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PoolCommit"]
+
+T = TypeVar("T")
+
+
+class _Pending(Generic[T]):
+    """One queued write and, once its batch has run, its outcome."""
+
+    __slots__ = ("done", "error", "result", "taken", "write")
+
+    def __init__(self, write: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> None:
+        self.write = write
+        self.taken = False
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+class PoolCommit:
+    """Runs writes in shared transactions over pooled connections. Thread-safe.
+
+    Args:
+        lanes: Batches that may run at once (each holds one pooled connection).
+        connection: Lends an autocommit connection for one batch (a context manager).
+        database_error: The driver's base class of errors raised by the server or
+            the connection (``psycopg.Error``); other exceptions of a write are its own.
+    """
+
+    def __init__(
+        self,
+        lanes: int,
+        connection: Callable[[], AbstractContextManager[psycopg.Connection[tuple[Any, ...]]]],
+        database_error: type[BaseException],
+    ) -> None:
+        self._lanes = threading.BoundedSemaphore(lanes)
+        self._connection = connection
+        self._database_error = database_error
+        self._queued: list[_Pending[Any]] = []
+        self._queue_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self.commits = 0
+        """Commits so far: one per batch (a lone save's statements count as one)."""
+
+    def run(self, write: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
+        """Run ``write`` on a pooled connection, in a batch, and return its result once the
+        batch is committed.
+
+        Raises:
+            Exception: what ``write`` raised (its changes undone), or what failed the
+                batch's connection (nothing of the batch may have been committed).
+        """
+        pending: _Pending[T] = _Pending(write)
+        with self._queue_lock:
+            self._queued.append(pending)
+        with self._lanes:
+            with self._queue_lock:
+                batch: list[_Pending[Any]] = []
+                if not pending.taken:  # no leader took it yet: lead all that waits
+                    batch, self._queued = self._queued, []
+                    for queued in batch:
+                        queued.taken = True
+            if batch:
+                self._commit(batch)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result  # type: ignore[return-value]  # set by the batch that ran it
+
+    def _commit(self, batch: list[_Pending[Any]]) -> None:
+        try:
+            with self._connection() as conn:
+                if len(batch) == 1:
+                    self._run_one(conn, batch[0])
+                elif not self._run_together(conn, batch):
+                    for pending in batch:  # a statement failed: each alone, to find which
+                        pending.error = None
+                        self._run_one(conn, pending)
+            with self._count_lock:
+                self.commits += 1
+        except BaseException as exc:
+            for pending in batch:
+                if pending.error is None:
+                    pending.error = exc
+                pending.result = None
+        finally:
+            for pending in batch:
+                pending.done.set()
+
+    def _run_one(self, conn: psycopg.Connection[tuple[Any, ...]], pending: _Pending[Any]) -> None:
+        """Run one write in autocommit mode; a database error of a live connection is its own."""
+        try:
+            pending.result = pending.write(conn)
+        except self._database_error as exc:
+            if conn.broken or conn.closed:
+                raise  # the connection: every save left in the batch fails with it
+            pending.error = exc
+        except Exception as exc:
+            pending.error = exc
+
+    def _run_together(
+        self, conn: psycopg.Connection[tuple[Any, ...]], batch: list[_Pending[Any]]
+    ) -> bool:
+        """Run the batch in one transaction; False if a database error rolled it back."""
+        try:
+            with conn.transaction():
+                for pending in batch:
+                    try:
+                        pending.result = pending.write(conn)
+                    except self._database_error:
+                        raise
+                    except Exception as exc:  # refused by our own checks: nothing written
+                        pending.error = exc
+        except self._database_error:
+            if conn.broken or conn.closed:
+                raise
+            return False
+        return True

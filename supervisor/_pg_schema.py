@@ -1,0 +1,319 @@
+"""The PostgreSQL checkpoint store's schema: its tables, its save function, its migrations.
+
+Everything lives in one PostgreSQL schema (``sessionvisor`` unless the store
+is told otherwise), so one database can hold several independent stores:
+
+* ``checkpoints``: one row per checkpoint, as in the SQLite store (body,
+  message-log reference, ``body_check`` seal), plus ``epoch``: the session's
+  ownership epoch when it was written. "Newest" is ``(epoch, checkpoint_id)``
+  descending: a checkpoint of a later owner is newer than any of an earlier
+  one, whatever their clocks said.
+* ``message_chunks`` / ``message_logs``: each session's messages, stored once
+  in an append-only log (see ``_message_log``).
+* ``nodes``: the cluster's nodes (``node_id``, ``incarnation``, ``address``,
+  ``ttl``, ``heartbeat`` on the database clock; ``heartbeat`` NULL once drained).
+* ``sessions``: who owns each session (``owner_node``, ``owner_incarnation``),
+  its ``epoch`` (bumped by every claim) and its ``state`` (``active``,
+  ``hibernated``, ``stopped``: what a sweeper may resume eagerly).
+* ``meta``: ``schema_version``.
+
+``save_checkpoint`` (PL/pgSQL) writes one checkpoint in one round trip: it
+checks the fence (the session's owner and epoch, under a ``FOR SHARE`` lock
+that a claim must wait for), checks that the message log is still the one the
+client extends (else nothing is written and it says so: status 2), appends to
+the log or starts a new generation, upserts the checkpoint and prunes to
+``keep_last``. Status 1 means the fence refused it; nothing was written.
+
+Migrations: ``MIGRATIONS`` lists, per schema version, the statements that
+bring the previous version to it. ``migrate`` runs the missing ones in one
+transaction under a transaction-scoped advisory lock, so nodes starting
+together apply each exactly once; a schema newer than this code is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+from supervisor.errors import SupervisorError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema_name", "migrate", "qualify"]
+
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+_V1 = (
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    "CREATE TABLE {s}.meta (name text PRIMARY KEY, value text NOT NULL)",
+    """
+    CREATE TABLE {s}.checkpoints (
+        session_id text NOT NULL,
+        checkpoint_id text NOT NULL,
+        epoch bigint NOT NULL,
+        saved_at_us bigint NOT NULL,
+        label text,
+        size integer NOT NULL,
+        body bytea NOT NULL,
+        log_gen integer,
+        log_bytes integer,
+        log_count integer,
+        log_digest bytea,
+        body_check bytea NOT NULL,
+        PRIMARY KEY (session_id, checkpoint_id)
+    )
+    """,
+    "CREATE INDEX checkpoints_newest"
+    " ON {s}.checkpoints (session_id, epoch DESC, checkpoint_id DESC)",
+    """
+    CREATE TABLE {s}.message_chunks (
+        session_id text NOT NULL,
+        gen integer NOT NULL,
+        start integer NOT NULL,
+        data bytea NOT NULL,
+        PRIMARY KEY (session_id, gen, start)
+    )
+    """,
+    """
+    CREATE TABLE {s}.message_logs (
+        session_id text PRIMARY KEY,
+        gen integer NOT NULL,
+        length integer NOT NULL,
+        digest bytea NOT NULL,
+        chunks integer NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE {s}.nodes (
+        node_id text PRIMARY KEY,
+        incarnation bigint NOT NULL,
+        address text NOT NULL,
+        ttl interval NOT NULL,
+        heartbeat timestamptz,
+        started_at timestamptz NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE {s}.sessions (
+        session_id text PRIMARY KEY,
+        owner_node text,
+        owner_incarnation bigint,
+        epoch bigint NOT NULL,
+        state text NOT NULL CHECK (state IN ('active', 'hibernated', 'stopped')),
+        claimed_at timestamptz NOT NULL
+    )
+    """,
+    "CREATE INDEX sessions_owner ON {s}.sessions (owner_node, owner_incarnation)",
+    """
+    CREATE FUNCTION {s}.collect_logs(p_session text) RETURNS void
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM {s}.checkpoints k WHERE k.session_id = p_session) THEN
+            DELETE FROM {s}.message_chunks c WHERE c.session_id = p_session;
+            DELETE FROM {s}.message_logs l WHERE l.session_id = p_session;
+        ELSE
+            DELETE FROM {s}.message_chunks c
+             WHERE c.session_id = p_session
+               AND c.gen <> (SELECT l.gen FROM {s}.message_logs l WHERE l.session_id = p_session)
+               AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
+                                WHERE k.session_id = p_session AND k.log_gen = c.gen);
+        END IF;
+    END
+    $$
+    """,
+    """
+    CREATE FUNCTION {s}.save_checkpoint(
+        p_session text, p_checkpoint text,
+        p_node text, p_incarnation bigint, p_epoch bigint,
+        p_saved_at_us bigint, p_label text, p_size integer, p_body bytea, p_check bytea,
+        p_log_gen integer, p_log_bytes integer, p_log_count integer, p_log_digest bytea,
+        p_expect_gen integer, p_expect_length integer, p_expect_digest bytea,
+        p_append_at integer, p_append bytea, p_stored_digest bytea,
+        p_keep_last integer,
+        OUT out_status integer, OUT out_chunks integer, OUT out_epoch bigint)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        v_owner text;
+        v_log record;
+        v_pruned integer;
+    BEGIN
+        out_chunks := NULL;
+        IF p_node IS NOT NULL THEN
+            SELECT s.epoch INTO out_epoch FROM {s}.sessions s
+             WHERE s.session_id = p_session AND s.owner_node = p_node
+               AND s.owner_incarnation = p_incarnation AND s.epoch = p_epoch
+             FOR SHARE;
+            IF NOT FOUND THEN
+                out_status := 1;
+                RETURN;
+            END IF;
+        ELSE
+            SELECT s.epoch, s.owner_node INTO out_epoch, v_owner FROM {s}.sessions s
+             WHERE s.session_id = p_session
+             FOR SHARE;
+            IF v_owner IS NOT NULL THEN
+                out_status := 1;
+                RETURN;
+            END IF;
+            out_epoch := COALESCE(out_epoch, 0);
+        END IF;
+        IF p_log_gen IS NOT NULL THEN
+            SELECT l.gen, l.length, l.digest, l.chunks INTO v_log FROM {s}.message_logs l
+             WHERE l.session_id = p_session
+             FOR UPDATE;
+            IF p_expect_gen IS NULL THEN
+                IF FOUND THEN
+                    out_status := 2;
+                    RETURN;
+                END IF;
+            ELSIF NOT FOUND OR v_log.gen <> p_expect_gen OR v_log.length <> p_expect_length
+                  OR v_log.digest <> p_expect_digest THEN
+                out_status := 2;
+                RETURN;
+            END IF;
+            IF p_log_gen = p_expect_gen THEN
+                out_chunks := v_log.chunks;
+                IF p_append_at = 0 THEN  -- rewritten whole, as one chunk
+                    DELETE FROM {s}.message_chunks c
+                     WHERE c.session_id = p_session AND c.gen = p_log_gen;
+                    out_chunks := 0;
+                END IF;
+                IF length(p_append) > 0 THEN
+                    INSERT INTO {s}.message_chunks AS c
+                         VALUES (p_session, p_log_gen, p_append_at, p_append)
+                        ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                    out_chunks := out_chunks + 1;
+                END IF;
+                UPDATE {s}.message_logs l
+                   SET length = p_log_bytes, digest = p_stored_digest, chunks = out_chunks
+                 WHERE l.session_id = p_session;
+            ELSE  -- a new generation
+                out_chunks := CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END;
+                IF p_expect_gen IS NULL THEN  -- the session's first log: unless one came first
+                    INSERT INTO {s}.message_logs AS l
+                         VALUES (p_session, p_log_gen, p_log_bytes, p_stored_digest, out_chunks)
+                        ON CONFLICT (session_id) DO NOTHING;
+                    GET DIAGNOSTICS v_pruned = ROW_COUNT;
+                    IF v_pruned = 0 THEN
+                        out_status := 2;
+                        RETURN;
+                    END IF;
+                ELSE
+                    UPDATE {s}.message_logs l
+                       SET gen = p_log_gen, length = p_log_bytes, digest = p_stored_digest,
+                           chunks = out_chunks
+                     WHERE l.session_id = p_session;
+                END IF;
+                IF length(p_append) > 0 THEN
+                    INSERT INTO {s}.message_chunks AS c VALUES (p_session, p_log_gen, 0, p_append)
+                        ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                END IF;
+                DELETE FROM {s}.message_chunks c  -- generations no checkpoint uses any more
+                 WHERE c.session_id = p_session AND c.gen <> p_log_gen
+                   AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
+                                    WHERE k.session_id = p_session AND k.log_gen = c.gen);
+            END IF;
+        END IF;
+        INSERT INTO {s}.checkpoints AS k (session_id, checkpoint_id, epoch, saved_at_us, label,
+                size, body, log_gen, log_bytes, log_count, log_digest, body_check)
+             VALUES (p_session, p_checkpoint, out_epoch, p_saved_at_us, p_label, p_size, p_body,
+                p_log_gen, p_log_bytes, p_log_count, p_log_digest, p_check)
+            ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET epoch = EXCLUDED.epoch,
+                saved_at_us = EXCLUDED.saved_at_us, label = EXCLUDED.label,
+                size = EXCLUDED.size, body = EXCLUDED.body, log_gen = EXCLUDED.log_gen,
+                log_bytes = EXCLUDED.log_bytes, log_count = EXCLUDED.log_count,
+                log_digest = EXCLUDED.log_digest, body_check = EXCLUDED.body_check;
+        IF p_keep_last IS NOT NULL THEN
+            DELETE FROM {s}.checkpoints k
+             WHERE k.session_id = p_session AND k.checkpoint_id IN (
+                   SELECT o.checkpoint_id FROM {s}.checkpoints o WHERE o.session_id = p_session
+                    ORDER BY o.epoch DESC, o.checkpoint_id DESC OFFSET p_keep_last);
+            GET DIAGNOSTICS v_pruned = ROW_COUNT;
+            IF v_pruned > 0 THEN
+                PERFORM {s}.collect_logs(p_session);
+            END IF;
+        END IF;
+        out_status := 0;
+    END
+    $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+"""Per schema version, in order, the statements that bring the version before it to it
+(``{s}`` is the quoted schema name)."""
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def check_schema_name(name: object) -> str:
+    """Validate the PostgreSQL schema a store lives in.
+
+    Raises:
+        ValueError: not a lowercase identifier of at most 63 characters.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"schema must be a lowercase SQL identifier (letters, digits, '_'; at most 63), "
+            f"got {name!r}"
+        )
+    return name
+
+
+def qualify(text: str, schema: str) -> bytes:
+    """``text`` with ``{s}`` replaced by the quoted ``schema`` (checked by
+    ``check_schema_name``, so it holds no quote), as the bytes psycopg sends."""
+    return text.replace("{s}", f'"{schema}"').encode()
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory lock key of a schema's migrations (a signed 64-bit int)."""
+    raw = hashlib.blake2b(f"sessionvisor.schema:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def migrate(
+    conn: psycopg.Connection[tuple[object, ...]],
+    schema: str,
+    migrations: tuple[tuple[int, tuple[str, ...]], ...] = MIGRATIONS,
+) -> int:
+    """Bring ``schema`` to the newest version of ``migrations``; returns the version found.
+
+    Runs in one transaction holding ``pg_advisory_xact_lock`` for the schema,
+    so concurrent callers apply each step exactly once (the others wait, then
+    find it done). ``conn`` must be in autocommit mode.
+
+    Raises:
+        SupervisorError: the schema is newer than ``migrations`` know.
+    """
+    newest = migrations[-1][0]
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+        found = 0
+        row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".meta',)).fetchone()
+        if row is not None and row[0] is not None:
+            value = conn.execute(
+                qualify("SELECT value FROM {s}.meta WHERE name = 'schema_version'", schema)
+            ).fetchone()
+            found = int(str(value[0])) if value is not None else 0
+        if found > newest:
+            raise SupervisorError(
+                f"PostgreSQL schema {schema!r} has checkpoint schema version {found}, newer "
+                f"than the supported {newest}; upgrade sessionvisor to use it"
+            )
+        for version, statements in migrations:
+            if version <= found:
+                continue
+            for statement in statements:
+                conn.execute(qualify(statement, schema))
+        if found < newest:
+            conn.execute(
+                qualify(
+                    "INSERT INTO {s}.meta VALUES ('schema_version', %s)"
+                    " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                    schema,
+                ),
+                (str(newest),),
+            )
+    return found

@@ -1,0 +1,105 @@
+"""``NodeConfig``: how a host takes part in a cluster, validated once."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from actors import AgentTemplate
+
+__all__ = ["NodeConfig", "TemplateChoice"]
+
+TemplateChoice = AgentTemplate | Callable[[str], AgentTemplate]
+"""One template for every session, or a function of the session id returning one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConfig:
+    """One node of a cluster of hosts sharing a ``PostgresCheckpointStore``. Immutable, so
+    thread-safe (``template`` and ``clock`` are called from the node's threads).
+
+    Attributes:
+        node_id: The node's name, unique among live nodes (a restarted node may
+            reuse it: it becomes a new incarnation, and its old incarnation's
+            sessions are claimed at once).
+        address: Where clients reach this node (its gateway's URL); reported by
+            ``SessionOwnedElsewhere`` to callers on other nodes.
+        ttl: Seconds without a heartbeat after which the node counts as dead and
+            its sessions may be claimed by other nodes. The heartbeat (one UPDATE)
+            runs every ``ttl / 3``.
+        margin: The node stops accepting turns (fences itself) when it has not
+            renewed its heartbeat for ``ttl - margin`` seconds on its own monotonic
+            clock, before any other node may claim its sessions. Default ``ttl / 4``.
+        template: What sessions this node takes over run on: orphans of dead nodes
+            (its sweeper resumes them) and sessions asked for here that no live node
+            owns. ``None``: this node takes over nothing by itself.
+        sweep_interval: Seconds between two sweeps for orphaned sessions (default
+            ``ttl / 4``); the sweep claims them in batches of ``sweep_batch``.
+        clock: Monotonic seconds for the self-fence (injectable for tests).
+    """
+
+    node_id: str
+    address: str = ""
+    ttl: float = 10.0
+    margin: float | None = None
+    template: TemplateChoice | None = field(default=None, repr=False)
+    sweep_interval: float | None = None
+    sweep_batch: int = 100
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node_id, str) or not self.node_id:
+            raise ValueError(f"node_id must be a non-empty str, got {self.node_id!r}")
+        if not isinstance(self.address, str):
+            raise TypeError(f"address must be a str, got {type(self.address).__name__}")
+        if not _positive(self.ttl):
+            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl!r}")
+        if self.margin is not None and not (_positive(self.margin) and self.margin < self.ttl):
+            raise ValueError(f"margin must be > 0 and < ttl ({self.ttl}), got {self.margin!r}")
+        if self.sweep_interval is not None and not _positive(self.sweep_interval):
+            raise ValueError(f"sweep_interval must be > 0 seconds, got {self.sweep_interval!r}")
+        batch = self.sweep_batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"sweep_batch must be an int >= 1, got {batch!r}")
+        template = self.template
+        if template is not None and not (isinstance(template, AgentTemplate) or callable(template)):
+            raise TypeError(
+                "template must be an AgentTemplate or a function of the session id, got "
+                f"{type(template).__name__}"
+            )
+
+    @property
+    def fence_after(self) -> float:
+        """Seconds without a renewal after which the node fences itself."""
+        return self.ttl - (self.ttl / 4 if self.margin is None else self.margin)
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between two heartbeats."""
+        return self.ttl / 3
+
+    @property
+    def sweep_every(self) -> float:
+        """Seconds between two sweeps."""
+        return self.ttl / 4 if self.sweep_interval is None else self.sweep_interval
+
+    def template_for(self, session_id: str) -> AgentTemplate | None:
+        """The template a session taken over here runs on, or ``None``."""
+        template = self.template
+        if template is None or isinstance(template, AgentTemplate):
+            return template
+        return template(session_id)
+
+
+def _positive(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+NodeConfig.__module__ = "supervisor.cluster"

@@ -1,0 +1,367 @@
+"""``ClusterNode``: one host's membership of a cluster: its leases, heartbeat and fence.
+
+The data flow, all rules decided in PostgreSQL (``_leases``)::
+
+    host ── claim(sid) ──────────▶ sessions: owner = me, epoch += 1 ─▶ leases[sid] = epoch
+    host ── save(snapshot) ──────▶ save_checkpoint(..., fence = me, epoch) ─▶ OwnershipLost?
+    heartbeat thread, every ttl/3 ─▶ nodes: heartbeat = now()   (on the database clock)
+    sweeper thread, every sweep ──▶ claim orphans (FOR UPDATE SKIP LOCKED) ─▶ adopt(sid)
+    shutdown ── drain() ─────────▶ sessions: owner = NULL; nodes: heartbeat = NULL
+
+Self-fencing: the node counts, on its own monotonic clock, from the moment it
+*sent* its last successful heartbeat; past ``fence_after`` (TTL minus the
+margin) it refuses turns and claims (``NodeFenced``), which is before any
+other node can see its heartbeat as older than the TTL. A heartbeat that
+succeeds after a fence first checks every lease against the database and
+hands the sessions claimed elsewhere meanwhile to ``lose``, then lifts the
+fence. Saves need no fence check of their own: the database refuses a save
+whose epoch is stale, whatever the node believes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from actors import AgentTemplate, Snapshot
+from supervisor.cluster._config import NodeConfig
+from supervisor.cluster._leases import LeaseTable
+from supervisor.errors import (
+    NodeFenced,
+    NodeIdInUse,
+    OwnershipLost,
+    SessionOwnedElsewhere,
+    StoreUnreachable,
+)
+from supervisor.postgres_store import Fence, PostgresCheckpointStore
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["ClusterNode"]
+
+logger = logging.getLogger("supervisor.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class _Lease:
+    epoch: int
+    claimed_at: float  # the node's clock when the claim was sent
+
+
+class ClusterNode:
+    """A host's node in a cluster sharing one ``PostgresCheckpointStore``. Thread-safe.
+
+    Built by ``AgentHost(node=NodeConfig(...))`` (reach it as ``host.node``); it
+    registers at once. ``start`` begins the heartbeat and sweeper threads;
+    ``drain`` releases every session and stops them. Without ``start`` (tests)
+    call ``renew`` and ``sweep`` yourself.
+
+    Raises:
+        NodeIdInUse: another live process is registered under ``config.node_id``.
+        StoreUnreachable: the database cannot be reached.
+    """
+
+    def __init__(self, store: PostgresCheckpointStore, config: NodeConfig) -> None:
+        self.store = store
+        self.config = config
+        self._table = LeaseTable(store)
+        self._clock = config.clock
+        self._lock = threading.Lock()
+        self._leases: dict[str, _Lease] = {}
+        self._stopping = threading.Event()
+        self._wake = threading.Event()  # the housekeeping thread has sessions to lose
+        self._to_lose: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self._heartbeat_conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._adopt: Callable[[str], object] | None = None
+        self._lose: Callable[[str], None] | None = None
+        self._gone: str | None = None  # why the node will never serve again
+        sent = self._clock()
+        registered = self._table.register(config.node_id, config.address, config.ttl)
+        if not isinstance(registered, int):
+            raise NodeIdInUse(config.node_id, *registered)
+        self.incarnation = registered
+        self._deadline = sent + config.fence_after
+
+    def __repr__(self) -> str:
+        return f"<ClusterNode {self.node_id!r} incarnation {self.incarnation}>"
+
+    @property
+    def node_id(self) -> str:
+        """The node's id."""
+        return self.config.node_id
+
+    # -- the fence -------------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> str | None:
+        """Why the node accepts no turns now, or ``None`` when it does."""
+        if self._gone is not None:
+            return self._gone
+        late = self._clock() - self._deadline
+        if late > 0:
+            return f"its lease was last renewed {late + self.config.fence_after:.2f} s ago"
+        return None
+
+    def check_serving(self) -> None:
+        """Raise ``NodeFenced`` when the node must not run turns (see the module docstring)."""
+        reason = self.fenced
+        if reason is not None:
+            raise NodeFenced(self.node_id, reason)
+
+    def renew(self) -> bool:
+        """One heartbeat: True if the lease was renewed. After a fence, the leases are
+        checked against the database before the fence is lifted (see the module docstring).
+        Called by the heartbeat thread; callable directly when the node was not started."""
+        if self._gone is not None:
+            return False
+        sent = self._clock()
+        try:
+            conn = self._heartbeat_conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._heartbeat_conn = self.store.connect()
+            renewed = self._table.renew(conn, self.node_id, self.incarnation)
+        except Exception as exc:  # the database is unreachable: the fence will follow
+            logger.warning("node %r: heartbeat failed: %s", self.node_id, exc)
+            self._close_heartbeat_connection()
+            return False
+        if not renewed:
+            self._gone = "another process registered under its node id, or it was drained"
+            logger.error("node %r: %s; it stops serving", self.node_id, self._gone)
+            for session_id in self.leases():
+                self._lost(session_id)
+            return False
+        if self._clock() > self._deadline:  # it was fenced: some sessions may have moved
+            try:
+                self._check_leases(sent)
+            except StoreUnreachable as exc:
+                logger.warning("node %r: cannot check its leases: %s", self.node_id, exc)
+                return False
+        with self._lock:
+            self._deadline = max(self._deadline, sent + self.config.fence_after)
+        return True
+
+    def _check_leases(self, before: float) -> None:
+        """Drop the leases (claimed before ``before``) the database no longer gives us."""
+        owned = self._table.owned(self.node_id, self.incarnation)
+        with self._lock:
+            lost = [
+                sid
+                for sid, lease in self._leases.items()
+                if lease.claimed_at < before and owned.get(sid) != lease.epoch
+            ]
+        for session_id in lost:
+            logger.warning(
+                "node %r: session %r was claimed by another node while this one was fenced",
+                self.node_id,
+                session_id,
+            )
+            self._lost(session_id)
+
+    def _lost(self, session_id: str) -> None:
+        """Drop the lease now; the housekeeping thread stops the session (which may wait for
+        a turn in progress: never on the heartbeat's thread)."""
+        with self._lock:
+            self._leases.pop(session_id, None)
+            if self._lose is not None:
+                self._to_lose.append(session_id)
+        self._wake.set()
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def leases(self) -> dict[str, int]:
+        """The sessions this node holds a lease on, with their epochs (a copy)."""
+        with self._lock:
+            return {sid: lease.epoch for sid, lease in self._leases.items()}
+
+    def epoch(self, session_id: str) -> int | None:
+        """The epoch of this node's lease on the session, or ``None``."""
+        with self._lock:
+            lease = self._leases.get(session_id)
+        return None if lease is None else lease.epoch
+
+    def claim(self, session_id: str) -> int:
+        """Own the session (claimed in the database, or confirmed if already ours); its epoch.
+
+        Raises:
+            NodeFenced: the node is fenced (it claims nothing then).
+            SessionOwnedElsewhere: a live other node owns it.
+        """
+        self.check_serving()
+        sent = self._clock()
+        try:
+            epoch = self._table.claim(session_id, self.node_id, self.incarnation)
+        except SessionOwnedElsewhere:
+            with self._lock:
+                self._leases.pop(session_id, None)
+            raise
+        with self._lock:
+            self._leases[session_id] = _Lease(epoch, sent)
+        return epoch
+
+    def save(self, snapshot: Snapshot) -> None:
+        """Save through the store, fenced by this node's lease on the session.
+
+        Raises:
+            OwnershipLost: no lease here, or the database refused it (the lease is dropped).
+        """
+        sid = snapshot.session_id
+        epoch = self.epoch(sid)
+        if epoch is None:
+            raise OwnershipLost(sid, self.node_id, 0, "this node holds no lease on it")
+        try:
+            self.store.save(snapshot, fence=Fence(self.node_id, self.incarnation, epoch))
+        except OwnershipLost:
+            with self._lock:
+                lease = self._leases.get(sid)
+                if lease is not None and lease.epoch == epoch:
+                    del self._leases[sid]
+            raise
+
+    def hibernated(self, session_id: str, hibernated: bool) -> None:
+        """Record the session's state, so a sweeper resumes only active sessions eagerly."""
+        epoch = self.epoch(session_id)
+        if epoch is not None:
+            state = "hibernated" if hibernated else "active"
+            self._table.set_state(session_id, self.node_id, self.incarnation, epoch, state)
+
+    def release(self, session_id: str, *, stopped: bool) -> None:
+        """Drop the lease and, if the database still gives it to us, release the session
+        (``stopped``: marked so that no sweeper resumes it). Best effort: a release that
+        cannot reach the database leaves the session to be claimed after the TTL."""
+        with self._lock:
+            lease = self._leases.pop(session_id, None)
+        if lease is None:
+            return
+        try:
+            self._table.release(
+                session_id,
+                self.node_id,
+                self.incarnation,
+                lease.epoch,
+                "stopped" if stopped else None,
+            )
+        except StoreUnreachable as exc:
+            logger.warning("node %r: could not release %r: %s", self.node_id, session_id, exc)
+
+    def locate(self, session_id: str) -> AgentTemplate | None:
+        """For a session this host does not run: the template to take it over on here, or
+        ``None`` (no template configured, or it was stopped).
+
+        Raises:
+            SessionOwnedElsewhere: a live other node owns it.
+        """
+        owner = self._table.owner(session_id)
+        if owner is not None and owner.node_id is not None:
+            mine = (owner.node_id, owner.incarnation) == (self.node_id, self.incarnation)
+            if owner.live and not mine:
+                raise SessionOwnedElsewhere(session_id, owner.node_id, owner.address)
+        if owner is not None and owner.state == "stopped":
+            return None
+        return self.config.template_for(session_id)
+
+    # -- background work -------------------------------------------------------------------
+
+    def start(self, adopt: Callable[[str], object], lose: Callable[[str], None]) -> None:
+        """Start the heartbeat thread and the housekeeping thread, which stops the sessions
+        found claimed elsewhere (``lose(session_id)``) and, when the config has a template,
+        sweeps for orphans and resumes them (``adopt(session_id)``). Both callbacks run on
+        the housekeeping thread."""
+        self._adopt = adopt
+        self._lose = lose
+        self._threads = [
+            threading.Thread(target=self._beat, name=f"sv-heartbeat-{self.node_id}", daemon=True),
+            threading.Thread(
+                target=self._housekeep, name=f"sv-sweeper-{self.node_id}", daemon=True
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _beat(self) -> None:
+        while not self._stopping.wait(self.config.heartbeat_interval):
+            self.renew()
+
+    def _housekeep(self) -> None:
+        while True:
+            self._wake.wait(self.config.sweep_every)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                doomed, self._to_lose = self._to_lose, []
+            for session_id in doomed:
+                try:
+                    assert self._lose is not None
+                    self._lose(session_id)
+                except Exception:
+                    logger.exception(
+                        "node %r: stopping lost session %r failed", self.node_id, session_id
+                    )
+            if self.config.template is not None:
+                try:
+                    self.sweep()
+                except Exception:
+                    logger.exception("node %r: sweep for orphaned sessions failed", self.node_id)
+
+    def sweep(self) -> list[str]:
+        """Claim the active sessions of dead nodes, a batch at a time, and adopt them;
+        returns their ids. Does nothing while the node is fenced."""
+        adopted: list[str] = []
+        batch = self.config.sweep_batch
+        while self.fenced is None and not self._stopping.is_set():
+            sent = self._clock()
+            claimed = self._table.claim_orphans(self.node_id, self.incarnation, batch)
+            with self._lock:
+                for session_id, epoch in claimed:
+                    self._leases[session_id] = _Lease(epoch, sent)
+            for session_id, _ in claimed:
+                if self._adopt is not None:
+                    try:
+                        if self._adopt(session_id) is None:
+                            continue  # nothing to take over (no checkpoint): released
+                    except Exception:
+                        logger.exception(
+                            "node %r: could not resume orphaned session %r; it stays owned "
+                            "here and is resumed on its next request",
+                            self.node_id,
+                            session_id,
+                        )
+                        continue
+                adopted.append(session_id)
+            if len(claimed) < batch:
+                break
+        return adopted
+
+    def drain(self) -> None:
+        """Release every session (their state kept, so sweepers resume the active ones at
+        once), mark the node gone, and stop the threads. Idempotent."""
+        self._stopping.set()
+        self._wake.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        if self._gone is None:
+            self._gone = "it was drained"
+            try:
+                released = self._table.drain(self.node_id, self.incarnation)
+                logger.info("node %r drained: released %d sessions", self.node_id, released)
+            except (StoreUnreachable, ValueError) as exc:
+                logger.warning(
+                    "node %r: drain failed (its TTL will free them): %s", self.node_id, exc
+                )
+        with self._lock:
+            self._leases.clear()
+        self._close_heartbeat_connection()
+
+    def _close_heartbeat_connection(self) -> None:
+        conn, self._heartbeat_conn = self._heartbeat_conn, None
+        if conn is not None:
+            conn.close()
+
+
+ClusterNode.__module__ = "supervisor.cluster"

@@ -1,0 +1,565 @@
+"""``PostgresCheckpointStore``: checkpoints in PostgreSQL, shared by the nodes of a cluster.
+
+Needs the ``postgres`` extra (psycopg 3 and psycopg-pool), imported when a
+store is opened, so ``import supervisor`` works without them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
+from supervisor._message_log import SplitSnapshot, assemble, join, seal, split, verify
+from supervisor._pg_group_commit import PoolCommit
+from supervisor._pg_logs import (
+    CachedLog,
+    LogCache,
+    LogPlan,
+    extend_cached,
+    new_log,
+    plan_for_row,
+)
+from supervisor._pg_schema import check_schema_name, migrate, qualify
+from supervisor.checkpoint_store import (
+    DEFAULT_KEEP_LAST,
+    CheckpointInfo,
+    ClosingContext,
+    check_keep_last,
+)
+from supervisor.errors import (
+    CheckpointNotFound,
+    OwnershipLost,
+    SnapshotTooLarge,
+    StoreUnreachable,
+    SupervisorError,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["Fence", "PostgresCheckpointStore"]
+
+T = TypeVar("T")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LOG_CACHE_BYTES = 64 * 1024 * 1024
+_SAVE_ATTEMPTS = 8  # times a save re-reads a message log that changed under it
+_NO_LOG = (None, None, None, None)
+_NONE_LOG = (None, None, None, None, None, None)
+"""The expectation and append columns of a save without a message log."""
+# SQLSTATEs of a connection that is gone: class 08, and the server shutting it down.
+_CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+
+_SAVE = (
+    "SELECT out_status, out_chunks, out_epoch FROM {s}.save_checkpoint("
+    "%s::text, %s::text, %s::text, %s::bigint, %s::bigint, %s::bigint, %s::text, %s::integer,"
+    " %b::bytea, %b::bytea, %s::integer, %s::integer, %s::integer, %b::bytea,"
+    " %s::integer, %s::integer, %b::bytea, %s::integer, %b::bytea, %b::bytea, %s::integer)"
+)
+_LOG_ROW = (
+    "SELECT gen, length, digest, chunks FROM {s}.message_logs WHERE session_id = %s FOR UPDATE"
+)
+_LOAD = (
+    "SELECT c.checkpoint_id, c.body, c.log_gen, c.log_bytes, c.log_count, c.log_digest,"
+    " c.body_check, m.starts, m.datas"
+    " FROM (SELECT * FROM {s}.checkpoints WHERE session_id = %s{where}"
+    " ORDER BY epoch DESC, checkpoint_id DESC LIMIT 1) c"
+    " LEFT JOIN LATERAL (SELECT array_agg(start ORDER BY start) AS starts,"
+    " array_agg(data ORDER BY start) AS datas FROM {s}.message_chunks"
+    " WHERE session_id = c.session_id AND gen = c.log_gen AND start < c.log_bytes) m ON true"
+)
+_LIST = (
+    "SELECT checkpoint_id, saved_at_us, label, size FROM {s}.checkpoints"
+    " WHERE session_id = %s ORDER BY epoch DESC, checkpoint_id DESC"
+)
+_SESSIONS = "SELECT DISTINCT session_id FROM {s}.checkpoints ORDER BY session_id"
+_DELETE_ALL = "DELETE FROM {s}.checkpoints WHERE session_id = %s"
+_DELETE_ONE = "DELETE FROM {s}.checkpoints WHERE session_id = %s AND checkpoint_id = %s"
+_PRUNE = (
+    "DELETE FROM {s}.checkpoints WHERE session_id = %s AND checkpoint_id IN"
+    " (SELECT checkpoint_id FROM {s}.checkpoints WHERE session_id = %s"
+    " ORDER BY epoch DESC, checkpoint_id DESC OFFSET %s)"
+)
+_COLLECT = "SELECT {s}.collect_logs(%s)"
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The ownership a save must still hold: saved only if the session's row says this
+    node (this incarnation of it) owns it at this epoch. Immutable, thread-safe.
+
+    Attributes:
+        node_id: The owning node.
+        incarnation: Which registration of that node id (a restarted node is a new one).
+        epoch: The session's epoch, as the node's claim returned it.
+    """
+
+    node_id: str
+    incarnation: int
+    epoch: int
+
+
+def _micros(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _driver() -> tuple[Any, Any]:
+    """``(psycopg, psycopg_pool)``, imported on first use.
+
+    Raises:
+        ImportError: the ``postgres`` extra is not installed (the message says how).
+    """
+    try:
+        import psycopg  # noqa: PLC0415 (an optional dependency, loaded when a store opens)
+        import psycopg_pool  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(
+            f"PostgresCheckpointStore needs psycopg 3 and psycopg-pool ({exc}); install them "
+            "with pip install 'sessionvisor[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+class PostgresCheckpointStore(ClosingContext):
+    """A ``CheckpointStore`` in a PostgreSQL database, shared by processes and machines.
+
+    Durability: a ``save`` that returned is committed (with the server's
+    default ``synchronous_commit = on``, flushed to its WAL).
+
+    Storage grows linearly with a conversation, as in the SQLite store: a
+    session's messages are stored once, in an append-only log (chunks merged
+    after 32 appends), and each checkpoint stores its snapshot without the
+    messages plus "the first N bytes of the log" and their SHA-256; each row
+    is sealed with a BLAKE2b checksum verified on ``load`` (a damaged row
+    raises ``SnapshotDecodeError`` naming it). ``keep_last`` (default 100)
+    bounds the checkpoints kept per session.
+
+    Speed: a save is one round trip (a PL/pgSQL function does the fence check,
+    the log append, the upsert and the pruning). The instance remembers the
+    log it last wrote per session (64 MiB in all) so that a save sends only
+    the new messages; the function checks that the log is still that one, and
+    a save finding it changed (written by another instance) reads it first.
+    Saves that arrive together share one transaction (group commit:
+    ``_pg_group_commit``); ``commits`` counts the transactions.
+
+    Ownership: the same database holds the cluster's ``nodes`` and
+    ``sessions`` tables (see ``supervisor.cluster``). A save with a ``fence``
+    is stored only if the session's row still names that node, incarnation
+    and epoch, checked in the same statement under a row lock that claims
+    wait for; else ``OwnershipLost`` and nothing is stored. A save without a
+    fence (a host that is not a node, a tool) is refused in the same way for
+    a session a node owns. "Newest" is ordered by ``(epoch, checkpoint_id)``:
+    a checkpoint of a later owner is newer than any of an earlier one, so a
+    stale owner's fast clock cannot make its checkpoint the latest. Within
+    one epoch there is one writer, whose checkpoint ids increase.
+    ``delete`` and ``prune`` are not fenced (they are administration).
+
+    Not supported here (unlike the SQLite store): encryption at rest.
+
+    Failures: a server that cannot be reached, or a connection that breaks
+    during an operation, raises ``StoreUnreachable`` after one retry on a
+    fresh connection; a save that raised it may or may not be stored, and
+    saving the same snapshot again is safe (idempotent). Store connections
+    run with ``idle_in_transaction_session_timeout`` and ``lock_timeout`` of
+    ``transaction_timeout`` seconds, so a frozen process cannot hold a
+    session's row (and so its failover) longer than that.
+
+    Thread-safe: a pool of connections (up to ``pool_size``) is shared by all
+    threads; encoding and decoding run outside it. Do not share one instance
+    across ``fork``. The schema is created, or migrated, when the store opens
+    (under an advisory lock, so nodes starting together are safe).
+
+    Args:
+        conninfo: A libpq connection string or URI (``postgresql://user@host/db``);
+            empty: libpq's defaults and ``PG*`` environment variables.
+        schema: The PostgreSQL schema holding the store's tables (created if missing).
+        max_snapshot_bytes: Refuse (``SnapshotTooLarge``, nothing stored) snapshots
+            whose ``serialize()`` size is larger; ``None``: no limit.
+        keep_last: After each save keep the session's newest ``keep_last``
+            checkpoints; ``None`` keeps all.
+        migrations: Upgrades checkpoints of older snapshot schema versions on ``load``.
+        pool_size: Most connections open at once (and group-commit batches in flight).
+        connect_timeout: Seconds to wait for a connection.
+        transaction_timeout: See "Failures" above.
+
+    Raises:
+        StoreUnreachable: no connection could be made.
+        SupervisorError: the schema is newer than this code supports.
+        ImportError: psycopg or psycopg-pool is not installed.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        schema: str = "sessionvisor",
+        max_snapshot_bytes: int | None = None,
+        keep_last: int | None = DEFAULT_KEEP_LAST,
+        migrations: MigrationRegistry | None = None,
+        pool_size: int = 8,
+        connect_timeout: float = 10.0,
+        transaction_timeout: float = 5.0,
+    ) -> None:
+        if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
+            raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        for name, value in (
+            ("connect_timeout", connect_timeout),
+            ("transaction_timeout", transaction_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        driver, pool_driver = _driver()
+        self._psycopg = driver
+        self.schema = check_schema_name(schema)
+        self.max_snapshot_bytes = max_snapshot_bytes
+        self.keep_last = check_keep_last(keep_last, allow_none=True)
+        self._migrations = migrations
+        self._logs = LogCache(_LOG_CACHE_BYTES)
+        timeout_ms = max(1, int(transaction_timeout * 1000))
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout)),
+            "application_name": "sessionvisor",
+            "options": (
+                f"-c idle_in_transaction_session_timeout={timeout_ms} -c lock_timeout={timeout_ms}"
+            ),
+        }
+        self.conninfo = conninfo
+        self.where = _describe(driver, conninfo)
+        self._closed = False
+        try:
+            with self.connect() as conn:
+                self.where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+                migrate(conn, self.schema)
+        except driver.OperationalError as exc:
+            raise StoreUnreachable(self.where, "opening the store", exc) from exc
+        self._pool: psycopg_pool.ConnectionPool[Any] = pool_driver.ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=self._connect_kwargs,
+            open=False,
+            name=f"sessionvisor-{self.schema}",
+            timeout=connect_timeout,
+        )
+        self._pool.open()
+        self._commits = PoolCommit(pool_size, self._borrow, driver.Error)
+        q = functools.partial(qualify, schema=self.schema)
+        self._q_save = q(_SAVE)
+        self._q_log_row = q(_LOG_ROW)
+        self._q_latest = q(_LOAD.replace("{where}", ""))
+        self._q_one = q(_LOAD.replace("{where}", " AND checkpoint_id = %s"))
+        self._q_list = q(_LIST)
+        self._q_sessions = q(_SESSIONS)
+        self._q_delete_all = q(_DELETE_ALL)
+        self._q_delete_one = q(_DELETE_ONE)
+        self._q_prune = q(_PRUNE)
+        self._q_collect = q(_COLLECT)
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointStore({self.where!r}, schema={self.schema!r})"
+
+    @property
+    def commits(self) -> int:
+        """Transactions this instance's saves committed (saves divided by commits is the
+        batching group commit achieved). Thread-safe."""
+        return self._commits.commits
+
+    # --- connections ----------------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """A new connection of its own (autocommit, the store's timeouts), outside the pool:
+        for a node's heartbeat, which must not wait behind saves. The caller closes it.
+
+        Raises:
+            psycopg.OperationalError: it cannot be made.
+        """
+        conn: psycopg.Connection[tuple[Any, ...]] = self._psycopg.connect(
+            self.conninfo, **self._connect_kwargs
+        )
+        return conn
+
+    @contextmanager
+    def _borrow(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+        with self._pool.connection() as conn:
+            yield conn
+
+    def run(self, action: str, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
+        """Run ``work`` on a pooled autocommit connection; once more on a fresh one if the
+        connection broke (``work`` must be idempotent). For the cluster layer's statements.
+
+        Raises:
+            StoreUnreachable: the connection broke twice, or none could be had.
+            ValueError: the store is closed.
+        """
+        return self._retrying(action, lambda: self._once(work))
+
+    def _once(self, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
+        with self._borrow() as conn:
+            return work(conn)
+
+    def _retrying(self, action: str, attempt: Callable[[], T]) -> T:
+        psycopg = self._psycopg
+        for tries in (1, 2):
+            try:
+                return attempt()
+            except psycopg.OperationalError as exc:
+                if self._closed:
+                    raise ValueError(f"{self!r} is closed") from exc
+                state = exc.sqlstate or ""
+                lost = not state or state.startswith(_CONNECTION_LOST)
+                if not lost:
+                    raise
+                self._pool.check()  # replace the pool's other broken connections now
+                if tries == 2:
+                    raise StoreUnreachable(self.where, action, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- save -----------------------------------------------------------------------------
+
+    def save(self, snapshot: Snapshot, *, fence: Fence | None = None) -> CheckpointInfo:
+        """Store ``snapshot``; committed when it returns (see ``CheckpointStore.save``).
+
+        Args:
+            fence: Store it only if the session is still owned as this says (a
+                node's host passes its lease); ``None``: only if no node owns it.
+
+        Raises:
+            OwnershipLost: the fence (or, without one, a node's ownership) refused it;
+                nothing was stored.
+            StoreUnreachable: the connection failed twice; whether it was stored is
+                unknown, and saving it again is safe.
+            SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
+        """
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
+        if fence is not None and not isinstance(fence, Fence):
+            raise TypeError(f"fence must be a Fence or None, got {type(fence).__name__}")
+        sid = snapshot.session_id
+        cached = self._logs.get(sid)
+        # Large states stay in the body: this store has no shared state parts (yet).
+        cut = split(snapshot, None if cached is None else cached.known, parts=False)
+        if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
+            raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        write = functools.partial(self._write, snapshot, cut, cached, fence)
+        try:
+            entry = self._retrying("a save", lambda: self._commits.run(write))
+        except BaseException:
+            self._logs.drop(sid)
+            raise
+        if entry is not None:
+            self._logs.put(sid, entry)
+        return CheckpointInfo(
+            sid, snapshot.checkpoint_id, snapshot.saved_at, snapshot.label, cut.size
+        )
+
+    def _write(
+        self,
+        snapshot: Snapshot,
+        cut: SplitSnapshot,
+        cached: CachedLog | None,
+        fence: Fence | None,
+        conn: psycopg.Connection[tuple[Any, ...]],
+    ) -> CachedLog | None:
+        """One save's statement(s), on ``conn`` (in its batch's transaction, or alone)."""
+        sid = snapshot.session_id
+        head = (
+            sid,
+            snapshot.checkpoint_id,
+            None if fence is None else fence.node_id,
+            None if fence is None else fence.incarnation,
+            None if fence is None else fence.epoch,
+            _micros(snapshot.saved_at),
+            snapshot.label,
+            cut.size,
+        )
+        messages = cut.messages
+        if messages is None:
+            check = seal(cut.body, _NO_LOG)
+            row = self._call(conn, (*head, cut.body, check, *_NO_LOG, *_NONE_LOG, self.keep_last))
+            self._check_fence(row, sid, fence)
+            return None
+        plan = extend_cached(cut, cached) if cached is not None else new_log(cut, None)
+        if plan is not None:
+            written = self._write_log(conn, head, cut, plan, fence)
+            if written is not None:
+                return written
+        for _ in range(_SAVE_ATTEMPTS):  # the log is not the one expected: read it, lock it
+            with conn.transaction():
+                plan = self._plan_from_row(conn, sid, cut)
+                written = self._write_log(conn, head, cut, plan, fence)
+            if written is not None:
+                return written
+        raise SupervisorError(
+            f"the message log of session {sid!r} changed {_SAVE_ATTEMPTS} times while a save "
+            "was being written: another process writes the session at the same time; a "
+            "session must have one writer (run its hosts as nodes of a cluster)"
+        )
+
+    def _write_log(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        head: tuple[Any, ...],
+        cut: SplitSnapshot,
+        plan: LogPlan,
+        fence: Fence | None,
+    ) -> CachedLog | None:
+        """Call the save function for a checkpoint with messages written as ``plan`` says;
+        what to remember of the log, or ``None`` when the log was not the one expected."""
+        messages = cut.messages
+        assert messages is not None
+        ref = (plan.gen, messages.length, cut.count, plan.digest)
+        expect = plan.expect or (None, None, None)
+        check = seal(cut.body, ref)
+        params = (*head, cut.body, check, *ref, *expect, plan.append_at, plan.append)
+        row = self._call(conn, (*params, plan.digest, self.keep_last))
+        self._check_fence(row, head[0], fence)
+        if row[0] != 0:
+            return None
+        known = messages.known()  # split's bytes (immutable, no copy) or their lineage
+        return CachedLog(plan.gen, messages.length, plan.digest, row[1], known, plan.hasher)
+
+    def _call(
+        self, conn: psycopg.Connection[tuple[Any, ...]], params: tuple[Any, ...]
+    ) -> tuple[int, int, int]:
+        row = conn.execute(self._q_save, params).fetchone()
+        assert row is not None
+        status, chunks, epoch = row
+        return status, chunks, epoch
+
+    @staticmethod
+    def _check_fence(row: tuple[int, int, int], sid: str, fence: Fence | None) -> None:
+        if row[0] != 1:
+            return
+        if fence is None:
+            raise OwnershipLost(
+                sid,
+                None,
+                0,
+                "a node of the cluster owns it, and a store used without a node's fence may "
+                "not save it; save through that node's host",
+            )
+        raise OwnershipLost(
+            sid,
+            fence.node_id,
+            fence.epoch,
+            "the database names another owner or a newer epoch (another node claimed it, "
+            "or it was released)",
+        )
+
+    def _plan_from_row(
+        self, conn: psycopg.Connection[tuple[Any, ...]], sid: str, cut: SplitSnapshot
+    ) -> LogPlan:
+        """Plan against the session's log row as it is now, locked until the commit."""
+        row = conn.execute(self._q_log_row, (sid,), binary=True).fetchone()
+        return plan_for_row(cut, row)
+
+    # --- read -----------------------------------------------------------------------------
+
+    def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
+        """The checkpoint, or the session's newest (see ``CheckpointStore.load``)."""
+        query = self._q_latest if checkpoint_id is None else self._q_one
+        params = (session_id,) if checkpoint_id is None else (session_id, checkpoint_id)
+        row = self.run("a load", lambda conn: conn.execute(query, params, binary=True).fetchone())
+        if row is None:
+            raise CheckpointNotFound(session_id, checkpoint_id)
+        cid, body, gen, length, count, digest, check, starts, datas = row
+        try:
+            verify(check, body, (gen, length, count, digest))
+            messages = None
+            if gen is not None:
+                if not isinstance(length, int) or not isinstance(digest, bytes):
+                    raise SnapshotDecodeError("message log reference is damaged")
+                chunks = list(zip(starts or (), datas or (), strict=True))
+                messages = assemble(chunks, length, digest)
+            snapshot = join(body, messages, count, self._migrations)
+            if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
+                raise SnapshotDecodeError(
+                    f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
+                    f"of session {snapshot.session_id!r}"
+                )
+        except SnapshotDecodeError as exc:
+            raise SnapshotDecodeError(
+                f"checkpoint {cid!r} of session {session_id!r}: {exc.reason}"
+            ) from None
+        return snapshot
+
+    def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
+        """The session's checkpoints, newest first by ``(epoch, checkpoint_id)``."""
+        rows = self.run(
+            "a listing", lambda conn: conn.execute(self._q_list, (session_id,)).fetchall()
+        )
+        return [
+            CheckpointInfo(session_id, cid, _EPOCH + timedelta(microseconds=us), label, size)
+            for cid, us, label, size in rows
+        ]
+
+    def sessions(self) -> builtins.list[str]:
+        """Sessions with at least one checkpoint, sorted."""
+        rows = self.run("a listing", lambda conn: conn.execute(self._q_sessions).fetchall())
+        return [sid for (sid,) in rows]
+
+    # --- delete ---------------------------------------------------------------------------
+
+    def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
+        """Remove one or all of the session's checkpoints; returns how many (not fenced)."""
+
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+            with conn.transaction():
+                if checkpoint_id is None:
+                    removed = conn.execute(self._q_delete_all, (session_id,)).rowcount
+                else:
+                    removed = conn.execute(self._q_delete_one, (session_id, checkpoint_id)).rowcount
+                conn.execute(self._q_collect, (session_id,))
+            return removed
+
+        removed = self.run("a delete", work)
+        if checkpoint_id is None:
+            self._logs.drop(session_id)
+        return removed
+
+    def prune(self, session_id: str, keep_last: int) -> int:
+        """Keep the ``keep_last`` newest checkpoints of the session; returns how many went."""
+        keep = check_keep_last(keep_last, allow_none=False)
+
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+            with conn.transaction():
+                removed = conn.execute(self._q_prune, (session_id, session_id, keep)).rowcount
+                if removed:
+                    conn.execute(self._q_collect, (session_id,))
+            return removed
+
+        return self.run("a prune", work)
+
+    def close(self) -> None:
+        """Close every connection of the pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+        self._logs.clear()
+
+
+def _describe(psycopg: Any, conninfo: str) -> str:
+    """``host:port/dbname`` of a connection string, without its password."""
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "(invalid connection string)"
+    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+for _cls in (PostgresCheckpointStore, Fence):
+    _cls.__module__ = "supervisor"

@@ -1,0 +1,272 @@
+"""``PostgresCheckpointStore``: the store contract, and what only this store does.
+
+Needs the PostgreSQL server of ``tests/pg_server.py`` (skipped without one).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from actors import Snapshot, SnapshotDecodeError
+from supervisor import (
+    CheckpointStore,
+    Fence,
+    OwnershipLost,
+    PostgresCheckpointStore,
+    StoreUnreachable,
+    SupervisorError,
+)
+from supervisor._pg_schema import MIGRATIONS, migrate
+from tests.actors.snapshot_helpers import session_state
+from tests.pg_server import terminate_connections
+from tests.supervisor.store_contract import CheckpointStoreContract, MakeStore, snap
+
+
+class TestPostgresContract(CheckpointStoreContract):
+    """The contract on a store of the test's own schema."""
+
+    @pytest.fixture
+    def make_store(self, pg_dsn: str, pg_schema: str) -> Iterator[MakeStore]:
+        opened: list[CheckpointStore] = []
+
+        def make(**kwargs: Any) -> CheckpointStore:
+            store = PostgresCheckpointStore(pg_dsn, schema=pg_schema, **kwargs)
+            opened.append(store)
+            return store
+
+        yield make
+        for store in opened:
+            store.close()
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresCheckpointStore]:
+    with PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=None) as opened:
+        yield opened
+
+
+def _sql(store: PostgresCheckpointStore, text: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    """Run ``text`` (``{s}``: the store's schema) on a connection of its own; its rows."""
+    with psycopg.connect(store.conninfo, autocommit=True) as conn:
+        cur = conn.execute(text.replace("{s}", f'"{store.schema}"').encode(), params)
+        return cur.fetchall() if cur.description else []
+
+
+def _own(store: PostgresCheckpointStore, sid: str, node: str, incarnation: int, epoch: int) -> None:
+    _sql(
+        store,
+        "INSERT INTO {s}.sessions VALUES (%s, %s, %s, %s, 'active', now())"
+        " ON CONFLICT (session_id) DO UPDATE SET owner_node = EXCLUDED.owner_node,"
+        " owner_incarnation = EXCLUDED.owner_incarnation, epoch = EXCLUDED.epoch",
+        (sid, node, incarnation, epoch),
+    )
+
+
+def test_messages_are_stored_once(store: PostgresCheckpointStore) -> None:
+    saved = [
+        Snapshot.new(session_id="s", state=session_state(t, session_id="s")) for t in range(60)
+    ]
+    for s in saved:
+        store.save(s)
+    log_bytes = _sql(store, "SELECT sum(length(data)) FROM {s}.message_chunks")[0][0]
+    last = len(saved[-1].serialize())
+    assert log_bytes < last  # the whole history once, not once per checkpoint
+    (bodies,) = _sql(store, "SELECT sum(length(body)) FROM {s}.checkpoints")[0]
+    assert bodies < 60 * 600  # each checkpoint's own part is small
+    for s in saved[::7]:
+        assert store.load("s", s.checkpoint_id) == s
+
+
+def test_another_instance_writing_the_session_is_noticed(
+    store: PostgresCheckpointStore, pg_dsn: str
+) -> None:
+    with PostgresCheckpointStore(pg_dsn, schema=store.schema, keep_last=None) as other:
+        saved = []
+        for turn in range(12):
+            writer = store if turn % 3 else other
+            s = Snapshot.new(session_id="s", state=session_state(turn, session_id="s"))
+            writer.save(s)
+            saved.append(s)
+        for s in saved:
+            assert other.load("s", s.checkpoint_id) == s
+
+
+def test_concurrent_saves_share_commits(store: PostgresCheckpointStore) -> None:
+    go = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        try:
+            go.wait(5)
+            for turn in range(15):
+                store.save(snap(f"w{worker}", turns=turn))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert all(len(store.list(f"w{w}")) == 15 for w in range(8))
+    assert store.commits <= 8 * 15
+
+
+def test_a_damaged_row_fails_alone(store: PostgresCheckpointStore) -> None:
+    first, second = snap(turns=1), snap(turns=2)
+    store.save(first)
+    store.save(second)
+    _sql(
+        store,
+        "UPDATE {s}.checkpoints SET body = body || '\\x00'::bytea WHERE checkpoint_id = %s",
+        (second.checkpoint_id,),
+    )
+    with pytest.raises(SnapshotDecodeError, match=r"checksum mismatch") as info:
+        store.load("sess-1")
+    assert second.checkpoint_id in str(info.value)
+    assert store.load("sess-1", first.checkpoint_id) == first
+
+
+def test_fenced_save_needs_the_owner_and_epoch(store: PostgresCheckpointStore) -> None:
+    _own(store, "s", "node-a", 1, 3)
+    kept = Snapshot.new(session_id="s", state=session_state(1, session_id="s"))
+    store.save(kept, fence=Fence("node-a", 1, 3))
+    for fence in (Fence("node-a", 1, 2), Fence("node-a", 2, 3), Fence("node-b", 1, 3), None):
+        refused = Snapshot.new(session_id="s", state=session_state(2, session_id="s"))
+        with pytest.raises(OwnershipLost, match="no longer owned") as info:
+            store.save(refused, fence=fence)
+        assert info.value.session_id == "s"
+    assert [i.checkpoint_id for i in store.list("s")] == [kept.checkpoint_id]
+    assert store.load("s") == kept
+
+
+def test_newest_is_ordered_by_epoch_before_checkpoint_id(store: PostgresCheckpointStore) -> None:
+    _own(store, "s", "node-a", 1, 1)
+    late = snap("s", turns=3)  # made last: the greatest checkpoint id
+    early = snap("s", turns=1)
+    object.__setattr__(early, "checkpoint_id", "0" * 32)  # an older clock's id
+    store.save(late, fence=Fence("node-a", 1, 1))
+    _own(store, "s", "node-b", 1, 2)  # node-b claimed it
+    store.save(early, fence=Fence("node-b", 1, 2))
+    assert store.load("s") == early
+    assert [i.checkpoint_id for i in store.list("s")] == [early.checkpoint_id, late.checkpoint_id]
+
+
+def test_schema_is_made_once_by_stores_opening_together(pg_dsn: str, pg_schema: str) -> None:
+    opened: list[PostgresCheckpointStore] = []
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def open_one() -> None:
+        try:
+            go.wait(5)
+            opened.append(PostgresCheckpointStore(pg_dsn, schema=pg_schema, pool_size=1))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    try:
+        assert errors == []
+        opened[0].save(snap())
+        assert opened[3].load("sess-1").session_id == "sess-1"
+    finally:
+        for one in opened:
+            one.close()
+
+
+def test_migrations_run_in_order_and_a_newer_schema_is_refused(pg_dsn: str, pg_schema: str) -> None:
+    later = (*MIGRATIONS, (2, ("ALTER TABLE {s}.meta ADD COLUMN note text",)))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert migrate(conn, pg_schema) == 0
+        assert migrate(conn, pg_schema, later) == 1  # only step 2 ran
+        assert migrate(conn, pg_schema, later) == 2
+    with pytest.raises(SupervisorError, match="version 2, newer than the supported 1"):
+        PostgresCheckpointStore(pg_dsn, schema=pg_schema)
+
+
+def test_an_unreachable_server_is_a_clear_error() -> None:
+    with pytest.raises(StoreUnreachable, match=r"127\.0\.0\.1:1/x unreachable during opening"):
+        PostgresCheckpointStore("host=127.0.0.1 port=1 dbname=x user=x", connect_timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"schema": "Bad-Name"}, "schema must be a lowercase SQL identifier"),
+        ({"pool_size": 0}, "pool_size must be an int >= 1"),
+        ({"transaction_timeout": 0}, "transaction_timeout must be > 0"),
+        ({"max_snapshot_bytes": 0}, "max_snapshot_bytes must be >= 1"),
+    ],
+)
+def test_invalid_options_are_named(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PostgresCheckpointStore("host=127.0.0.1", **kwargs)
+
+
+def test_saves_survive_terminated_connections_or_fail_clearly_and_retry_idempotently(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    store = PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=None, pool_size=4)
+    stop = threading.Event()
+    terminated: list[int] = []
+    outcomes: dict[str, int] = {"saved": 0, "unreachable": 0}
+    saved: dict[str, list[Snapshot]] = {}
+    errors: list[BaseException] = []
+    messages: set[str] = set()
+    lock = threading.Lock()
+
+    def kill_connections() -> None:
+        while not stop.wait(0.015):  # paces the terminations; nothing waits on this
+            terminated.append(terminate_connections(pg_dsn))
+
+    def save_turns(sid: str) -> None:
+        try:
+            for turn in range(25):
+                snapshot = Snapshot.new(session_id=sid, state=session_state(turn, session_id=sid))
+                while True:
+                    try:
+                        store.save(snapshot)
+                    except StoreUnreachable as exc:
+                        with lock:
+                            outcomes["unreachable"] += 1
+                            messages.add(str(exc).split(" (", 1)[0])
+                        continue  # the same snapshot again: a save is idempotent
+                    with lock:
+                        outcomes["saved"] += 1
+                    break
+                saved.setdefault(sid, []).append(snapshot)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    killer = threading.Thread(target=kill_connections)
+    savers = [threading.Thread(target=save_turns, args=(f"c{i}",)) for i in range(4)]
+    killer.start()
+    for thread in savers:
+        thread.start()
+    for thread in savers:
+        thread.join(120)
+    stop.set()
+    killer.join(10)
+    try:
+        assert errors == []
+        assert sum(terminated) > 0
+        assert outcomes["saved"] == 100
+        assert messages <= {f"checkpoint database {store.where} unreachable during a save"}
+        for sid, snapshots in saved.items():
+            assert [i.checkpoint_id for i in store.list(sid)] == [
+                s.checkpoint_id for s in reversed(snapshots)
+            ]
+            for snapshot in snapshots:
+                assert store.load(sid, snapshot.checkpoint_id) == snapshot
+    finally:
+        store.close()

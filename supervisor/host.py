@@ -30,18 +30,18 @@ from actors import (
 from supervisor._actor import kill
 from supervisor._checkpoints import Checkpoints
 from supervisor._credentials import CredentialsSource, TenantCredentials
-from supervisor._data_dir import OwnedStore
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._futures import HostFutures
 from supervisor._hibernation import Sweeper
+from supervisor._host_backing import open_backing
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
 from supervisor._nonblocking import NonBlockingCalls
-from supervisor._ownership import node_of, ownership_for
+from supervisor._ownership import node_of
 from supervisor._runtime import WorkerInfo
-from supervisor._runtimes import WorkerOptions, runtime_for
+from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text
 from supervisor._session_table import SessionTable
 from supervisor.checkpoint_store import CheckpointStore
@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentHost"]
 
 logger = logging.getLogger("supervisor.host")
-
-DEFAULT_DATA_DIR = "sessionvisor-data"
 
 
 class AgentHost:
@@ -158,27 +156,15 @@ class AgentHost:
             clock,
         )
         keys = TenantCredentials(credentials)
-        owned = None
-        if store is not None and encryption is not None:
-            raise ValueError("encryption= is for the host's own store; pass it to your store")
-        if store is None:  # the default store, in a data directory this host then owns
-            directory = Path(DEFAULT_DATA_DIR if data_dir is None else data_dir).resolve()
-            owned = OwnedStore(directory, encryption)
-            store = owned.store
-        try:
-            self._ownership = ownership_for(store, node)
-            try:
-                self._runtime = runtime_for(workers, clock, worker_options)
-            except BaseException:
-                self._ownership.drain()
-                raise
-        except BaseException:
-            if owned is not None:
-                owned.close()
-            raise
+        options = worker_options
+        backing = open_backing(
+            store, data_dir, encryption, node, workers, clock=clock, worker_options=options
+        )
+        self._ownership = backing.ownership
+        self._runtime = backing.runtime
         self.node = node_of(self._ownership)
-        self.store: CheckpointStore = store
-        self._checkpoints = Checkpoints(store, redact, self._ownership.save)
+        self.store: CheckpointStore = backing.store
+        self._checkpoints = Checkpoints(self.store, redact, self._ownership.save)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.checkpoint_every = checkpoint_every
         self.max_restarts = max_restarts
@@ -213,7 +199,7 @@ class AgentHost:
             self._runtime,
             sweeper=self._sweeper,
             drain=self._ownership.drain,
-            close_store=None if owned is None else owned.close,
+            close_store=backing.close_store,
             close_calls=calls.close,
             timeout=call_timeout,
             owner=self,

@@ -169,6 +169,21 @@ class EventBuffer:
 
         A subscriber that raises is logged and skipped; it never fails the session.
         """
+        return self._publish(type_, data)
+
+    def publish_all(self, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Publish each ``(type, data)`` of ``events`` in order, exactly as ``publish(type,
+        **data)`` would one after the other (each is appended, then handed to every
+        subscriber, before the next), but keeping each ``data`` dict as it is, uncopied: the
+        caller hands it over. For a relay of events recorded elsewhere (a worker's reply
+        carries a turn's events): one call instead of one per event and no copies.
+
+        A subscriber that raises is logged and skipped, as with ``publish``.
+        """
+        for type_, data in events:
+            self._publish(type_, data)
+
+    def _publish(self, type_: str, data: dict[str, Any]) -> Event:
         with self._lock:
             self._last += 1
             # ``Event(...)`` without the Python-level ``__new__`` namedtuple adds.
@@ -185,35 +200,8 @@ class EventBuffer:
             try:
                 subscriber(event)
             except Exception:
-                logger.exception("event subscriber %r failed on %s", subscriber, event.type)
+                logger.exception("event subscriber %r failed on %s", subscriber, type_)
         return event
-
-    def publish_all(self, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        """Publish each ``(type, data)`` of ``events`` in order, exactly as ``publish(type,
-        **data)`` would one after the other (each is appended, then handed to every
-        subscriber, before the next), but keeping each ``data`` dict as it is, uncopied: the
-        caller hands it over. For a relay of events recorded elsewhere (a worker's reply
-        carries a turn's events): one call instead of one per event and no copies.
-
-        A subscriber that raises is logged and skipped, as with ``publish``.
-        """
-        for type_, data in events:
-            with self._lock:  # as in ``publish``
-                self._last += 1
-                event: Event = _new_tuple(Event, (self._last, type_, data, time.time()))
-                buffered = self._events
-                if len(buffered) < self.size:
-                    buffered.append(event)
-                else:
-                    buffered[self._head] = event
-                    self._head = (self._head + 1) % self.size
-                    self._dropped += 1
-                subscribers = self._subscribers
-            for subscriber in subscribers:
-                try:
-                    subscriber(event)
-                except Exception:
-                    logger.exception("event subscriber %r failed on %s", subscriber, type_)
 
     def publish_now(self, type_: str, **data: Any) -> Event:
         """Publish an event that consumers watch for while the session works (a model's

@@ -24,12 +24,12 @@ from typing import Any
 
 import openai
 
-from actors.adapters._base import ProviderAdapter, api_key, merged_headers
 from actors.adapters._mapping import arguments_json, normalized_stop
+from actors.adapters._openai_base import OpenAIAdapter
 from actors.errors import ProviderError
 from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
-from actors.request import Credentials, ModelRequest
+from actors.request import ModelRequest
 from actors.streaming import TextDelta, ToolCallDelta, parse_tool_arguments
 from actors.tools import Tool
 
@@ -102,7 +102,7 @@ def chat_usage(usage: Any) -> Usage:
     )
 
 
-class OpenAIChatModel(ProviderAdapter[openai.OpenAI]):
+class OpenAIChatModel(OpenAIAdapter):
     """A model served by the Chat Completions API (``POST /chat/completions``).
 
     Thread-safe (see ``ProviderAdapter``). Picklable as configuration: in a
@@ -117,17 +117,6 @@ class OpenAIChatModel(ProviderAdapter[openai.OpenAI]):
     """
 
     provider = "openai"
-
-    def _new_http_client(self) -> Any:
-        return openai.DefaultHttpxClient()
-
-    def _new_client(self, http: Any, credentials: Credentials | None) -> openai.OpenAI:
-        return openai.OpenAI(
-            api_key=api_key(self.settings, credentials),
-            default_headers=merged_headers(self.settings, credentials) or None,
-            http_client=http,
-            **self.sdk_options(),
-        )
 
     def _arguments(self, request: ModelRequest) -> dict[str, Any]:
         arguments: dict[str, Any] = {

@@ -30,12 +30,12 @@ from typing import Any
 
 import openai
 
-from actors.adapters._base import ProviderAdapter, api_key, merged_headers
 from actors.adapters._mapping import arguments_json, normalized_stop, split_system
+from actors.adapters._openai_base import OpenAIAdapter
 from actors.errors import ProviderError
 from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
-from actors.request import Credentials, ModelRequest
+from actors.request import ModelRequest
 from actors.streaming import TextDelta, ToolCallDelta, parse_tool_arguments
 from actors.tools import Tool
 
@@ -130,7 +130,7 @@ def _message_of(response: Any) -> Message:
     return Message.assistant("".join(texts) if texts else None, tuple(calls))
 
 
-class OpenAIResponsesModel(ProviderAdapter[openai.OpenAI]):
+class OpenAIResponsesModel(OpenAIAdapter):
     """A model served by the Responses API (``POST /responses``), continuing with
     ``previous_response_id`` (see the module docstring).
 
@@ -146,17 +146,6 @@ class OpenAIResponsesModel(ProviderAdapter[openai.OpenAI]):
     """
 
     provider = "openai-responses"
-
-    def _new_http_client(self) -> Any:
-        return openai.DefaultHttpxClient()
-
-    def _new_client(self, http: Any, credentials: Credentials | None) -> openai.OpenAI:
-        return openai.OpenAI(
-            api_key=api_key(self.settings, credentials),
-            default_headers=merged_headers(self.settings, credentials) or None,
-            http_client=http,
-            **self.sdk_options(),
-        )
 
     def _arguments(self, request: ModelRequest) -> tuple[dict[str, Any], int]:
         """The create call's arguments, and how many messages the answer will cover."""

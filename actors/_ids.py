@@ -6,7 +6,8 @@ a random value each millisecond and counts up within it. So ids compare like
 their creation times, are strictly increasing within one process even when the
 clock stands still or steps back, and ids made in other processes collide only
 with negligible probability (ordering between processes within the same
-millisecond is arbitrary).
+millisecond is arbitrary: a caller that must sort after an id made elsewhere
+passes it as ``after``).
 """
 
 from __future__ import annotations
@@ -41,11 +42,19 @@ class CheckpointIdGenerator:
         self._last_ms = -1
         self._last_seq = 0
 
-    def new(self) -> tuple[str, int]:
-        """A fresh id and the clock reading (ns) it was made at."""
+    def new(self, after: str | None = None) -> tuple[str, int]:
+        """A fresh id and the clock reading (ns) it was made at.
+
+        Args:
+            after: An id (made by any process) the new one must sort after; one not
+                in this module's format is ignored.
+        """
         now_ns = self._clock_ns()
         ms = now_ns // 1_000_000
+        floor = _parse(after)
         with self._lock:
+            if floor is not None and floor > (self._last_ms, self._last_seq):
+                self._last_ms, self._last_seq = floor  # count on from it
             if ms > self._last_ms:
                 seq = self._randbits(_SEQ_START_BITS)
             else:  # same millisecond, or the clock stepped back: keep counting
@@ -57,9 +66,20 @@ class CheckpointIdGenerator:
         return f"{ms:012x}{seq:020x}", now_ns
 
 
+def _parse(checkpoint_id: str | None) -> tuple[int, int] | None:
+    """``(ms, sequence)`` of an id in this module's format, else ``None``."""
+    if checkpoint_id is None or len(checkpoint_id) != 32:
+        return None
+    try:
+        return int(checkpoint_id[:12], 16), int(checkpoint_id[12:], 16)
+    except ValueError:
+        return None
+
+
 _DEFAULT = CheckpointIdGenerator()
 
 
-def new_checkpoint_id() -> str:
-    """A fresh checkpoint id from the process-wide generator. Thread-safe."""
-    return _DEFAULT.new()[0]
+def new_checkpoint_id(after: str | None = None) -> str:
+    """A fresh checkpoint id from the process-wide generator, sorting after ``after`` when
+    given (see ``CheckpointIdGenerator.new``). Thread-safe."""
+    return _DEFAULT.new(after)[0]

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
+from actors._ids import new_checkpoint_id
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import CheckpointNotFound
 
@@ -139,11 +140,17 @@ class Checkpoints:
         """Save ``source``'s state again as the session's newest checkpoint, labelled ``label``
         (``checkpoint`` of a session not running; ``resume`` from an older checkpoint). Its
         event mark is the newest the session had, so numbering never goes back."""
-        newest = max(event_seq(source), event_seq(self.latest(source.session_id)))
+        latest = self.latest(source.session_id)
+        newest = max(event_seq(source), event_seq(latest))
         snapshot = Snapshot.new(
             session_id=source.session_id,
             state=source.state,
             label=label,
             metadata={EVENT_SEQ: newest},
         )
+        if latest is not None and snapshot.checkpoint_id <= latest.checkpoint_id:
+            # The newest was made in the same millisecond by another process (a worker),
+            # where ids need not sort by creation: this one must come after it.
+            fresh = new_checkpoint_id(after=latest.checkpoint_id)
+            snapshot = dataclasses.replace(snapshot, checkpoint_id=fresh)
         return self.save(snapshot, events)

@@ -291,6 +291,17 @@ def test_ids_stay_monotonic_when_the_clock_stands_still_or_steps_back() -> None:
     assert ids[4] == f"{9:012x}{7:020x}"
 
 
+def test_an_id_made_after_another_process_s_id_sorts_after_it() -> None:
+    """Another process's id from the same millisecond (a higher sequence) is a floor."""
+    readings = iter([5_000_000, 5_000_000, 6_000_000])
+    gen = CheckpointIdGenerator(clock_ns=lambda: next(readings), randbits=lambda _: 10)
+    elsewhere = f"{5:012x}{500:020x}"
+    made = gen.new(after=elsewhere)[0]
+    assert made == f"{5:012x}{501:020x}"
+    assert gen.new()[0] == f"{5:012x}{502:020x}"  # and the count goes on from there
+    assert gen.new(after="not-an-id")[0] == f"{6:012x}{10:020x}"  # ignored: the clock moved
+
+
 def test_ids_are_unique_across_threads() -> None:
     gen = CheckpointIdGenerator()
     results: list[list[str]] = [[] for _ in range(4)]

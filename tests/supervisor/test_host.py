@@ -6,6 +6,7 @@ resume); every wait is on an event, a condition or a future, with a bound.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -705,6 +706,28 @@ def test_a_crash_after_resuming_an_older_checkpoint_keeps_that_checkpoint(
 
     _crash_and_wait(host, sid)
 
+    assert _contents(host.history(sid)) == ["one", "echo: one"]
+
+
+def test_resuming_an_older_checkpoint_sorts_after_a_newest_made_by_a_clock_ahead(
+    make_host: HostFactory,
+) -> None:
+    """The newest checkpoint was stamped by a process whose clock runs a minute ahead (a
+    worker's ids need not sort with the host's): the resumed one must still be newest."""
+    host = make_host()
+    sid = host.start_session(template())
+    host.send(sid, "one")
+    early = host.checkpoint(sid)
+    host.send(sid, "two")
+    host.stop_session(sid)
+    newest = host.store.load(sid)
+    ahead_ms = int(newest.checkpoint_id[:12], 16) + 60_000
+    host.store.save(dataclasses.replace(newest, checkpoint_id=f"{ahead_ms:012x}{0:020x}"))
+
+    host.resume(sid, template(), checkpoint_id=early.checkpoint_id)
+
+    assert host.store.load(sid).label == f"resumed from {early.checkpoint_id}"
+    _crash_and_wait(host, sid)
     assert _contents(host.history(sid)) == ["one", "echo: one"]
 
 

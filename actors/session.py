@@ -10,6 +10,7 @@ buffer are the two parts shared with other threads, and both are thread-safe.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -324,6 +325,7 @@ class AgentSession(pykka.ThreadingActor):
         self._steered = []
         self._messages.append(Message.user(text))
         self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
+        started = time.perf_counter()
         try:
             answer = self._run_turn()
         except Exception as exc:
@@ -334,7 +336,12 @@ class AgentSession(pykka.ThreadingActor):
         if self._has_plugins:
             added = tuple(self._messages[mark.messages :])
             self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
-        self.event_buffer.publish("turn_finished", turn=self._turns, content=answer.content)
+        self.event_buffer.publish(
+            "turn_finished",
+            turn=self._turns,
+            content=answer.content,
+            seconds=time.perf_counter() - started,
+        )
         checkpointer = self.checkpointer if self._turns % self.checkpoint_every == 0 else None
         if checkpointer is not None or self._has_plugins:
             try:
@@ -508,13 +515,15 @@ class AgentSession(pykka.ThreadingActor):
             prompt = self._prompt()
             if self._prompt_plugins:
                 prompt = self._piped_prompt(list(prompt))
+            called = time.perf_counter()
             response = self._call_model(prompt, tools)
+            seconds = time.perf_counter() - called
             self._usage += response.usage
             if self._has_plugins:
                 response = self.plugins.pipe(
                     "after_model", response, lambda p, c, v: p.after_model(c, v)
                 )
-            message = self._record(response)
+            message = self._record(response, seconds)
             if not message.tool_calls:
                 return message
             for call in message.tool_calls:
@@ -549,8 +558,9 @@ class AgentSession(pykka.ThreadingActor):
     def _piped_prompt(self, prompt: list[Message]) -> list[Message]:
         return self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
 
-    def _record(self, response: ModelResponse) -> Message:
-        """Append the model's message, made storable (see ``actors._storable``); return it."""
+    def _record(self, response: ModelResponse, seconds: float) -> Message:
+        """Append the model's message, made storable (see ``actors._storable``); return it.
+        ``seconds``: how long the model call took (published with the message)."""
         message, refused = storable_message(response.message)
         if refused:
             self._refused_calls.update(refused)
@@ -561,6 +571,7 @@ class AgentSession(pykka.ThreadingActor):
             "content": message.content,
             "tool_calls": [c.to_dict() for c in message.tool_calls],
             "usage": response.usage.to_dict(),
+            "seconds": seconds,
         }
         if response.stop_reason is not None:
             data["stop_reason"] = response.stop_reason

@@ -21,14 +21,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from actors._ids import new_checkpoint_id
-from supervisor.checkpoint_store import CheckpointStore
+from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore
 from supervisor.errors import CheckpointNotFound
 
-__all__ = ["EVENT_SEQ", "Checkpoints", "event_seq"]
+__all__ = ["EVENT_SEQ", "Checkpoints", "SaveObserver", "event_seq"]
 
 logger = logging.getLogger("supervisor.host")
 
@@ -41,6 +42,9 @@ def event_seq(snapshot: Snapshot | None) -> int:
     seq = None if snapshot is None else snapshot.metadata.get(EVENT_SEQ)
     return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else 0
 
+
+SaveObserver = Callable[[CheckpointInfo, float], object]
+"""Told of every successful save: what was saved, and the write's seconds (``observe``)."""
 
 Redaction = Callable[[Snapshot], Snapshot]
 """A policy applied to every checkpoint before it is saved (``strip_secrets`` by default)."""
@@ -61,11 +65,18 @@ class Checkpoints:
         self,
         store: CheckpointStore,
         redact: Redaction | None = strip_secrets,
-        write: Callable[[Snapshot], object] | None = None,
+        write: Callable[[Snapshot], CheckpointInfo] | None = None,
     ) -> None:
         self.store = store
         self.redact = redact
         self._write = store.save if write is None else write
+        self._observers: tuple[SaveObserver, ...] = ()
+
+    def observe(self, observer: SaveObserver) -> None:
+        """Call ``observer(info, seconds)`` after every save that succeeded: what the store
+        saved and how long the write took (for metrics). It runs on the saving thread and
+        must not block; one that raises is logged and skipped."""
+        self._observers = (*self._observers, observer)
 
     def save(self, snapshot: Snapshot, events: EventBuffer | None = None) -> Snapshot:
         """Save ``snapshot`` durably, marked with the last event of the session's stream
@@ -80,7 +91,18 @@ class Checkpoints:
         if events is not None:
             metadata = {**snapshot.metadata, EVENT_SEQ: events.last_seq}
             snapshot = dataclasses.replace(snapshot, metadata=metadata)
-        self._write(snapshot)
+        observers = self._observers
+        if not observers:
+            self._write(snapshot)
+            return snapshot
+        started = time.perf_counter()
+        info = self._write(snapshot)
+        seconds = time.perf_counter() - started
+        for observer in observers:
+            try:
+                observer(info, seconds)
+            except Exception:
+                logger.exception("checkpoint save observer %r failed", observer)
         return snapshot
 
     def saver(self, events: EventBuffer) -> Callable[[Snapshot], Snapshot]:

@@ -35,7 +35,13 @@ from supervisor._checkpoints import Checkpoints
 from supervisor._credentials import TenantCredentials
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
-from supervisor._lifecycle import ExitReason, describe_reason, is_abnormal, lifecycle_of
+from supervisor._lifecycle import (
+    ExitReason,
+    describe_reason,
+    is_abnormal,
+    lifecycle_of,
+    reason_kind,
+)
 from supervisor._ownership import Ownership
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
 from supervisor._session_table import SessionTable, require_tenant
@@ -290,7 +296,7 @@ class Incarnations:
                 entry.session_id,
                 why,
             )
-            record.events.publish("crashed", reason=why)
+            record.events.publish("crashed", reason=why, kind=reason_kind(reason))
 
     def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
         """The supervisor gave up on a session (past its restart intensity)."""
@@ -302,7 +308,7 @@ class Incarnations:
             return
         self._table.set(record, "failed", None)
         why = describe_reason(reason)
-        record.events.publish("given_up", reason=why)
+        record.events.publish("given_up", reason=why, kind=reason_kind(reason))
         logger.error(
             "session %r given up after repeated crashes (last: %s); fix the cause and resume() it",
             session_id,

@@ -41,6 +41,7 @@ __all__ = [
     "describe_reason",
     "is_abnormal",
     "lifecycle_of",
+    "reason_kind",
 ]
 
 logger = logging.getLogger("supervisor")
@@ -87,6 +88,17 @@ def describe_reason(reason: ExitReason) -> str:
         message = str(reason)
         return f"{type(reason).__name__}: {message}" if message else type(reason).__name__
     return _REASON_WORDS.get(reason, reason)
+
+
+def reason_kind(reason: ExitReason) -> str:
+    """A short name of ``reason``'s kind, from a small set (a metrics label, an event field):
+    ``killed``, the exception's type name, or ``normal``, ``shutdown``, ``noproc``.
+    Thread-safe (pure function)."""
+    if isinstance(reason, Killed):
+        return "killed"
+    if isinstance(reason, BaseException):
+        return type(reason).__name__
+    return str(reason)
 
 
 _REASON_WORDS: Final[dict[str, str]] = {

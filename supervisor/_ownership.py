@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from actors import AgentTemplate, Snapshot
-from supervisor.checkpoint_store import CheckpointStore
+from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore
 
 if TYPE_CHECKING:
     from supervisor.cluster import ClusterNode, NodeConfig
@@ -41,8 +41,9 @@ class Ownership(Protocol):
         """
         ...
 
-    def save(self, snapshot: Snapshot) -> None:
-        """Save a checkpoint, only if this host still owns its session.
+    def save(self, snapshot: Snapshot) -> CheckpointInfo:
+        """Save a checkpoint, only if this host still owns its session; what the store says
+        it saved.
 
         Raises:
             OwnershipLost: it does not (nothing was saved).
@@ -92,8 +93,8 @@ class SoleOwnership:
     def claim(self, session_id: str) -> int:
         return 0
 
-    def save(self, snapshot: Snapshot) -> None:
-        self._store.save(snapshot)
+    def save(self, snapshot: Snapshot) -> CheckpointInfo:
+        return self._store.save(snapshot)
 
     def check_serving(self) -> None:
         pass

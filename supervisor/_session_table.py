@@ -15,7 +15,7 @@ from typing import Any
 
 import pykka
 
-from actors import AgentTemplate, Snapshot
+from actors import AgentTemplate, Event, Snapshot
 from supervisor._host_record import SessionRecord, SessionStatus
 from supervisor._session_attrs import validate
 from supervisor.errors import SessionAlreadyExists, SessionNotFound
@@ -59,6 +59,17 @@ class SessionTable:
         self._stop_watchers: dict[SessionRecord, list[Callable[[], None]]] = {}
         self.closed = False
         self.on_missing: Callable[[str], SessionRecord | None] | None = None
+        self._taps: tuple[Callable[[SessionRecord, Event], None], ...] = ()
+
+    def tap(self, tap: Callable[[SessionRecord, Event], None]) -> None:
+        """Call ``tap(record, event)`` for every event of every session, present and to
+        come, for as long as the host lives (metrics). On the publishing thread: it must
+        not block; one that raises is logged and skipped, as any event subscriber."""
+        with self._lock:
+            self._taps = (*self._taps, tap)
+            records = list(self._records.values())
+        for record in records:  # a record added from now on is tapped by ``add``
+            record.events.subscribe(functools.partial(tap, record))
 
     def check_open(self) -> None:
         """Raise ``RuntimeError`` once the host is shut down."""
@@ -81,6 +92,8 @@ class SessionTable:
                 self._unindex(existing)
             self._records[record.session_id] = record
             self._by_tenant.setdefault(record.tenant_id, {})[record.session_id] = None
+            for tap in self._taps:
+                record.events.subscribe(functools.partial(tap, record))
 
     def create(
         self,

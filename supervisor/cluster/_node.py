@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors import AgentTemplate, Snapshot
+from supervisor.checkpoint_store import CheckpointInfo
 from supervisor.cluster._config import NodeConfig
 from supervisor.cluster._leases import LeaseTable
 from supervisor.errors import (
@@ -203,8 +204,9 @@ class ClusterNode:
             self._leases[session_id] = _Lease(epoch, sent)
         return epoch
 
-    def save(self, snapshot: Snapshot) -> None:
-        """Save through the store, fenced by this node's lease on the session.
+    def save(self, snapshot: Snapshot) -> CheckpointInfo:
+        """Save through the store, fenced by this node's lease on the session; what the
+        store says it saved.
 
         Raises:
             OwnershipLost: no lease here, or the database refused it (the lease is dropped).
@@ -214,7 +216,7 @@ class ClusterNode:
         if epoch is None:
             raise OwnershipLost(sid, self.node_id, 0, "this node holds no lease on it")
         try:
-            self.store.save(snapshot, fence=Fence(self.node_id, self.incarnation, epoch))
+            return self.store.save(snapshot, fence=Fence(self.node_id, self.incarnation, epoch))
         except OwnershipLost:
             with self._lock:
                 lease = self._leases.get(sid)

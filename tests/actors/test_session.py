@@ -493,12 +493,15 @@ def test_event_data(start: Starter) -> None:
     send(proxy, "hello world")
     started, response, finished = proxy.events().get(timeout=WAIT).events
     assert started.data == {"turn": 1, "text": "hello world"}
+    model_seconds = response.data.pop("seconds")
     assert response.data == {
         "content": "echo: hello world",
         "tool_calls": [],
         "usage": Usage(2, 3).to_dict(),
     }
+    turn_seconds = finished.data.pop("seconds")
     assert finished.data == {"turn": 1, "content": "echo: hello world"}
+    assert 0 <= model_seconds <= turn_seconds <= finished.at - started.at + 0.01
     assert started.at <= response.at <= finished.at
 
 

@@ -583,6 +583,7 @@ class AgentSession(pykka.ThreadingActor):
         self.event_buffer.publish("tool_call", **call.to_dict())
         tool = self.tools.get(call.name)
         ok = False
+        started = time.perf_counter()
         refused = self._refused_calls.pop(call.id, None) if self._refused_calls else None
         if refused is not None:
             output = refused
@@ -594,7 +595,10 @@ class AgentSession(pykka.ThreadingActor):
             except Exception as exc:
                 output = storable_text(f"error: {type(exc).__name__}: {exc}")
         self._messages.append(Message.tool(call, output))
-        self.event_buffer.publish("tool_result", id=call.id, name=call.name, ok=ok, content=output)
+        seconds = time.perf_counter() - started
+        self.event_buffer.publish(
+            "tool_result", id=call.id, name=call.name, ok=ok, content=output, seconds=seconds
+        )
 
 
 AgentSession.__module__ = "actors"

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor._encryption_keys import EncryptionKeys
+from supervisor._fingerprint_secret import fingerprint_secret
 from supervisor.errors import DataDirLocked
 from supervisor.sqlite_store import SQLiteCheckpointStore
 
@@ -127,6 +128,7 @@ class OwnedStore:
     def __init__(self, directory: Path, encryption: EncryptionKeys | None = None) -> None:
         self.lock = DataDirLock(directory)
         try:
+            self.fingerprint_secret = fingerprint_secret(directory)
             self.store = SQLiteCheckpointStore(directory / "checkpoints.db", encryption=encryption)
         except BaseException:
             self.lock.release()

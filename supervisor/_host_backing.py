@@ -37,12 +37,15 @@ class HostBacking:
         runtime: What runs the sessions.
         close_store: Closes the store and releases the data directory, when the host
             opened them (``None`` for a store the caller gave).
+        fingerprint_secret: The data directory's API-key fingerprint key
+            (``_fingerprint_secret``); ``None`` (a key per process) with a caller's store.
     """
 
     store: CheckpointStore
     ownership: Ownership
     runtime: SessionRuntime
     close_store: Callable[[], None] | None
+    fingerprint_secret: bytes | None = None
 
 
 def open_backing(
@@ -81,4 +84,6 @@ def open_backing(
         if owned is not None:
             owned.close()
         raise
-    return HostBacking(store, ownership, runtime, None if owned is None else owned.close)
+    if owned is None:
+        return HostBacking(store, ownership, runtime, None)
+    return HostBacking(store, ownership, runtime, owned.close, owned.fingerprint_secret)

@@ -90,6 +90,8 @@ class Incarnations:
         policy: HostPolicy,
         ownership: Ownership,
         credentials: TenantCredentials | None = None,
+        *,
+        fingerprint_secret: bytes | None = None,
     ) -> None:
         self._credentials = credentials or TenantCredentials(None)
         self._table = table
@@ -98,7 +100,7 @@ class Incarnations:
         self._checkpoints = checkpoints
         self.providers = providers
         self.policy = policy
-        self.registry = SessionStore(on_evict=self._on_evict)
+        self.registry = SessionStore(secret=fingerprint_secret, on_evict=self._on_evict)
         self.root = SupervisorHandle.start(
             max_restarts=None,
             clock=policy.clock,
@@ -203,7 +205,7 @@ class Incarnations:
             snapshot=snapshot,
             max_steps=self.policy.max_steps,
             checkpoint_every=self.policy.checkpoint_every,
-            metadata={"tenant_id": record.tenant_id},
+            metadata=_saved_metadata(record),
             steering=record.steering,
             events=record.events,
             save=self._checkpoints.saver(record.events),
@@ -332,6 +334,7 @@ class Incarnations:
             api_key,
             attrs,
             fingerprint=self.registry.fingerprint,
+            saved_fingerprint=_saved_fingerprint(resume_from),
             hibernate_after_ms=self.policy.hibernate_after_ms,
             resume_from=resume_from,
         )
@@ -514,6 +517,24 @@ def _serving(ref: pykka.ActorRef[Any] | None) -> bool:
         return False
     lifecycle = lifecycle_of(ref)
     return lifecycle is None or not lifecycle.ending
+
+
+KEY_FINGERPRINT = "key_fingerprint"
+"""Checkpoint metadata key: the HMAC fingerprint of the session's API key (never the key)."""
+
+
+def _saved_metadata(record: SessionRecord) -> dict[str, Any]:
+    """What a session's checkpoints record of its registration: its tenant, and the
+    fingerprint of its API key (never the key), so a resume needs neither again."""
+    if record.fingerprint is None:
+        return {"tenant_id": record.tenant_id}
+    return {"tenant_id": record.tenant_id, KEY_FINGERPRINT: record.fingerprint}
+
+
+def _saved_fingerprint(snapshot: Snapshot | None) -> str | None:
+    """The API-key fingerprint a checkpoint was saved with, if any."""
+    saved = None if snapshot is None else snapshot.state.get("metadata", {}).get(KEY_FINGERPRINT)
+    return saved if isinstance(saved, str) else None
 
 
 def _saved_tenant(snapshot: Snapshot) -> str:

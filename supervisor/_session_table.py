@@ -104,13 +104,15 @@ class SessionTable:
         attrs: dict[str, Any],
         *,
         fingerprint: Callable[[str], str],
+        saved_fingerprint: str | None = None,
         hibernate_after_ms: int | None,
         resume_from: Snapshot | None = None,
     ) -> SessionRecord:
         """Validate a new session's attributes, build its record and ``add`` it.
 
         ``model`` and ``plugins`` default to the template's; the API key is kept
-        only as its ``fingerprint``; ``hibernate_after_ms`` is the host's
+        only as its ``fingerprint`` (without a key, the ``saved_fingerprint`` of
+        the checkpoint it resumes, if any); ``hibernate_after_ms`` is the host's
         default, which the session's own attribute overrides.
 
         Raises:
@@ -130,7 +132,7 @@ class SessionTable:
             session_id,
             template,
             tenant_id=tenant_id,
-            fingerprint=None if api_key is None else fingerprint(api_key),
+            fingerprint=saved_fingerprint if api_key is None else fingerprint(api_key),
             attrs=attrs,
             created_at=int(time.time() * 1000),
             hibernate_after=None if own_limit is None else own_limit / 1000,

@@ -183,6 +183,7 @@ class AgentHost:
             policy,
             self._ownership,
             keys,
+            fingerprint_secret=backing.fingerprint_secret,
         )
         self._table.on_missing = self._sessions.adopt
         self.registry = self._sessions.registry

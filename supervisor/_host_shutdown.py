@@ -97,7 +97,11 @@ class HostShutdown:
                 try:
                     self._sessions.final_checkpoint(record)
                 except Exception:
-                    logger.exception("final checkpoint of %r failed", record.session_id)
+                    logger.exception(
+                        "final checkpoint of %r failed",
+                        record.session_id,
+                        extra={"session_id": record.session_id},
+                    )
                 self._table.set(record, "stopped", None)
             abandoned = self._sessions.root.stop()
             if abandoned:

@@ -297,6 +297,7 @@ class Incarnations:
                 "session %r crashed (%s); resuming it from its last checkpoint",
                 entry.session_id,
                 why,
+                extra={"session_id": entry.session_id, "reason": reason_kind(reason)},
             )
             record.events.publish("crashed", reason=why, kind=reason_kind(reason))
 
@@ -315,6 +316,7 @@ class Incarnations:
             "session %r given up after repeated crashes (last: %s); fix the cause and resume() it",
             session_id,
             why,
+            extra={"session_id": session_id, "reason": reason_kind(reason)},
         )
 
     def start_new(  # noqa: PLR0917 (mirrors AgentHost.start_session's parameters)
@@ -463,7 +465,12 @@ class Incarnations:
             return
         self._table.set(record, "stopped", None)
         self._table.forget(record)
-        logger.warning("session %r stopped here: %s", record.session_id, why)
+        logger.warning(
+            "session %r stopped here: %s",
+            record.session_id,
+            why,
+            extra={"session_id": record.session_id, "reason": "moved"},
+        )
         record.events.publish("moved", reason=str(why))
 
     def adopt(self, session_id: str) -> SessionRecord | None:

@@ -337,7 +337,11 @@ class WorkerClient:
             if future.done():
                 raise  # the error *is* the reply
             logger.error(
-                "worker pid %s did not answer %r within %s s; killing it", self.pid, op, timeout
+                "worker pid %s did not answer %r within %s s; killing it",
+                self.pid,
+                op,
+                timeout,
+                extra={"worker_pid": self.pid, "reason": "call_timeout"},
             )
             self.kill()
             return future.result(_JOIN_TIMEOUT)
@@ -574,7 +578,12 @@ class WorkerClient:
         with contextlib.suppress(ValueError):
             self.process.close()
         if not self._closing:
-            logger.warning("worker pid %s died: %s", self.pid, self.exit_status)
+            logger.warning(
+                "worker pid %s died: %s",
+                self.pid,
+                self.exit_status,
+                extra={"worker_pid": self.pid},
+            )
         try:
             self._on_death(self)
         except Exception:

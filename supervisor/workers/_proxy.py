@@ -181,7 +181,11 @@ class SessionLink:
         if outcome.settled:
             return
         logger.error(
-            "worker pid %s did not answer %r within %s s; killing it", self.client.pid, op, limit
+            "worker pid %s did not answer %r within %s s; killing it",
+            self.client.pid,
+            op,
+            limit,
+            extra={"worker_pid": self.client.pid, "reason": "call_timeout"},
         )
         self.client.kill()  # the reply then fails with WorkerCrashed, on the reader thread
 
@@ -242,6 +246,7 @@ class SessionLink:
             self.client.pid,
             op,
             self.call_timeout,
+            extra={"worker_pid": self.client.pid, "reason": "call_timeout"},
         )
         self.client.kill()
         return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)

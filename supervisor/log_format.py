@@ -1,0 +1,57 @@
+"""One JSON object per log line, with stable field names, for log collectors.
+
+sessionvisor logs through ``logging`` (loggers ``supervisor.host``,
+``supervisor.workers``, ``supervisor.store``, ...). Its lines about a session
+or a worker carry their subjects as record attributes too (``extra=``), so a
+collector can filter by them without parsing the message:
+
+================ ====================================================
+field            value
+================ ====================================================
+``time``         ISO 8601 UTC with milliseconds
+``level``        ``DEBUG`` ... ``CRITICAL``
+``logger``       the logger's name
+``message``      the formatted message
+``session_id``   the session the line is about (when it is about one)
+``reason``       why a session ended (``killed``, an exception's type name, ...)
+``worker_pid``   the worker process the line is about
+``exception``    the traceback, when the line has one
+================ ====================================================
+
+Use: ``handler.setFormatter(JsonLogFormatter())`` (``logging.basicConfig``
+takes a handler list). Thread-safe, as ``logging.Formatter`` is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["FIELDS", "JsonLogFormatter"]
+
+FIELDS = ("session_id", "reason", "worker_pid")
+"""The record attributes copied into the JSON object when a line has them."""
+
+
+class JsonLogFormatter(logging.Formatter):
+    """Formats each record as one line of JSON (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        moment = datetime.fromtimestamp(record.created, UTC)
+        line: dict[str, Any] = {
+            "time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value if isinstance(value, str | int | float | bool) else str(value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        return json.dumps(line, ensure_ascii=False)

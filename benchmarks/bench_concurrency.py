@@ -12,8 +12,8 @@ rounds interleaved, for N = 100, 1,000 and 3,000:
     store's durability, through one executor thread that owns the connection;
 (c) sessionvisor in thread mode: today's blocking ``AgentHost.send``, called
     from N threads (``ThreadPoolExecutor(max_workers=N)``);
-(d) sessionvisor's non-blocking API, when the host has one: ``host.futures.send``
-    for all N, then wait for every future (the row says so when it is absent).
+(d) sessionvisor's non-blocking API: ``host.futures.send`` for all N, then wait for
+    every future (no caller thread per call).
 
 Each case runs in a process of its own, so its threads and memory are its
 own. Figures per case: wall time from the first send to the last answer;
@@ -123,13 +123,10 @@ def _floor(case: str, n: int, directory: Path) -> dict[str, Any]:
 
 def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
     with AgentHost(data_dir=directory / "data") as host:
-        api: Any = getattr(host, "futures", None)
-        if case == "futures" and api is None:
-            return {"skipped": "AgentHost has no `futures` in this build"}
         sids = [host.start_session(TEMPLATE) for _ in range(n)]
         before = process_status().threads
         store: Any = host.store
-        commits: int | None = getattr(store, "commits", None)  # a store with group commit
+        commits: int = store.commits
         with PeakSampler() as peaks:
             start = time.perf_counter()
             if case == "threads":
@@ -138,12 +135,15 @@ def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
                     answers = [f.result(CASE_TIMEOUT) for f in pending]
                     wall = time.perf_counter() - start
             else:
-                pending = [api.send(sid, TEXT) for sid in sids]
+                pending = [host.futures.send(sid, TEXT) for sid in sids]
                 answers = [f.result(CASE_TIMEOUT) for f in pending]
                 wall = time.perf_counter() - start
-        result = {"wall": wall, "peak": peaks.peak, "threads_before": before}
-        if commits is not None:
-            result["commits"] = store.commits - commits
+        result = {
+            "wall": wall,
+            "peak": peaks.peak,
+            "threads_before": before,
+            "commits": store.commits - commits,
+        }
         wrong = [a.content for a in answers if a.content != f"answer: {TEXT}"]
         if wrong:
             raise RuntimeError(f"{case}: {len(wrong)} unexpected answers, e.g. {wrong[0]!r}")
@@ -188,18 +188,15 @@ def _median(results: list[dict[str, Any]], key: str) -> float:
 def _size_rows(n: int, rounds: int) -> tuple[list[tuple[str, str]], bool]:
     """Run every case ``rounds`` times, interleaved; the table rows and whether none failed."""
     by_round: list[dict[str, dict[str, Any]]] = []
-    skipped: dict[str, str] = {}  # a case this build cannot run (no non-blocking API)
     failed: dict[str, str] = {}
     names = list(CASES)
     for index in range(rounds):
         results: dict[str, dict[str, Any]] = {}
         for case in names[index % len(names) :] + names[: index % len(names)]:
-            if case in skipped or case in failed:
+            if case in failed:
                 continue
             result = _run_case(case, n)
-            if "skipped" in result:
-                skipped[case] = result["skipped"]
-            elif "error" in result:
+            if "error" in result:
                 failed[case] = result["error"]
             else:
                 results[case] = result
@@ -207,8 +204,8 @@ def _size_rows(n: int, rounds: int) -> tuple[list[tuple[str, str]], bool]:
     rows, ratios = [], {}
     for case, label in CASES.items():
         runs = [r[case] for r in by_round if case in r]
-        if case in skipped or case in failed:
-            rows.append((label, f"not run: {skipped.get(case) or failed[case]}"))
+        if case in failed:
+            rows.append((label, f"not run: {failed[case]}"))
             continue
         value = f"{_median(runs, 'wall'):6.2f} s, peak threads {_median(runs, 'threads'):,.0f}"
         if "threads_before" in runs[0]:
@@ -223,7 +220,7 @@ def _size_rows(n: int, rounds: int) -> tuple[list[tuple[str, str]], bool]:
             value += f"; {ratios[case]:.1f}x group floor"
         rows.append((label, value))
     if n in GOALS:
-        rows += _goal_rows(n, ratios, {**skipped, **failed})
+        rows += _goal_rows(n, ratios, failed)
     return rows, not failed
 
 

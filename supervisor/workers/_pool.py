@@ -268,15 +268,6 @@ class WorkerPool:
             self._changed.wait_for(settled, timeout)
             return sum(w.alive and w.ready for w in self._workers) >= self.size and not self._closed
 
-    def workers(self) -> list[WorkerClient]:
-        """The live workers (a copy)."""
-        with self._lock:
-            return [w for w in self._workers if w.alive]
-
-    def pids(self) -> list[int]:
-        """Process ids of the live workers."""
-        return [w.pid for w in self.workers() if w.pid is not None]
-
     def info(self) -> list[WorkerInfo]:
         """The live workers, oldest first, with the sessions placed on each.
 
@@ -293,12 +284,6 @@ class WorkerPool:
                 for w in self._workers
                 if w.alive and w.pid is not None
             ]
-
-    def worker_of(self, session_id: str) -> WorkerClient | None:
-        """The worker a session is placed on, if any."""
-        with self._lock:
-            placement = self._placements.get(session_id)
-        return None if placement is None else placement.client
 
     def link_of(self, session_id: str, ref: pykka.ActorRef[Any]) -> Any:
         """The ``SessionLink`` of the incarnation whose proxy is ``ref``, or ``None``

@@ -52,7 +52,9 @@ __all__ = [
     "MessageBytes",
     "SplitSnapshot",
     "assemble",
+    "check_identity",
     "digest",
+    "in_checkpoint",
     "join",
     "seal",
     "split",
@@ -351,3 +353,25 @@ def join(
         header: bytes = msgpack.Packer().pack_array_header(count)
         state["messages"] = decode_plain(header + messages)
     return Snapshot.from_dict(plain, migrations=migrations)
+
+
+def check_identity(snapshot: Snapshot, session_id: str, checkpoint_id: str) -> None:
+    """Refuse a row that holds another checkpoint's bytes (one copied over another).
+
+    Raises:
+        SnapshotDecodeError: ``snapshot`` is not checkpoint ``checkpoint_id`` of ``session_id``.
+    """
+    if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, checkpoint_id):
+        raise SnapshotDecodeError(
+            f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
+            f"of session {snapshot.session_id!r}"
+        )
+
+
+def in_checkpoint(
+    error: SnapshotDecodeError, session_id: str, checkpoint_id: str
+) -> SnapshotDecodeError:
+    """``error`` again, naming the checkpoint it was found in (for ``load``'s caller)."""
+    return SnapshotDecodeError(
+        f"checkpoint {checkpoint_id!r} of session {session_id!r}: {error.reason}"
+    )

@@ -15,7 +15,16 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
-from supervisor._message_log import SplitSnapshot, assemble, join, seal, split, verify
+from supervisor._message_log import (
+    SplitSnapshot,
+    assemble,
+    check_identity,
+    in_checkpoint,
+    join,
+    seal,
+    split,
+    verify,
+)
 from supervisor._pg_group_commit import PoolCommit
 from supervisor._pg_logs import (
     CachedLog,
@@ -485,15 +494,9 @@ class PostgresCheckpointStore(ClosingContext):
                 chunks = list(zip(starts or (), datas or (), strict=True))
                 messages = assemble(chunks, length, digest)
             snapshot = join(body, messages, count, self._migrations)
-            if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
-                raise SnapshotDecodeError(
-                    f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
-                    f"of session {snapshot.session_id!r}"
-                )
+            check_identity(snapshot, session_id, cid)
         except SnapshotDecodeError as exc:
-            raise SnapshotDecodeError(
-                f"checkpoint {cid!r} of session {session_id!r}: {exc.reason}"
-            ) from None
+            raise in_checkpoint(exc, session_id, cid) from None
         return snapshot
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:

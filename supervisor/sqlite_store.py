@@ -19,7 +19,15 @@ from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes
 from supervisor._group_commit import GroupCommit
-from supervisor._message_log import KnownLog, SplitSnapshot, assemble, join, split
+from supervisor._message_log import (
+    KnownLog,
+    SplitSnapshot,
+    assemble,
+    check_identity,
+    in_checkpoint,
+    join,
+    split,
+)
 from supervisor._row_codec import RowCodec, SealedRows
 from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
 from supervisor._state_parts import checked, part_refs, read_refs
@@ -530,15 +538,9 @@ class SQLiteCheckpointStore(ClosingContext):
                 for kind, name, digest in read_refs(refs)
             ]
             snapshot = join(body, messages, stored[3], self._migrations, parts)
-            if (snapshot.session_id, snapshot.checkpoint_id) != (session_id, cid):
-                raise SnapshotDecodeError(
-                    f"stored bytes belong to checkpoint {snapshot.checkpoint_id!r} "
-                    f"of session {snapshot.session_id!r}"
-                )
+            check_identity(snapshot, session_id, cid)
         except SnapshotDecodeError as exc:
-            raise SnapshotDecodeError(
-                f"checkpoint {cid!r} of session {session_id!r}: {exc.reason}"
-            ) from None
+            raise in_checkpoint(exc, session_id, cid) from None
         return snapshot
 
     @staticmethod

@@ -65,8 +65,8 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
     path = data_dir / DB_NAME
     if not path.exists():
         fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
-    keys = EncryptionKeys.from_env() if os.environ.get(KEYS_VARIABLE) else None
     try:
+        keys = EncryptionKeys.from_env() if os.environ.get(KEYS_VARIABLE) else None
         store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
     except StoreEncrypted:
         fail(

@@ -6,6 +6,7 @@ serving (it holds ``host.lock`` the whole time), through click's ``CliRunner``.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sqlite3
@@ -19,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from actors import AgentTemplate, EchoModel, Snapshot
 from cli import main
-from supervisor import AgentHost, SQLiteCheckpointStore
+from supervisor import AgentHost, EncryptionKeys, SQLiteCheckpointStore
 
 
 @pytest.fixture
@@ -175,3 +176,20 @@ def test_installed_script(served: tuple[AgentHost, Path]) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert {s["session_id"] for s in json.loads(done.stdout)} == {"a1", "b1"}
+
+
+def test_encrypted_store_needs_keys(tmp_path: Path) -> None:
+    key = EncryptionKeys.new_key()
+    keys = EncryptionKeys({"k1": key})
+    with SQLiteCheckpointStore(tmp_path / "checkpoints.db", encryption=keys) as store:
+        store.save(Snapshot.new(session_id="s", state={"messages": [], "turns": 3}))
+    runner = CliRunner(env={"SESSIONVISOR_KEYS": None})
+    refused = runner.invoke(main, ["sessions", "show", "s", "--data-dir", str(tmp_path)])
+    assert refused.exit_code == 1
+    assert "is encrypted, give keys: set SESSIONVISOR_KEYS" in refused.stderr
+    env = {"SESSIONVISOR_KEYS": "k1:" + base64.b64encode(key).decode()}
+    shown = CliRunner(env=env).invoke(
+        main, ["sessions", "show", "s", "--json", "--data-dir", str(tmp_path)]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["turns"] == 3

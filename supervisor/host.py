@@ -33,7 +33,7 @@ from supervisor._credentials import CredentialsSource, TenantCredentials
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._futures import HostFutures
 from supervisor._hibernation import Sweeper
-from supervisor._host_backing import open_backing
+from supervisor._host_backing import DEFAULT_DATA_DIR, open_backing
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
@@ -50,7 +50,7 @@ from supervisor.errors import SessionAlreadyExists, SessionOwnedElsewhere
 if TYPE_CHECKING:
     from supervisor.cluster import NodeConfig
 
-__all__ = ["AgentHost"]
+__all__ = ["DEFAULT_DATA_DIR", "AgentHost"]
 
 logger = logging.getLogger("supervisor.host")
 

@@ -1,0 +1,139 @@
+"""``sessionvisor checkpoints list|show|export|prune``: one session's checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from actors import strip_secrets
+from actors.redact import redact_secrets
+from cli import main
+from cli._common import data_dir_option, emit, fail, json_option, open_store, table
+from supervisor import CheckpointNotFound
+
+__all__ = ["checkpoints"]
+
+
+@main.group()
+def checkpoints() -> None:
+    """Checkpoints of one session."""
+
+
+@checkpoints.command("list")
+@click.argument("session_id")
+@data_dir_option
+@json_option
+def list_checkpoints(session_id: str, data_dir: Path, as_json: bool) -> None:
+    """List a session's checkpoints, newest first."""
+    with open_store(data_dir) as store:
+        infos = store.list(session_id)
+    if not infos:
+        fail(f"no session {session_id!r} in {str(data_dir)!r}")
+    rows = [
+        {
+            "checkpoint_id": i.checkpoint_id,
+            "saved_at": i.saved_at.isoformat(),
+            "label": i.label,
+            "size": i.size,
+        }
+        for i in infos
+    ]
+    emit(
+        as_json,
+        rows,
+        lambda: table(
+            ("CHECKPOINT", "SAVED", "LABEL", "BYTES"),
+            [(r["checkpoint_id"], r["saved_at"], r["label"], r["size"]) for r in rows],
+        ),
+    )
+
+
+def _load_plain(
+    data_dir: Path, session_id: str, checkpoint_id: str | None, *, strip: bool = True
+) -> dict[str, Any]:
+    """The checkpoint as plain data; with ``strip`` its secrets replaced as the host does."""
+    with open_store(data_dir) as store:
+        try:
+            snapshot = store.load(session_id, checkpoint_id)
+        except CheckpointNotFound:
+            what = "session" if checkpoint_id is None else f"checkpoint {checkpoint_id!r} of"
+            fail(f"no {what} {session_id!r} in {str(data_dir)!r}")
+    return (strip_secrets(snapshot) if strip else snapshot).to_dict()
+
+
+@checkpoints.command("show")
+@click.argument("session_id")
+@click.argument("checkpoint_id", required=False)
+@data_dir_option
+@json_option
+def show_checkpoint(
+    session_id: str, checkpoint_id: str | None, data_dir: Path, as_json: bool
+) -> None:
+    """Show one checkpoint (default the newest); secrets are stripped as the host strips them."""
+    plain = _load_plain(data_dir, session_id, checkpoint_id)
+    state = plain.get("state", {})
+
+    def text() -> str:
+        lines = [
+            f"{k}: {plain.get(k)}"
+            for k in ("checkpoint_id", "session_id", "saved_at", "label", "schema_version")
+        ]
+        lines += [
+            f"model: {state.get('model')}",
+            f"turns: {state.get('turns')}",
+            f"messages: {len(state.get('messages') or [])}",
+            f"usage: {state.get('usage')}",
+            f"metadata: {state.get('metadata')}",
+        ]
+        return "\n".join(lines)
+
+    emit(as_json, plain, text)
+
+
+@checkpoints.command("export")
+@click.argument("session_id")
+@click.argument("checkpoint_id", required=False)
+@click.option("--redact", is_flag=True, help="Drop every secret-looking key and value.")
+@data_dir_option
+def export_checkpoint(
+    session_id: str, checkpoint_id: str | None, redact: bool, data_dir: Path
+) -> None:
+    """Print the conversation (messages, model, usage, metadata) as one JSON document.
+
+    As stored by default; with ``--redact`` secret-looking keys are dropped and
+    credential-looking values removed (``strip_secrets``, then ``redact_secrets``).
+    """
+    plain = _load_plain(data_dir, session_id, checkpoint_id, strip=redact)
+    state = plain.get("state", {})
+    document: dict[str, Any] = {
+        "session_id": session_id,
+        "checkpoint_id": plain.get("checkpoint_id"),
+        "model": state.get("model"),
+        "metadata": state.get("metadata", {}),
+        "usage": state.get("usage"),
+        "messages": state.get("messages", []),
+    }
+    if redact:
+        document = redact_secrets(document)
+    emit(True, document, str)
+
+
+@checkpoints.command("prune")
+@click.option("--keep", type=click.IntRange(min=1), required=True, help="Newest to keep.")
+@click.argument("session_id", required=False)
+@data_dir_option
+@json_option
+def prune_checkpoints(keep: int, session_id: str | None, data_dir: Path, as_json: bool) -> None:
+    """Keep only the newest KEEP checkpoints of one session, or of every session."""
+    with open_store(data_dir) as store:
+        targets = [session_id] if session_id is not None else store.sessions()
+        if session_id is not None and not store.list(session_id):
+            fail(f"no session {session_id!r} in {str(data_dir)!r}")
+        removed = {sid: store.prune(sid, keep) for sid in targets}
+    emit(
+        as_json,
+        {"removed": removed, "total": sum(removed.values())},
+        lambda: table(("SESSION", "REMOVED"), [*removed.items(), ("total", sum(removed.values()))]),
+    )

@@ -11,10 +11,16 @@ from cli import main
 
 @main.command()
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--template", "templates", multiple=True, required=True,
-              help="NAME=pkg.module:attr (repeatable)")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Run sessions in N worker processes")
+@click.option(
+    "--template",
+    "templates",
+    multiple=True,
+    required=True,
+    help="NAME=pkg.module:attr (repeatable)",
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="Run sessions in N worker processes"
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 def serve(

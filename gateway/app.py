@@ -15,8 +15,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from actors import ActorsError, AgentTemplate
-from gateway import routes_checkpoints, routes_events, routes_health, routes_messages
-from gateway import routes_sessions
+from gateway import (
+    routes_checkpoints,
+    routes_events,
+    routes_health,
+    routes_messages,
+    routes_sessions,
+)
 from gateway._context import Gateway
 from gateway.keys import KeyStore
 from gateway.limits import Limits, LimitsMiddleware

@@ -58,7 +58,7 @@ class BodyTooLarge(Exception):
 def _bearer(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            text = value.decode("latin-1")
+            text: str = value.decode("latin-1")
             if text[:7].lower() == "bearer ":
                 return text[7:].strip()
     return None

@@ -34,9 +34,7 @@ def _check_length(gateway: Gateway, text: str) -> None:
     response_model=SendResult,
     responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
 )
-async def send_message(
-    session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller
-) -> Any:
+async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller) -> Any:
     """Run one turn. With ``stream: true`` the answer is Server-Sent Events: the turn's
     events (``delta``, ``turn_started``, ``tool_call``, ...) then ``answer`` (or ``error``)."""
     _check_length(gateway, body.text)
@@ -68,14 +66,22 @@ async def _turn_frames(
             except StopAsyncIteration:
                 break
         with contextlib.suppress(Exception):  # the session may be gone already
-            for event in gateway.ahost.host.events(internal, stream.cursor, tenant_id=tenant).events:
+            for event in gateway.ahost.host.events(
+                internal, stream.cursor, tenant_id=tenant
+            ).events:
                 yield frame_event(event)
         try:
             message = await answer_task
-        except Exception as exc:  # noqa: BLE001  (the turn failed: told as an error frame)
+        except Exception as exc:
             problem = problem_for(exc)
-            yield frame("error", {"status": problem.status, "type": f"/problems/{problem.slug}",
-                                  "detail": problem.detail})
+            yield frame(
+                "error",
+                {
+                    "status": problem.status,
+                    "type": f"/problems/{problem.slug}",
+                    "detail": problem.detail,
+                },
+            )
         else:
             yield frame("answer", {"message": message.to_dict()})
     finally:

@@ -32,7 +32,9 @@ def load_template(target: str) -> AgentTemplate:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise TemplateLoadError(f"template {target!r}: cannot import {module_name!r}: {exc}") from exc
+        raise TemplateLoadError(
+            f"template {target!r}: cannot import {module_name!r}: {exc}"
+        ) from exc
     value: object = module
     for part in attr.split("."):
         try:

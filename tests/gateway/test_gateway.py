@@ -96,9 +96,7 @@ def test_event_stream_resumes_from_last_event_id(served: Served) -> None:
                     assert int(line[4:]) > int(last_id)
                 if line.startswith("data: ") and '"two"' in line:
                     break
-        problem(
-            c.get("/v1/sessions/s/events", headers={"Last-Event-ID": "x"}), 400, "bad-cursor"
-        )
+        problem(c.get("/v1/sessions/s/events", headers={"Last-Event-ID": "x"}), 400, "bad-cursor")
     assert first[0][0] == "turn_started"
 
 
@@ -127,7 +125,9 @@ def test_tenant_isolation_on_every_endpoint(served: Served) -> None:
             assert problem(other, 404, "session-not-found")["detail"] == "no session 's'"
             assert problem(missing, 404, "session-not-found")["detail"] == "no session 'nope'"
         # the same id is free for this tenant: creating it tells nothing
-        assert c.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code == 201
+        assert (
+            c.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code == 201
+        )
     with served.client(mine) as c:
         assert c.post("/v1/sessions/s/messages", json={"text": "still mine"}).status_code == 200
 
@@ -150,9 +150,7 @@ def test_bad_input_gets_problem_details(served: Served) -> None:
     key = served.keys.create("acme").key
     with served.client(key) as c:
         c.post("/v1/sessions", json={"template": "echo", "session_id": "s"})
-        bad = c.post(
-            "/v1/sessions", content=b"{nope", headers={"Content-Type": "application/json"}
-        )
+        bad = c.post("/v1/sessions", content=b"{nope", headers={"Content-Type": "application/json"})
         problem(bad, 400, "malformed-json")
         problem(c.post("/v1/sessions", json={"template": 5}), 422, "invalid-request")
         problem(c.post("/v1/sessions/s/messages", json={"text": 1}), 422, "invalid-request")
@@ -162,8 +160,11 @@ def test_bad_input_gets_problem_details(served: Served) -> None:
         problem(big, 413, "body-too-large")
         long = c.post("/v1/sessions/s/messages", json={"text": "x" * 40_000})
         problem(long, 422, "message-too-long")
-        problem(c.post("/v1/sessions", json={"template": "echo", "session_id": "s"}), 409,
-                "session-exists")
+        problem(
+            c.post("/v1/sessions", json={"template": "echo", "session_id": "s"}),
+            409,
+            "session-exists",
+        )
         # the server and the session are fine
         assert c.post("/v1/sessions/s/messages", json={"text": "ok"}).status_code == 200
 

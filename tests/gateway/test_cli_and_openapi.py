@@ -59,7 +59,7 @@ def test_the_openapi_copy_matches_the_served_document() -> None:
     kept = json.loads((ROOT / "docs" / "openapi.json").read_text(encoding="utf-8"))
     assert kept == openapi_document(), (
         "docs/openapi.json is stale; regenerate it with python -c "
-        "\"import json,gateway; print(json.dumps(gateway.openapi_document(), indent=2, "
+        '"import json,gateway; print(json.dumps(gateway.openapi_document(), indent=2, '
         'sort_keys=True))" > docs/openapi.json'
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import Limits
+from gateway import Limits, load_templates
 from tests.gateway.conftest import Served
 
 
@@ -184,3 +184,17 @@ def test_limits(served: Served) -> None:
                 assert busy.headers["Retry-After"] == "1"
                 assert body["retryable"] is True
         assert c.get("/v1/sessions").status_code == 200
+
+
+def test_event_stream_tells_a_late_client_how_much_it_missed(served: Served) -> None:
+    key = served.keys.create("acme").key
+    template = load_templates(["t=tests.gateway.agents:echo"])["t"]
+    served.host.start_session(template, "acme/m", "acme", event_buffer_size=2)
+    with served.client(key) as c:
+        for text in ("one", "two"):
+            assert c.post("/v1/sessions/m/messages", json={"text": text}).status_code == 200
+        with c.stream("GET", "/v1/sessions/m/events", params={"since": "0"}) as r:
+            lines = r.iter_lines()
+            assert next(lines) == "event: missed"
+            missed = json.loads(next(lines)[len("data: ") :])["missed"]
+    assert missed > 0

@@ -87,7 +87,14 @@ async def _turn_frames(
     finally:
         if next_task is not None and not next_task.done():
             next_task.cancel()
+        # a client that left before the answer: the turn goes on; its outcome is dropped
+        answer_task.add_done_callback(_drop_outcome)
         await stream.aclose()
+
+
+def _drop_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
 @router.post("/steer", status_code=204, summary="Steer a session")

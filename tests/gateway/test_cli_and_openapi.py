@@ -83,3 +83,16 @@ def test_worker_mode(tmp_path: Path) -> None:
         stop_server(server, thread)
         host.shutdown()
         keys.close()
+
+
+def test_serve_refuses_a_template_that_does_not_load(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for spec, message in [
+        ("x=tests.gateway.agents:nothing", "has no attribute 'nothing'"),
+        ("x=no_such_module_here:t", "cannot import 'no_such_module_here'"),
+        ("x=tests.gateway.agents:StreamingEcho", "not an actors.AgentTemplate"),
+        ("bad", "must have the form pkg.module:attr"),
+    ]:
+        result = runner.invoke(main, ["serve", "--data-dir", str(tmp_path), "--template", spec])
+        assert result.exit_code == 2, result.output
+        assert message in result.output

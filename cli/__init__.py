@@ -5,7 +5,7 @@ import click
 
 @click.group()
 def main() -> None:
-    """sessionvisor: inspect and manage a sessionvisor data directory."""
+    """sessionvisor: serve and inspect long-lived agent sessions."""
 
 
-from cli import _checkpoints, _doctor, _sessions  # noqa: E402, F401  (registers the commands)
+from cli import _checkpoints, _doctor, _keys, _serve, _sessions  # noqa: E402, F401  (registers the commands)

@@ -1,0 +1,101 @@
+"""What every route needs: the ``Gateway`` (host, templates, keys, limits), the caller's
+key, and the mapping between the ids clients see and the host's session ids.
+
+Session ids are per tenant: the host runs the session a client calls ``x`` as
+``<tenant>/x``. Two tenants may then both have an ``x``, and creating one never
+tells a tenant that another tenant's session exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from actors import AgentTemplate
+from gateway.keys import ApiKey, KeyStore
+from gateway.limits import Limits
+from gateway.problems import Problem, ProblemError
+from supervisor import AsyncAgentHost, SessionInfo, SessionNotFound
+from supervisor.metrics import HostMetrics
+
+__all__ = ["Caller", "Gateway", "GatewayDep", "caller", "gateway_of", "host_id", "public_id"]
+
+
+@dataclass
+class Gateway:
+    """The parts a running gateway serves from. Thread-safe parts (host, keys) and a
+    lock used only on the server's event loop.
+
+    Attributes:
+        ahost: The host, driven without a thread per waiting request.
+        templates: Template name -> template, as given to ``serve``.
+        keys: API keys, and which template each session was created from.
+        limits: See ``Limits``.
+        metrics: The host's Prometheus metrics, served at ``/metrics``.
+    """
+
+    ahost: AsyncAgentHost
+    templates: dict[str, AgentTemplate]
+    keys: KeyStore
+    limits: Limits
+    metrics: HostMetrics
+    create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
+        """The host's row of the tenant's session ``session_id`` (a public id).
+
+        Raises:
+            SessionNotFound: missing, or another tenant's (the same error).
+        """
+        wanted = host_id(tenant_id, session_id)
+        for info in self.ahost.host.list_sessions(tenant_id):
+            if info.session_id == wanted:
+                return info
+        raise SessionNotFound(session_id)
+
+
+def host_id(tenant_id: str, session_id: str) -> str:
+    """The host's id of the tenant's session ``session_id``."""
+    return f"{tenant_id}/{session_id}"
+
+
+def public_id(internal: str) -> str:
+    """The id clients use for the host's session ``internal``."""
+    return internal.rpartition("/")[2]
+
+
+def gateway_of(request: Request) -> Gateway:
+    """The app's ``Gateway`` (a FastAPI dependency)."""
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+GatewayDep = Annotated[Gateway, Depends(gateway_of)]
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from `sessionvisor keys create`")
+
+
+async def caller(
+    gateway: GatewayDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiKey:
+    """The valid API key of the request (a FastAPI dependency).
+
+    Raises:
+        ProblemError: 401, no bearer token, or one that is unknown or revoked.
+    """
+    if credentials is None:
+        detail = "send an API key as 'Authorization: Bearer sv_...'"
+        raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
+    key = gateway.keys.authenticate(credentials.credentials)
+    if key is None:
+        detail = "the API key is unknown or revoked"
+        raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
+    return key
+
+
+Caller = Annotated[ApiKey, Depends(caller)]

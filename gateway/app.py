@@ -1,0 +1,90 @@
+"""``create_app``: the gateway's FastAPI application.
+
+The route of a request: uvicorn -> ``LimitsMiddleware`` (body size, requests
+per key) -> FastAPI routing and validation -> ``caller`` (the API key's tenant)
+-> a route, which awaits ``AsyncAgentHost`` with the caller's tenant -> the
+answer, or an exception turned into problem details by ``gateway.problems``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CollectorRegistry
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from actors import ActorsError, AgentTemplate
+from gateway import (
+    routes_checkpoints,
+    routes_events,
+    routes_health,
+    routes_messages,
+    routes_sessions,
+)
+from gateway._context import Gateway
+from gateway.keys import KeyStore
+from gateway.limits import Limits, LimitsMiddleware
+from gateway.problems import ProblemError, handle_http, handle_problem, handle_validation
+from supervisor import AsyncAgentHost, SupervisorError
+from supervisor._runtime import NotDelivered
+from supervisor.metrics import HostMetrics
+
+__all__ = ["api_app", "create_app", "openapi_document"]
+
+API_VERSION = "1.0.0"
+
+
+def api_app(limits: Limits | None = None) -> FastAPI:
+    """The routes, middleware and error handlers, without a host (``create_app`` adds it)."""
+    app = FastAPI(
+        title="sessionvisor gateway",
+        version=API_VERSION,
+        description="Long-lived agent sessions over HTTP; errors are RFC 9457 problem details.",
+    )
+    for router in (
+        routes_sessions.router,
+        routes_messages.router,
+        routes_checkpoints.router,
+        routes_events.router,
+        routes_health.router,
+    ):
+        app.include_router(router)
+    for error in (
+        ProblemError,
+        SupervisorError,
+        ActorsError,
+        NotDelivered,
+        TimeoutError,
+        ValueError,
+        TypeError,
+        LookupError,
+    ):
+        app.add_exception_handler(error, handle_problem)
+    app.add_exception_handler(RequestValidationError, handle_validation)
+    app.add_exception_handler(StarletteHTTPException, handle_http)
+    app.add_middleware(LimitsMiddleware, limits=limits or Limits())
+    return app
+
+
+def create_app(
+    host: AsyncAgentHost,
+    templates: dict[str, AgentTemplate],
+    keys: KeyStore,
+    limits: Limits | None = None,
+) -> FastAPI:
+    """The gateway app serving ``host``'s sessions to holders of ``keys``.
+
+    The host, the key store and their shutdown stay the caller's.
+    """
+    limits = limits or Limits()
+    app = api_app(limits)
+    metrics = HostMetrics(host.host, CollectorRegistry())  # a registry per app and host
+    app.state.gateway = Gateway(host, dict(templates), keys, limits, metrics)
+    return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document the app serves (``docs/openapi.json`` keeps a copy)."""
+    return api_app().openapi()

@@ -1,0 +1,218 @@
+"""``KeyStore``: the gateway's API keys, each belonging to one tenant.
+
+A key (``sv_<random>``) is shown once, when it is created; the store keeps only
+its HMAC-SHA256 fingerprint under a secret created once in the data directory
+(``gateway.secret``, mode 0600), so a stolen database cannot be used to log in,
+and the fingerprints still match after a restart. The rows live in a small
+SQLite file of their own (``gateway.sqlite3``) in WAL mode, so the ``keys``
+commands may change them while a server reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = ["KEY_PREFIX", "ApiKey", "KeyNotFound", "KeyStore", "NewKey"]
+
+KEY_PREFIX: Final = "sv_"
+"""Every key starts with it, so a leaked one is easy to recognise (secret scanners)."""
+
+SECRET_FILE: Final = "gateway.secret"
+DB_FILE: Final = "gateway.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL UNIQUE,
+    tenant_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS gateway_sessions (
+    session_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    template TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+"""
+
+
+class KeyNotFound(LookupError):
+    """``revoke`` was given a key id the store does not have."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"no API key with id {key_id!r}; `sessionvisor keys list` shows them")
+        self.key_id = key_id
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One stored key, without the key itself. Immutable, thread-safe.
+
+    Attributes:
+        key_id: Its public id (``key_<hex>``), for listing and revoking.
+        tenant_id: The tenant whose sessions it may use.
+        created_at: Milliseconds since the Unix epoch.
+        revoked_at: When it was revoked, or ``None`` while it is valid.
+    """
+
+    key_id: str
+    tenant_id: str
+    created_at: int
+    revoked_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """What ``KeyStore.create`` returns: the key, to show once, and its row."""
+
+    key: str
+    info: ApiKey
+
+
+def _read_or_create_secret(path: Path) -> bytes:
+    """The fingerprint secret: created once with 0600 (never widened), read ever after."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        secret = path.read_bytes()
+        if len(secret) < 32:
+            msg = f"{path} is damaged (fewer than 32 bytes); every key must be created anew"
+            raise ValueError(msg) from None
+        return secret
+    secret = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secret)
+        out.flush()
+        os.fsync(out.fileno())
+    return secret
+
+
+class KeyStore:
+    """API keys of one data directory. Thread-safe (one connection behind a lock).
+
+    Also records which template each gateway session was created from, so a
+    restarted server resumes every session on its own template.
+
+    Args:
+        data_dir: The directory the host serves; created if missing.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        directory = Path(data_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / DB_FILE
+        self._secret = _read_or_create_secret(directory / SECRET_FILE)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+
+    def fingerprint(self, key: str) -> str:
+        """HMAC-SHA256 of ``key`` under the data directory's secret, hex."""
+        return hmac.new(self._secret, key.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def create(self, tenant_id: str) -> NewKey:
+        """A new key for ``tenant_id``; the key itself is not stored, so show it now.
+
+        Raises:
+            ValueError: ``tenant_id`` is empty.
+        """
+        if not tenant_id:
+            raise ValueError("tenant_id must be a non-empty str")
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, _now_ms(), None)
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO api_keys VALUES (?, ?, ?, ?, NULL)",
+                (info.key_id, self.fingerprint(key), tenant_id, info.created_at),
+            )
+        return NewKey(key, info)
+
+    def authenticate(self, key: str) -> ApiKey | None:
+        """The valid (not revoked) key ``key`` is, or ``None``."""
+        if not key.startswith(KEY_PREFIX):
+            return None
+        with self._lock:
+            row = self._db.execute(
+                "SELECT key_id, tenant_id, created_at, revoked_at FROM api_keys "
+                "WHERE fingerprint = ? AND revoked_at IS NULL",
+                (self.fingerprint(key),),
+            ).fetchone()
+        return None if row is None else ApiKey(*row)
+
+    def list(self, tenant_id: str | None = None) -> list[ApiKey]:
+        """Every key (of ``tenant_id``, if given), oldest first, revoked ones included."""
+        query = "SELECT key_id, tenant_id, created_at, revoked_at FROM api_keys"
+        args: tuple[str, ...] = ()
+        if tenant_id is not None:
+            query += " WHERE tenant_id = ?"
+            args = (tenant_id,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created_at, key_id", args).fetchall()
+        return [ApiKey(*row) for row in rows]
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke a key at once (idempotent); returns its row.
+
+        Raises:
+            KeyNotFound: no such key id.
+        """
+        with self._lock:
+            self._db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                (_now_ms(), key_id),
+            )
+            row = self._db.execute(
+                "SELECT key_id, tenant_id, created_at, revoked_at FROM api_keys WHERE key_id = ?",
+                (key_id,),
+            ).fetchone()
+        if row is None:
+            raise KeyNotFound(key_id)
+        return ApiKey(*row)
+
+    # -- which template each gateway session runs on --------------------------------
+
+    def remember_session(
+        self, session_id: str, tenant_id: str, template: str, metadata_json: str
+    ) -> None:
+        """Record a session the gateway created (its template name and user metadata)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO gateway_sessions VALUES (?, ?, ?, ?, ?)",
+                (session_id, tenant_id, template, metadata_json, _now_ms()),
+            )
+
+    def session_row(self, session_id: str) -> tuple[str, str] | None:
+        """``(template name, metadata JSON)`` of a recorded session, or ``None``."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT template, metadata FROM gateway_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a deleted session's record."""
+        with self._lock:
+            self._db.execute("DELETE FROM gateway_sessions WHERE session_id = ?", (session_id,))
+
+    def close(self) -> None:
+        """Close the database connection. Idempotent."""
+        with self._lock:
+            self._db.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

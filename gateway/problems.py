@@ -1,0 +1,196 @@
+"""RFC 9457 problem details: every error answer of the gateway, and the mapping of
+every library error to a status and a problem type.
+
+A problem's ``type`` is a relative URI, ``/problems/<slug>``; ``retryable`` (an
+extension member) says whether sending the same request again may succeed, and
+retryable answers carry ``Retry-After``. Details never name internals: an
+unexpected error answers 500 with a fixed text (and is logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from actors import (
+    InvalidMessage,
+    PluginError,
+    ProviderError,
+    RegistryProfileMissing,
+    SnapshotDecodeError,
+    SnapshotEncodeError,
+    SteeringQueueFull,
+    TurnLimitExceeded,
+    UnknownModel,
+)
+from supervisor import (
+    CheckpointNotFound,
+    CredentialsUnavailable,
+    Killed,
+    OwnershipLost,
+    SessionAlreadyExists,
+    SessionCrashed,
+    SessionFailed,
+    SessionNotFound,
+    SessionOwnedElsewhere,
+    SnapshotTooLarge,
+    StoreUnavailable,
+    StoreUnreachable,
+    WorkerStartError,
+)
+from supervisor._runtime import NotDelivered
+
+__all__ = ["PROBLEM_JSON", "Problem", "ProblemError", "problem_for", "problem_response"]
+
+PROBLEM_JSON: Final = "application/problem+json"
+RETRY_AFTER_S: Final = 1
+
+logger = logging.getLogger("gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem-details answer. Immutable, thread-safe.
+
+    Attributes:
+        status: The HTTP status.
+        slug: The last part of its ``type`` URI (``/problems/<slug>``).
+        title: Short, the same for every problem of this type.
+        detail: This occurrence, for a human.
+        retry_after: Seconds for ``Retry-After`` (retryable problems), else ``None``.
+        extra: More members of the body (e.g. validation ``errors``).
+    """
+
+    status: int
+    slug: str
+    title: str
+    detail: str
+    retry_after: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ProblemError(Exception):
+    """Raised by the gateway's own checks to answer with ``problem``."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+def problem_response(problem: Problem, instance: str | None = None) -> JSONResponse:
+    """``problem`` as a JSON response with ``application/problem+json``."""
+    body: dict[str, Any] = {
+        "type": f"/problems/{problem.slug}",
+        "title": problem.title,
+        "status": problem.status,
+        "detail": problem.detail,
+        "retryable": problem.retry_after is not None,
+        **problem.extra,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    headers = {}
+    if problem.retry_after is not None:
+        headers["Retry-After"] = str(problem.retry_after)
+    return JSONResponse(body, status_code=problem.status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _retry(status: int, slug: str, title: str, detail: str) -> Problem:
+    return Problem(status, slug, title, detail, retry_after=RETRY_AFTER_S)
+
+
+def not_found(session_id: str) -> Problem:
+    """The one answer for a session that is missing *or* another tenant's."""
+    return Problem(404, "session-not-found", "Session not found", f"no session {session_id!r}")
+
+
+def problem_for(error: BaseException, session_id: str | None = None) -> Problem:
+    """The problem a library error answers with (500 ``internal`` for unknown ones).
+
+    The order matters: subclasses before their bases (``WorkerCrashed`` is a
+    ``SessionCrashed``).
+    """
+    match error:
+        case ProblemError():
+            return error.problem
+        case SessionNotFound():
+            return not_found(session_id or error.session_id)
+        case CheckpointNotFound():
+            return Problem(404, "checkpoint-not-found", "Checkpoint not found", str(error))
+        case SessionAlreadyExists():
+            return Problem(409, "session-exists", "Session already exists", str(error))
+        case SessionFailed():
+            return Problem(
+                409, "session-failed", "Session given up after repeated crashes", str(error)
+            )
+        case SessionCrashed() | NotDelivered() | Killed():
+            return _retry(503, "session-crashed", "Session crashed; send again", str(error))
+        case TimeoutError():
+            return _retry(503, "timeout", "No answer in time", "the session did not answer in time")
+        case WorkerStartError() | StoreUnavailable() | StoreUnreachable() | OwnershipLost():
+            return _retry(503, "unavailable", "Temporarily unavailable", type(error).__name__)
+        case SessionOwnedElsewhere():
+            return _retry(503, "owned-elsewhere", "Session served by another node", str(error))
+        case CredentialsUnavailable():
+            return _retry(503, "credentials-unavailable", "Credentials unavailable", str(error))
+        case SteeringQueueFull():
+            return _retry(429, "steering-queue-full", "Too many steering messages", str(error))
+        case ProviderError():
+            return _retry(502, "provider-error", "The model provider failed", str(error))
+        case TurnLimitExceeded():
+            return Problem(422, "turn-limit", "Turn took too many model calls", str(error))
+        case SnapshotTooLarge():
+            return Problem(507, "snapshot-too-large", "Session state too large", str(error))
+        case RegistryProfileMissing() | UnknownModel() | PluginError():
+            return Problem(500, "template-unusable", "The agent template failed", str(error))
+        case SnapshotDecodeError() | SnapshotEncodeError():
+            return Problem(500, "checkpoint-unreadable", "A checkpoint cannot be used", str(error))
+        case InvalidMessage() | ValueError() | TypeError():
+            return Problem(422, "invalid-input", "Invalid input", str(error))
+    logger.error("unexpected error answering a request", exc_info=error)
+    return Problem(500, "internal", "Internal error", "an unexpected error; the server logged it")
+
+
+def validation_problem(error: RequestValidationError) -> Problem:
+    """Malformed JSON answers 400; a body or parameter of the wrong shape 422."""
+    errors = [
+        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type"))}
+        for e in error.errors()
+    ]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return Problem(400, "malformed-json", "Malformed JSON", "the body is not valid JSON")
+    first = errors[0] if errors else {"loc": [], "msg": "invalid"}
+    where = ".".join(str(part) for part in first["loc"])
+    return Problem(
+        422,
+        "invalid-request",
+        "Invalid request",
+        f"{where}: {first['msg']}",
+        extra={"errors": errors},
+    )
+
+
+async def handle_problem(request: Request, error: Exception) -> JSONResponse:
+    """Exception handler for every error a route raises."""
+    session_id = request.path_params.get("session_id")
+    return problem_response(problem_for(error, session_id), request.url.path)
+
+
+async def handle_validation(request: Request, error: Exception) -> JSONResponse:
+    """Exception handler for FastAPI's request validation."""
+    assert isinstance(error, RequestValidationError)
+    return problem_response(validation_problem(error), request.url.path)
+
+
+async def handle_http(request: Request, error: Exception) -> JSONResponse:
+    """Exception handler for routing errors (unknown path, wrong method)."""
+    assert isinstance(error, StarletteHTTPException)
+    slug = {404: "not-found", 405: "method-not-allowed"}.get(error.status_code, "http-error")
+    problem = Problem(error.status_code, slug, str(error.detail), str(error.detail))
+    return problem_response(problem, request.url.path)

@@ -1,0 +1,64 @@
+"""``/v1/sessions/{id}``: list and take checkpoints, export the conversation redacted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from actors import redact_secrets
+from gateway._context import Caller, GatewayDep, host_id
+from gateway.schemas import CheckpointOut, CheckpointRequest, CheckpointsOut
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["checkpoints"])
+
+
+@router.get("/checkpoints", summary="List checkpoints")
+async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) -> CheckpointsOut:
+    """The session's stored checkpoints, newest first (metadata only)."""
+    gateway.owned(key.tenant_id, session_id)
+    store = gateway.ahost.host.store
+    infos = await asyncio.to_thread(store.list, host_id(key.tenant_id, session_id))
+    return CheckpointsOut(
+        checkpoints=[
+            CheckpointOut(
+                checkpoint_id=i.checkpoint_id,
+                saved_at=i.saved_at.isoformat(),
+                label=i.label,
+                size=i.size,
+            )
+            for i in infos
+        ]
+    )
+
+
+@router.post("/checkpoints", status_code=201, summary="Take a checkpoint")
+async def take_checkpoint(
+    session_id: str, body: CheckpointRequest, gateway: GatewayDep, key: Caller
+) -> CheckpointOut:
+    """Save a checkpoint now."""
+    internal = host_id(key.tenant_id, session_id)
+    snap = await gateway.ahost.checkpoint(internal, body.label, tenant_id=key.tenant_id)
+    return CheckpointOut(
+        checkpoint_id=snap.checkpoint_id, saved_at=snap.saved_at.isoformat(), label=snap.label
+    )
+
+
+@router.get("/export", summary="Export the conversation, redacted")
+async def export(
+    session_id: str,
+    gateway: GatewayDep,
+    key: Caller,
+    checkpoint_id: Annotated[str | None, Query(min_length=1)] = None,
+) -> dict[str, Any]:
+    """A checkpoint (the newest by default) as JSON, secret-looking values redacted."""
+    gateway.owned(key.tenant_id, session_id)
+    store = gateway.ahost.host.store
+    internal = host_id(key.tenant_id, session_id)
+    snapshot = await asyncio.to_thread(store.load, internal, checkpoint_id)
+    plain: dict[str, Any] = json.loads(snapshot.redact(redact_secrets).to_json())
+    return plain

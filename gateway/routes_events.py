@@ -1,0 +1,65 @@
+"""``GET /v1/sessions/{id}/events``: a session's event stream as Server-Sent Events.
+
+``Last-Event-ID`` (or ``?since=``) resumes after that event; a client that fell
+behind the session's bounded buffer gets a ``missed`` frame saying how many
+events it lost before the next one it receives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+
+from gateway._context import Caller, GatewayDep, host_id
+from gateway.problems import Problem, ProblemError
+from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
+from supervisor import EventStream
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"])
+
+
+def _cursor(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 18:
+        detail = "Last-Event-ID (or since) must be the id of an event this stream sent"
+        raise ProblemError(Problem(400, "bad-cursor", "Bad cursor", detail))
+    return int(text)
+
+
+@router.get(
+    "/events",
+    summary="Follow the session's events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
+)
+async def events(
+    session_id: str,
+    gateway: GatewayDep,
+    key: Caller,
+    last_event_id: Annotated[str | None, Header()] = None,
+    since: Annotated[str | None, Query()] = None,
+) -> Any:
+    """The session's events as SSE, each with ``id`` = its seq, until the session stops."""
+    cursor = _cursor(last_event_id if last_event_id is not None else since)
+    gateway.owned(key.tenant_id, session_id)
+    internal = host_id(key.tenant_id, session_id)
+    stream = gateway.ahost.events(internal, since=cursor, tenant_id=key.tenant_id)
+    return StreamingResponse(_frames(stream), media_type=SSE_MEDIA_TYPE)
+
+
+async def _frames(stream: EventStream) -> AsyncIterator[str]:
+    told = 0
+    try:
+        async for event in stream:
+            if stream.missed > told:
+                yield frame("missed", {"missed": stream.missed - told})
+                told = stream.missed
+            yield frame_event(event)
+    finally:
+        await stream.aclose()

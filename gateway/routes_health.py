@@ -1,0 +1,42 @@
+"""``/healthz`` (the process answers), ``/readyz`` (its workers all serve) and
+``/metrics`` (the host's Prometheus metrics, ``supervisor.metrics``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway._context import GatewayDep
+from gateway.problems import Problem, ProblemError
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness")
+async def healthz() -> dict[str, str]:
+    """Always ``ok`` while the server answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness")
+async def readyz(gateway: GatewayDep) -> dict[str, bool]:
+    """Ready unless worker processes are being replaced (or were given up): 503 then."""
+    host = gateway.ahost.host
+    if host.workers_given_up or not host.wait_for_workers(0):
+        detail = "worker processes are being replaced"
+        raise ProblemError(Problem(503, "not-ready", "Not ready", detail, retry_after=1))
+    return {"ready": True}
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def metrics(gateway: GatewayDep) -> Response:
+    """The host's metrics in Prometheus' text format (no key needed, as for probes)."""
+    body = generate_latest(gateway.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

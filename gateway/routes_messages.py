@@ -1,0 +1,131 @@
+"""``/v1/sessions/{id}``: send a message (JSON or SSE), steer, read history."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
+
+from gateway._context import Caller, Gateway, GatewayDep, host_id
+from gateway.problems import Problem, ProblemError, problem_for
+from gateway.schemas import HistoryOut, SendMessage, SendResult, SteerMessage, message_out
+from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
+from supervisor import wait_future
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["messages"])
+
+
+def _check_length(gateway: Gateway, text: str) -> None:
+    limit = gateway.limits.max_message_chars
+    if len(text) > limit:
+        detail = f"the text has {len(text)} characters; at most {limit} are allowed"
+        raise ProblemError(Problem(422, "message-too-long", "Message too long", detail))
+
+
+@router.post(
+    "/messages",
+    summary="Send a message",
+    response_model=SendResult,
+    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
+)
+async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller) -> Any:
+    """Run one turn. With ``stream: true`` the answer is Server-Sent Events: the turn's
+    events (``delta``, ``turn_started``, ``tool_call``, ...) then ``answer`` (or ``error``)."""
+    _check_length(gateway, body.text)
+    tenant = key.tenant_id
+    internal = host_id(tenant, session_id)
+    if not body.stream:
+        answer = await gateway.ahost.send(internal, body.text, tenant_id=tenant)
+        return SendResult(message=message_out(answer.to_dict()))
+    start = gateway.ahost.host.events(internal, tenant_id=tenant).cursor  # 404 before streaming
+    future = gateway.ahost.host.futures.send(internal, body.text, tenant_id=tenant)
+    frames = _turn_frames(gateway, internal, tenant, start, wait_future(future))
+    return StreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
+
+
+async def _turn_frames(
+    gateway: Gateway, internal: str, tenant: str, start: int, answer: Any
+) -> AsyncIterator[str]:
+    stream = gateway.ahost.events(internal, since=start, tenant_id=tenant)
+    answer_task: asyncio.Future[Any] = asyncio.ensure_future(answer)
+    next_task: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            next_task = asyncio.ensure_future(stream.__anext__())
+            await asyncio.wait({next_task, answer_task}, return_when=asyncio.FIRST_COMPLETED)
+            if not next_task.done():
+                break
+            try:
+                yield frame_event(next_task.result())
+            except StopAsyncIteration:
+                break
+        with contextlib.suppress(Exception):  # the session may be gone already
+            for event in gateway.ahost.host.events(
+                internal, stream.cursor, tenant_id=tenant
+            ).events:
+                yield frame_event(event)
+        try:
+            message = await answer_task
+        except Exception as exc:
+            problem = problem_for(exc)
+            yield frame(
+                "error",
+                {
+                    "status": problem.status,
+                    "type": f"/problems/{problem.slug}",
+                    "detail": problem.detail,
+                },
+            )
+        else:
+            yield frame("answer", {"message": message.to_dict()})
+    finally:
+        if next_task is not None and not next_task.done():
+            next_task.cancel()
+        # a client that left before the answer: the turn goes on; its outcome is dropped
+        answer_task.add_done_callback(_drop_outcome)
+        await stream.aclose()
+
+
+def _drop_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+
+@router.post("/steer", status_code=204, summary="Steer a session")
+async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: Caller) -> Response:
+    """Queue text for the session's next model call, even in the middle of a turn."""
+    _check_length(gateway, body.text)
+    internal = host_id(key.tenant_id, session_id)
+    await gateway.ahost.steer(internal, body.text, tenant_id=key.tenant_id)
+    return Response(status_code=204)
+
+
+@router.get("/history", summary="Read the conversation")
+async def history(
+    session_id: str,
+    gateway: GatewayDep,
+    key: Caller,
+    cursor: Annotated[str | None, Query(description="next_cursor of the page before")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> HistoryOut:
+    """A page of the conversation, oldest first."""
+    offset = 0
+    if cursor is not None:
+        if not cursor.isdigit() or len(cursor) > 12:
+            detail = "cursor must be a next_cursor this API returned"
+            raise ProblemError(Problem(400, "bad-cursor", "Bad cursor", detail))
+        offset = int(cursor)
+    internal = host_id(key.tenant_id, session_id)
+    messages = await gateway.ahost.history(internal, tenant_id=key.tenant_id)
+    page = messages[offset : offset + limit]
+    more = offset + limit < len(messages)
+    return HistoryOut(
+        messages=[message_out(m.to_dict()) for m in page],
+        next_cursor=str(offset + limit) if more else None,
+    )

@@ -1,0 +1,80 @@
+"""``/v1/sessions``: create, list, get and delete the caller's tenant's sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+from fastapi import APIRouter, Response
+
+from gateway._context import Caller, Gateway, GatewayDep, host_id, public_id
+from gateway.problems import Problem, ProblemError
+from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
+from supervisor import SessionInfo
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+
+def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
+    """The response body of one session."""
+    row = gateway.keys.session_row(info.session_id)
+    template, metadata = (None, {}) if row is None else (row[0], json.loads(row[1]))
+    return SessionOut(
+        session_id=public_id(info.session_id),
+        tenant_id=info.tenant_id,
+        template=template,
+        status=info.status,
+        model=info.model,
+        created_at=info.created_at,
+        metadata=metadata,
+        usage=UsageOut(**info.usage.to_dict()),
+    )
+
+
+@router.post("", status_code=201, summary="Create a session")
+async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) -> SessionOut:
+    """Start a session on a named template; its id is yours or a new random one."""
+    template = gateway.templates.get(body.template)
+    if template is None:
+        names = ", ".join(sorted(gateway.templates))
+        detail = f"no template {body.template!r}; this server has: {names}"
+        raise ProblemError(Problem(422, "unknown-template", "Unknown template", detail))
+    tenant = key.tenant_id
+    session_id = body.session_id or uuid.uuid4().hex
+    internal = host_id(tenant, session_id)
+    async with gateway.create_lock:  # the count and the start, as one step per server
+        count = len(gateway.ahost.host.list_sessions(tenant))
+        limit = gateway.limits.max_sessions_per_tenant
+        if count >= limit:
+            detail = f"tenant has {count} sessions, the most allowed; delete one first"
+            raise ProblemError(Problem(409, "session-limit", "Too many sessions", detail))
+        await gateway.ahost.start_session(template, internal, tenant)
+    gateway.keys.remember_session(internal, tenant, body.template, json.dumps(body.metadata))
+    return session_out(gateway, gateway.owned(tenant, session_id))
+
+
+@router.get("", summary="List your sessions")
+async def list_sessions(gateway: GatewayDep, key: Caller) -> SessionsOut:
+    """Every session of the caller's tenant: live, hibernated, restarting or failed."""
+    infos = gateway.ahost.host.list_sessions(key.tenant_id)
+    return SessionsOut(sessions=[session_out(gateway, info) for info in infos])
+
+
+@router.get("/{session_id}", summary="Get a session")
+async def get_session(session_id: str, gateway: GatewayDep, key: Caller) -> SessionOut:
+    """One session of the caller's tenant."""
+    return session_out(gateway, gateway.owned(key.tenant_id, session_id))
+
+
+@router.delete("/{session_id}", status_code=204, summary="Delete a session")
+async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> Response:
+    """Stop the session and delete its checkpoints: it is gone for good."""
+    internal = host_id(key.tenant_id, session_id)
+    gateway.owned(key.tenant_id, session_id)
+    await gateway.ahost.stop_session(internal, tenant_id=key.tenant_id)
+    await asyncio.to_thread(gateway.ahost.host.store.delete, internal)
+    gateway.keys.forget_session(internal)
+    return Response(status_code=204)

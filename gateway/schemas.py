@@ -1,0 +1,127 @@
+"""The JSON bodies of the ``/v1`` API, as pydantic models (they also make the OpenAPI
+document). Requests are strict: unknown fields and wrong types answer 422."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CheckpointOut",
+    "CheckpointRequest",
+    "CheckpointsOut",
+    "CreateSession",
+    "HistoryOut",
+    "MessageOut",
+    "SendMessage",
+    "SendResult",
+    "SessionOut",
+    "SessionsOut",
+    "SteerMessage",
+]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class CreateSession(BaseModel):
+    """``POST /v1/sessions``."""
+
+    model_config = _STRICT
+    template: str = Field(min_length=1, description="A template name the server was started with")
+    session_id: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$"
+    )
+    metadata: dict[str, str] = Field(default_factory=dict, description="Your own labels")
+
+
+class SendMessage(BaseModel):
+    """``POST /v1/sessions/{id}/messages``."""
+
+    model_config = _STRICT
+    text: str = Field(min_length=1)
+    stream: bool = Field(default=False, description="Answer as Server-Sent Events")
+
+
+class SteerMessage(BaseModel):
+    """``POST /v1/sessions/{id}/steer``."""
+
+    model_config = _STRICT
+    text: str = Field(min_length=1)
+
+
+class CheckpointRequest(BaseModel):
+    """``POST /v1/sessions/{id}/checkpoints``."""
+
+    model_config = _STRICT
+    label: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class UsageOut(BaseModel):
+    """Token counts."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    reasoning_tokens: int
+    total: int
+
+
+class SessionOut(BaseModel):
+    """One session of the caller's tenant."""
+
+    session_id: str
+    tenant_id: str
+    template: str | None
+    status: str
+    model: str
+    created_at: int = Field(description="ms since the Unix epoch")
+    metadata: dict[str, str]
+    usage: UsageOut
+
+
+class SessionsOut(BaseModel):
+    """``GET /v1/sessions``."""
+
+    sessions: list[SessionOut]
+
+
+class MessageOut(BaseModel):
+    """One message of a conversation (``actors.Message.to_dict``)."""
+
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | None = None
+
+
+class SendResult(BaseModel):
+    """The answer of a turn."""
+
+    message: MessageOut
+
+
+class HistoryOut(BaseModel):
+    """A page of the conversation, oldest first."""
+
+    messages: list[MessageOut]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page")
+
+
+class CheckpointOut(BaseModel):
+    """One stored checkpoint (metadata only)."""
+
+    checkpoint_id: str
+    saved_at: str
+    label: str | None
+    size: int | None = None
+
+
+class CheckpointsOut(BaseModel):
+    """``GET /v1/sessions/{id}/checkpoints``, newest first."""
+
+    checkpoints: list[CheckpointOut]
+
+
+def message_out(data: dict[str, Any]) -> MessageOut:
+    """A ``Message.to_dict()`` as its response model."""
+    return MessageOut.model_validate(data)

@@ -1,0 +1,69 @@
+"""A real uvicorn server on 127.0.0.1 (ephemeral port) in a thread, per test."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway import KeyStore, Limits, create_app, load_templates
+from supervisor import AgentHost, AsyncAgentHost
+
+TEMPLATES = ["echo=tests.gateway.agents:echo", "streaming=tests.gateway.agents:make_streaming"]
+
+
+@dataclass
+class Served:
+    url: str
+    keys: KeyStore
+    host: AgentHost
+    data_dir: Path
+
+    def client(self, key: str | None) -> httpx.Client:
+        headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+
+
+def run_server(app: object) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """Serve ``app`` on a socket bound and listening before the thread starts, so a
+    client may connect at once (the backlog holds it until uvicorn accepts)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{port}", server, thread
+
+
+def stop_server(server: uvicorn.Server, thread: threading.Thread) -> None:
+    server.should_exit = True
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.fixture
+def limits() -> Limits:
+    return Limits()
+
+
+@pytest.fixture
+def served(tmp_path: Path, limits: Limits) -> Iterator[Served]:
+    keys = KeyStore(tmp_path)
+    host = AgentHost(data_dir=tmp_path, call_timeout=10)
+    app = create_app(AsyncAgentHost(host), load_templates(TEMPLATES), keys, limits)
+    url, server, thread = run_server(app)
+    try:
+        yield Served(url, keys, host, tmp_path)
+    finally:
+        stop_server(server, thread)
+        host.shutdown()
+        keys.close()

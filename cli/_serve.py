@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import TextIO
 
 import click
 
 from cli import main
+from supervisor.log_format import JsonLogFormatter
 
-__all__ = ["serve"]
+__all__ = ["configure_logging", "serve"]
+
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(log_format: str, level: str, stream: TextIO | None = None) -> None:
+    """Send every log line to ``stream`` (stderr by default), as text or one JSON object
+    per line (``supervisor.log_format``), replacing the root logger's handlers."""
+    handler = logging.StreamHandler(stream)
+    formatter = JsonLogFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT)
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 @main.command()
@@ -25,8 +39,27 @@ __all__ = ["serve"]
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
-def serve(
-    data_dir: Path, templates: tuple[str, ...], workers: int | None, host: str, port: int
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line, with stable field names",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def serve(  # noqa: PLR0917 (the command's options)
+    data_dir: Path,
+    templates: tuple[str, ...],
+    workers: int | None,
+    host: str,
+    port: int,
+    log_format: str,
+    log_level: str,
 ) -> None:
     """Serve the sessions of DATA_DIR over HTTP until interrupted."""
     from gateway.server import serve as run  # noqa: PLC0415  (the server extra, only here)
@@ -36,4 +69,5 @@ def serve(
         loaded = load_templates(templates)
     except TemplateLoadError as exc:
         raise click.UsageError(str(exc)) from None
+    configure_logging(log_format, log_level)
     run(data_dir, loaded, host=host, port=port, workers=workers)

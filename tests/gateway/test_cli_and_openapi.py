@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import stat
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cli import main
+from cli._serve import configure_logging
 from gateway import KeyStore, create_app, load_templates, openapi_document
 from supervisor import AgentHost, AsyncAgentHost
 from tests.gateway.conftest import TEMPLATES, run_server, stop_server
@@ -96,3 +99,23 @@ def test_serve_refuses_a_template_that_does_not_load(tmp_path: Path) -> None:
         result = runner.invoke(main, ["serve", "--data-dir", str(tmp_path), "--template", spec])
         assert result.exit_code == 2, result.output
         assert message in result.output
+
+
+def test_serve_logs_one_json_object_per_line() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    before = (root.level, list(root.handlers))
+    try:
+        configure_logging("json", "info", stream)
+        logging.getLogger("supervisor.host").warning(
+            "session %r crashed", "s1", extra={"session_id": "s1", "reason": "killed"}
+        )
+    finally:
+        root.handlers[:] = before[1]
+        root.setLevel(before[0])
+    (line,) = stream.getvalue().splitlines()
+    parsed = json.loads(line)
+    assert parsed["session_id"] == "s1"
+    assert parsed["reason"] == "killed"
+    assert parsed["level"] == "WARNING"
+    assert parsed["logger"] == "supervisor.host"

@@ -22,6 +22,7 @@ from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
+from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
 from actors._storable import storable_message, storable_text
 from actors._strip import strip_live
@@ -192,9 +193,8 @@ class AgentSession(pykka.ThreadingActor):
             event_buffer if event_buffer is not None else EventBuffer(event_buffer_size)
         )
         try:  # a checkpoint that decodes but holds the wrong shapes: one documented error
-            # Append-only (a rolled-back turn swaps in a shorter copy): ``_history``
-            # strips and encodes each message once, for every later snapshot.
-            self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
+            # Checked now, built when first read (``actors._restored``).
+            self._restored = RestoredMessages(restored.get("messages", []))
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             self._turns = int(restored.get("turns", 0))
             self._metadata = dict(
@@ -214,7 +214,12 @@ class AgentSession(pykka.ThreadingActor):
                 f"({type(exc).__name__}: {exc}); resume an older checkpoint"
             ) from exc
         self._provider_state = restored.get("provider_state")
+        # Append-only (a rolled-back turn swaps in a shorter copy): ``_history``
+        # strips and encodes each message once, for every later snapshot.
+        self._message_list: list[Message] | None = None  # see ``_messages``
         self._history = HistoryCodec()
+        if self._restored.canonical:
+            self._history.seed(self._restored.plain)
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
         self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
@@ -226,6 +231,19 @@ class AgentSession(pykka.ThreadingActor):
             getattr(type(p), "before_model", None) is not Plugin.before_model
             for p in template.plugins
         )
+
+    @property
+    def _messages(self) -> list[Message]:
+        """The history; a resumed one is built from its checkpoint's dicts when first read,
+        on the session's thread, not while its resume waits."""
+        messages = self._message_list
+        if messages is None:
+            messages = self._message_list = self._restored.messages()
+        return messages
+
+    @_messages.setter
+    def _messages(self, messages: list[Message]) -> None:
+        self._message_list = messages
 
     @staticmethod
     def _resolve(model: Model | str, providers: ProviderRegistry | None) -> Model:
@@ -399,7 +417,10 @@ class AgentSession(pykka.ThreadingActor):
             state = self._state(with_messages=False)
         except RecursionError:
             raise self._too_deep_error() from None
-        messages, paths, encoded = self._history.snapshot_part(self._messages)
+        history = self._message_list  # not built yet: the codec has the restored dicts
+        messages, paths, encoded = self._history.snapshot_part(
+            self._restored.plain if history is None and self._restored.canonical else self._messages
+        )
         return session_snapshot(
             session_id=self.session_id,
             state=state,

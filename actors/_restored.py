@@ -15,9 +15,10 @@ resume. ``RestoredMessages`` splits that work:
   dicts become ``Message`` objects without being checked again.
 * **Never, for a snapshot**: when the dicts are what ``Message.to_dict``
   writes (same keys, same order), they are what a snapshot of those messages
-  holds, so the session hands them to its ``HistoryCodec`` (``canonical``) and
-  a checkpoint taken before the history was read (a hibernation, a stop)
-  builds no message at all.
+  holds, so the session's first snapshot hands them to its ``HistoryCodec``
+  (``canonical``, checked then, not while the resume waits): no checkpoint
+  converts them again, and one taken before the history was read (a
+  hibernation, a stop) builds no message at all.
 
 The dicts are shared with the snapshot they came from and with later
 snapshots; nothing here mutates them.
@@ -67,17 +68,14 @@ class RestoredMessages:
         TypeError: ``raw`` is not iterable.
     """
 
-    __slots__ = ("_built", "_raw", "canonical")
+    __slots__ = ("_built", "_canonical", "_raw")
 
     def __init__(self, raw: object) -> None:
         self._raw: list[dict[str, Any]] = []
         self._built: list[Message] | None = None
-        self.canonical = False
-        """Whether the dicts are exactly what ``Message.to_dict`` writes for the messages
-        they build (so a snapshot may hold them as they are): see ``plain``."""
+        self._canonical: bool | None = None
         if type(raw) is list and _exact(raw):
             self._raw = raw
-            self.canonical = _canonical(raw)
         else:  # the general path names what is wrong
             self._built = [Message.from_dict(item) for item in raw]  # type: ignore[attr-defined]
 
@@ -88,6 +86,15 @@ class RestoredMessages:
     def built(self) -> bool:
         """Whether ``messages`` has built the ``Message`` objects (or the check did)."""
         return self._built is not None
+
+    @property
+    def canonical(self) -> bool:
+        """Whether the dicts are exactly what ``Message.to_dict`` writes for the messages
+        they build, so a snapshot may hold them as they are (see ``plain``). Found out on
+        the first call (a snapshot's, not the resume's) and kept."""
+        if self._canonical is None:
+            self._canonical = bool(self._raw) and _canonical(self._raw)
+        return self._canonical
 
     @property
     def plain(self) -> list[dict[str, Any]]:
@@ -114,7 +121,7 @@ def _exact(raw: list[Any]) -> bool:
         return True
     if set(map(type, raw)) != {dict}:
         return False
-    if not set(map(tuple, raw)) <= _CANONICAL_ORDERS and not set().union(*raw) <= _MESSAGE_KEYS:
+    if not set().union(*raw) <= _MESSAGE_KEYS:
         return False
     roles = list(map(_get, raw, repeat("role")))
     if set(map(type, roles)) != {str} or not set(roles) <= _ROLES:
@@ -132,7 +139,7 @@ def _exact(raw: list[Any]) -> bool:
         return True
     if set(map(type, calls)) != {dict}:
         return False
-    if not set(map(tuple, calls)) <= {_CALL_ORDER} and not set().union(*calls) <= _CALL_KEYS:
+    if not set().union(*calls) <= _CALL_KEYS:
         return False
     for key in ("id", "name"):
         if set(map(type, map(_get, calls, repeat(key)))) != {str}:

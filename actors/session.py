@@ -218,8 +218,6 @@ class AgentSession(pykka.ThreadingActor):
         # strips and encodes each message once, for every later snapshot.
         self._message_list: list[Message] | None = None  # see ``_messages``
         self._history = HistoryCodec()
-        if self._restored.canonical:
-            self._history.seed(self._restored.plain)
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
         self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
@@ -417,9 +415,12 @@ class AgentSession(pykka.ThreadingActor):
             state = self._state(with_messages=False)
         except RecursionError:
             raise self._too_deep_error() from None
-        history = self._message_list  # not built yet: the codec has the restored dicts
+        restored = self._restored
+        if not len(self._history) and len(restored) and restored.canonical:
+            self._history.seed(restored.plain)  # the first snapshot: the checkpoint's own dicts
+        unread = self._message_list is None and restored.canonical  # the codec has them all
         messages, paths, encoded = self._history.snapshot_part(
-            self._restored.plain if history is None and self._restored.canonical else self._messages
+            restored.plain if unread else self._messages
         )
         return session_snapshot(
             session_id=self.session_id,

@@ -93,12 +93,13 @@ def test_what_to_dict_writes_is_canonical_and_anything_else_is_not() -> None:
     call = ToolCall("c1", "lookup", {"key": "k", "n": [1, {"a": None}]})
     history = [Message.user("hi"), Message.assistant(None, (call,)), Message.tool(call, "K")]
     assert RestoredMessages([m.to_dict() for m in history]).canonical
-    for odd in (
+    odds: list[dict[str, Any]] = [
         {"content": "hi", "role": "user"},  # another key order
         {"role": "user"},  # no content written
         {"role": "assistant", "content": None, "tool_calls": []},
         {"role": "tool", "content": "K", "name": None},
-    ):
+    ]
+    for odd in odds:
         restored = RestoredMessages([odd])
         assert not restored.canonical
         assert restored.messages() == [Message.from_dict(odd)]

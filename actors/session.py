@@ -261,11 +261,18 @@ class AgentSession(pykka.ThreadingActor):
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
         """Start the actor and wait for its plugins' ``session_start`` hooks.
 
+        Without plugins (and with this class's own ``on_start``) nothing at start
+        can fail, so it does not wait for the actor's thread: a call asked at once
+        is queued behind the start as any other.
+
         Raises:
             PluginError: a ``session_start`` hook raised; the actor was stopped.
             pykka.Timeout: the hooks took longer than ``start_timeout``.
         """
         ref = super().start(*args, **kwargs)
+        template = kwargs["template"] if "template" in kwargs else args[0] if args else None
+        if cls.on_start is AgentSession.on_start and not getattr(template, "plugins", True):
+            return ref  # no hook to wait for: that round trip would only cost the caller
         try:
             ref.ask(_StartCheck(), timeout=cls.start_timeout)
         except BaseException:

@@ -230,11 +230,10 @@ class AgentHost:
                 cannot be resolved.
             TypeError, ValueError: an invalid attribute (the message names it).
         """
-        session_id = (
-            uuid.uuid4().hex if session_id is None else plain_text("session_id", session_id)
-        )
+        fresh = session_id is None  # 122 random bits: no earlier life to look for in the store
+        session_id = uuid.uuid4().hex if fresh else plain_text("session_id", session_id)
         self._table.check_open()
-        if self.store.list(session_id):
+        if not fresh and self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
         return self._sessions.start_new(session_id, template, tenant_id, api_key, dict(attrs))
 

@@ -31,6 +31,7 @@ __all__ = [
     "StreamingEcho",
     "echo",
     "make_slow",
+    "make_slower",
     "make_streaming",
     "streaming",
 ]
@@ -53,3 +54,8 @@ class SlowStreamingEcho:
 
 def make_slow() -> AgentTemplate:
     return AgentTemplate(model=SlowStreamingEcho())
+
+
+def make_slower() -> AgentTemplate:
+    """Turns of about a second: long enough for a test to queue sends behind one."""
+    return AgentTemplate(model=SlowStreamingEcho(0.2))

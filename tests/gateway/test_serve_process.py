@@ -5,13 +5,16 @@ ends it cleanly: exit status 0, a final checkpoint, no process left behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import socket
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gateway.server import bind
 from tests.gateway.serve_process import ServeProcess, cli, create_key, frames, wait_gone
 
 TEMPLATES = ["echo=tests.gateway.agents:echo", "streaming=tests.gateway.agents:make_streaming"]
@@ -69,3 +72,27 @@ def test_serve_process_lifecycle_and_clean_stop(tmp_path: Path, sig: signal.Sign
     shown = cli("checkpoints", "show", "acme/s", "--data-dir", str(data), "--json")
     assert "echo: there" in shown.stdout
     assert f"signal {sig.name}: stopping" in server.log.read_text()
+
+
+def test_bound_sockets_answer_without_nagle_delays() -> None:
+    """``bind``'s socket says TCP, so asyncio sets TCP_NODELAY on each connection it
+    accepts (without, every answer waited ~40 ms for a delayed ACK)."""
+
+    async def scenario() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=bind("127.0.0.1", 0))
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+            await writer.wait_closed()
+        return nodelay
+
+    assert asyncio.run(scenario()) != 0

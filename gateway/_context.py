@@ -70,8 +70,10 @@ def public_id(internal: str) -> str:
     return internal.rpartition("/")[2]
 
 
-def gateway_of(request: Request) -> Gateway:
-    """The app's ``Gateway`` (a FastAPI dependency)."""
+async def gateway_of(request: Request) -> Gateway:
+    """The app's ``Gateway`` (a FastAPI dependency). ``async`` although it awaits
+    nothing: FastAPI runs a plain ``def`` dependency in its thread pool, a thread
+    hop on every request."""
     gateway: Gateway = request.app.state.gateway
     return gateway
 

@@ -21,9 +21,31 @@ streams two deltas over 200 ms, all sending ``stream: true`` at once; every
 stream must end with its ``answer``. Reported: the server's peak threads and
 resident set (``/proc/PID/status``, sampled), before and during.
 
-Measured (this machine, 2 shared cores, 5 rounds, medians)::
+Measured (2 cores shared with four other busy processes, so noisy; 5 rounds,
+medians of per-round ratios; raw client; h11, as installed by ``[server]``)::
 
-    see the report of the run that added this file (filled in below)
+    clients  in-process p50 / p99   gateway p50 / p99    gateway / in-process
+    1        0.53 / 3.05 ms         1.20 / 4.93 ms       +0.67 ms p50, x2.28 p50, x1.58 p99
+    16       9.46 / 35.5 ms         19.6 / 98.9 ms       +10.1 ms p50, x2.33 p50, x5.32 p99
+    256      150 / 481 ms           346 / 739 ms         +196 ms p50, x2.31 p50, x1.44 p99
+    2,000 streams of 200 ms: all completed, 8.5 s (in-process 2.6 s, x3.24),
+    p50 7.0 s, p99 7.4 s; server threads 2,259 (one per session: 2,256
+    sessions), RSS 177 MiB idle -> 274 MiB peak.
+
+An earlier run of the same code: +9.7 ms p50 and x1.91 p99 at 16 clients; the
+p99 ratios swing with the machine's other load. Goal at 16 clients: MISSED at
+p50 (the p99 goal is met in some runs). At 16 clients the server is saturated,
+so each request waits for the ~15 ahead of it and the HTTP layer's own cost
+(~0.6 ms of Python per request on the event loop: h11 parsing, FastAPI routing,
+dependencies and validation, JSON, two socket writes) is paid ~16 times over;
++1 ms would need ~60 us per request. Found by cProfile of the server and cut:
+the bound socket lacked TCP_NODELAY (every answer waited ~40 ms for a delayed
+ACK: +46.9 ms -> +0.95 ms p50 at 1 client, +48.7 -> +11.7 ms at 16); a SQLite
+read of the key on the event loop per request, now cached for 1 s, and a sync
+dependency run in FastAPI's thread pool, now async (server throughput under
+cProfile at 16 clients 244-320 -> 434 requests/s; +11.7 -> +9.7/+10.1 ms p50).
+uvicorn with ``httptools`` installed (not a dependency): x0.85-0.89 the h11 p50
+at 1 and 16 clients (5 interleaved rounds).
 """
 
 from __future__ import annotations

@@ -148,8 +148,10 @@ def test_sigkill_mid_stream_loses_no_answered_turn(
             server = ServeProcess(data, TEMPLATES, log, workers=workers)
             _check_history(server.url, key, answers)
         assert answers.cut > 0, "no stream was in flight at a kill"
+        children = server.descendants()
         server.signal(signal.SIGTERM)
         assert server.wait(60) == 0, log.read_text()
+        assert wait_gone(children, 30) == set(), "processes outlived the stopped server"
     except BaseException:
         print(f"random seed {seed}; {answers.count} answered turns, {answers.cut} cut")
         raise

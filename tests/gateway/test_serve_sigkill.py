@@ -35,6 +35,20 @@ class Answers:
         self.count = 0
         self.wrong: list[tuple[str, str]] = []  # (text, an answer that is not its own)
         self.cut = 0  # streams the kill cut after their first event, before their answer
+        self.left = 0  # clients of this round that stopped
+        self.refused: list[str] = []  # why a client stopped, other than the server going away
+
+    def start_round(self) -> None:
+        with self._lock:
+            self.left = 0
+
+    def leave(self, why: str | None) -> None:
+        """A client stopped: the server went away (``why`` None), or ``why``."""
+        with self._cond:
+            self.left += 1
+            if why is not None:
+                self.refused.append(why)
+            self._cond.notify_all()
 
     def add_cut(self) -> None:
         with self._lock:
@@ -50,11 +64,26 @@ class Answers:
 
     def wait_for(self, count: int, timeout: float) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: self.count >= count, timeout)
+            return (
+                self._cond.wait_for(lambda: self.count >= count or self.left == CLIENTS, timeout)
+                and self.count >= count
+            )
 
 
 def _stream_turns(url: str, key: str, session_id: str, prefix: str, answers: Answers) -> None:
     """Stream turns one after another until the server goes away."""
+    why: str | None = None
+    try:
+        why = _stream_until_gone(url, key, session_id, prefix, answers)
+    except Exception as exc:  # reported by the test's thread, not lost in this one
+        why = f"{session_id}: {exc!r}"
+    finally:
+        answers.leave(why)
+
+
+def _stream_until_gone(
+    url: str, key: str, session_id: str, prefix: str, answers: Answers
+) -> str | None:
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
         for n in range(10_000):
@@ -64,7 +93,8 @@ def _stream_turns(url: str, key: str, session_id: str, prefix: str, answers: Ans
             try:
                 with c.stream("POST", f"/v1/sessions/{session_id}/messages", json=body) as r:
                     if r.status_code != 200:
-                        return
+                        r.read()
+                        return f"{session_id}: {r.status_code} {r.text[:300]}"
                     for kind, data in frames(r.iter_lines()):
                         started = True
                         if kind == "answer":
@@ -73,7 +103,8 @@ def _stream_turns(url: str, key: str, session_id: str, prefix: str, answers: Ans
             except httpx.HTTPError:
                 if started:
                     answers.add_cut()
-                return
+                return None
+    return None
 
 
 def _check_history(url: str, key: str, answers: Answers) -> None:
@@ -105,6 +136,7 @@ def _crash_round(
     server: ServeProcess, key: str, answers: Answers, name: str, pause: Callable[[], float]
 ) -> None:
     before = answers.count
+    answers.start_round()
     threads = [
         threading.Thread(
             target=_stream_turns,
@@ -115,7 +147,8 @@ def _crash_round(
     for t in threads:
         t.start()
     try:
-        assert answers.wait_for(before + CLIENTS, 60), "no turns were answered"
+        answered = answers.wait_for(before + CLIENTS, 60)
+        assert answered, f"too few turns answered; clients refused: {answers.refused}"
         time.sleep(pause())  # a random point of the streams, not a synchronisation
         children = server.descendants()
     finally:
@@ -124,6 +157,7 @@ def _crash_round(
             t.join(60)
     assert not any(t.is_alive() for t in threads)
     assert answers.wrong == []
+    assert answers.refused == []
     assert wait_gone(children, 30) == set(), "processes outlived the killed server"
 
 

@@ -61,8 +61,13 @@ def serve(  # noqa: PLR0917 (the command's options)
     log_format: str,
     log_level: str,
 ) -> None:
-    """Serve the sessions of DATA_DIR over HTTP until interrupted."""
-    from gateway.server import serve as run  # noqa: PLC0415  (the server extra, only here)
+    """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM.
+
+    Prints one line, ``serving on http://HOST:PORT``, once it listens (with
+    ``--port 0``, the port picked); on SIGINT/SIGTERM it finishes the requests
+    in flight, checkpoints every session and exits 0."""
+    from gateway.server import bind  # noqa: PLC0415  (the server extra, only here)
+    from gateway.server import serve as run  # noqa: PLC0415
     from gateway.templates import TemplateLoadError, load_templates  # noqa: PLC0415
 
     try:
@@ -70,4 +75,9 @@ def serve(  # noqa: PLR0917 (the command's options)
     except TemplateLoadError as exc:
         raise click.UsageError(str(exc)) from None
     configure_logging(log_format, log_level)
-    run(data_dir, loaded, host=host, port=port, workers=workers)
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    with sock:
+        run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -44,6 +44,7 @@ from actors._codec import (
 )
 from actors._history import EncodedMessages
 from actors._ids import CheckpointIdGenerator
+from actors._strip import PLAIN_SCALARS as _PLAIN_SCALARS
 from actors._strip import strip_live
 from actors.errors import InvalidMessage, SnapshotDecodeError, SnapshotEncodeError
 from actors.messages import Message, Usage
@@ -70,9 +71,14 @@ def schema_version() -> int:
     return SCHEMA_VERSION
 
 
-def _check(ok: bool, kind: type[Exception], problem: str) -> None:
-    if not ok:
-        raise kind(problem)
+def _all_str(items: Iterable[object]) -> bool:
+    """Whether every item is a ``str`` (a subclass included); one pass in C (``str.join``
+    refuses anything else)."""
+    try:
+        "".join(items)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -117,25 +123,36 @@ class Snapshot:
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        # Every check is a plain test that builds its message only when it fails: a
+        # snapshot is made (and validated) at every checkpoint of every turn.
         v = self.schema_version
-        _check(
-            isinstance(v, int) and not isinstance(v, bool), TypeError, "schema_version: not an int"
-        )
-        _check(v >= 1, ValueError, f"schema_version must be >= 1, got {v}")
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError("schema_version: not an int")
+        if v < 1:
+            raise ValueError(f"schema_version must be >= 1, got {v}")
         for name in ("checkpoint_id", "session_id"):
             value = getattr(self, name)
-            _check(isinstance(value, str), TypeError, f"{name} must be a str")
-            _check(bool(value), ValueError, f"{name} must not be empty")
-        _check(isinstance(self.saved_at, datetime), TypeError, "saved_at must be a datetime")
-        _check(self.saved_at.utcoffset() is not None, ValueError, "saved_at must be timezone-aware")
-        _check(self.label is None or isinstance(self.label, str), TypeError, "label: not a str")
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str")
+            if not value:
+                raise ValueError(f"{name} must not be empty")
+        if not isinstance(self.saved_at, datetime):
+            raise TypeError("saved_at must be a datetime")
+        if self.saved_at.utcoffset() is None:
+            raise ValueError("saved_at must be timezone-aware")
+        if self.label is not None and not isinstance(self.label, str):
+            raise TypeError("label: not a str")
         for name in ("metadata", "state"):
             value = getattr(self, name)
-            _check(isinstance(value, dict), TypeError, f"{name} must be a dict")
-            _check(all(isinstance(k, str) for k in value), TypeError, f"{name} keys must be str")
+            if not isinstance(value, dict):
+                raise TypeError(f"{name} must be a dict")
+            if not _all_str(value):
+                raise TypeError(f"{name} keys must be str")
         fields = self.stripped_fields
-        _check(isinstance(fields, list | tuple), TypeError, "stripped_fields must be a tuple")
-        _check(all(isinstance(p, str) for p in fields), TypeError, "stripped_fields: not str")
+        if not isinstance(fields, list | tuple):
+            raise TypeError("stripped_fields must be a tuple")
+        if not _all_str(fields):
+            raise TypeError("stripped_fields: not str")
         if not isinstance(fields, tuple):
             object.__setattr__(self, "stripped_fields", tuple(fields))
 
@@ -406,6 +423,8 @@ def session_snapshot(
         if key == "messages":
             plain[key] = messages
             stripped += message_paths
+        elif type(value) in _PLAIN_SCALARS:  # the id, model, instructions, turns
+            plain[key] = value
         else:
             plain[key], found = strip_live(value, root=join_path("", key))
             stripped += found

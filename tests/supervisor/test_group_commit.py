@@ -165,3 +165,48 @@ def test_every_acknowledged_save_of_many_threads_survives_kill_9(
         for sid in store.sessions():
             for info in store.list(sid):
                 store.load(sid, info.checkpoint_id)
+
+
+def test_a_save_returns_once_its_batch_commits_not_after_the_next_one(tmp_path: Path) -> None:
+    """A caller whose batch is done returns at once, even while the next batch (queued
+    meanwhile) is being committed; the lead passes to that batch's first save."""
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        entered = {n: threading.Event() for n in range(4)}
+        gates = {n: threading.Event() for n in (0, 1, 3)}
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                entered[n].set()
+                if n in gates:
+                    assert gates[n].wait(TIMEOUT)
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(commits.run, write(0))  # leads a batch of its own
+            assert entered[0].wait(TIMEOUT)
+            second = pool.submit(commits.run, write(1))
+            third = pool.submit(commits.run, write(2))
+            _wait_for(lambda: len(commits._queued) == 2, "two saves to queue")
+            gates[0].set()  # 0 commits; the lead passes to 1, whose batch holds 1 and 2
+            assert entered[1].wait(TIMEOUT)
+            fourth = pool.submit(commits.run, write(3))
+            _wait_for(lambda: len(commits._queued) == 1, "the fourth save to queue")
+            gates[1].set()  # 1 and 2 commit; 3 leads the next batch and waits in it
+            assert entered[3].wait(TIMEOUT)
+            assert (first.result(TIMEOUT), second.result(TIMEOUT)) == (0, 1)
+            assert third.result(TIMEOUT) == 2  # while 3's batch still holds the store
+            assert not fourth.done()
+            assert lock.locked()
+            gates[3].set()
+            assert fourth.result(TIMEOUT) == 3
+        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3]
+        assert commits.commits == 3
+        assert not commits._leading  # the last leader gave the lead up

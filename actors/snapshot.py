@@ -44,7 +44,7 @@ from actors._codec import (
 from actors._history import EncodedMessages
 from actors._ids import CheckpointIdGenerator
 from actors._strip import PLAIN_SCALARS as _PLAIN_SCALARS
-from actors._strip import strip_live
+from actors._strip import STRIPPED_KEY, strip_live
 from actors.errors import InvalidMessage, SnapshotDecodeError, SnapshotEncodeError
 from actors.messages import Message, Usage
 from actors.migrations import SCHEMA_VERSION, SNAPSHOT_MIGRATIONS, MigrationRegistry
@@ -205,6 +205,24 @@ class Snapshot:
         if not isinstance(plain_state, dict):
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         return _made_now(cls, session_id, label, metadata, plain_state, stripped, None)
+
+    def with_metadata(self, metadata: dict[str, Any]) -> Snapshot:
+        """This snapshot with ``metadata`` (taken as it is, not copied) in place of its own.
+
+        What ``dataclasses.replace(snapshot, metadata=metadata)`` returns, without checking
+        the unchanged fields again: a host stamps every checkpoint it saves this way.
+
+        Raises:
+            TypeError: ``metadata`` is not a dict with ``str`` keys.
+        """
+        if not isinstance(metadata, dict):
+            raise TypeError("metadata must be a dict")
+        if not _all_str(metadata):
+            raise TypeError("metadata keys must be str")
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        object.__setattr__(copy, "metadata", metadata)
+        return copy
 
     def redact(self, fn: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Snapshot:
         """A new snapshot whose state is ``fn(state)``; every other field unchanged.
@@ -424,10 +442,22 @@ def session_snapshot(
             stripped += message_paths
         elif type(value) in _PLAIN_SCALARS:  # the id, model, instructions, turns
             plain[key] = value
+        elif _flat(value):  # usage, and most metadata: a copy is all a walk would make
+            plain[key] = dict(value)
         else:
             plain[key], found = strip_live(value, root=join_path("", key))
             stripped += found
     return _made_now(Snapshot, session_id, label, None, plain, tuple(stripped), encoded)
+
+
+def _flat(value: object) -> bool:
+    """Whether ``value`` is a dict of plain scalars only, and no stripped marker: what
+    ``strip_live`` copies as it is and finds nothing in."""
+    return (
+        type(value) is dict
+        and STRIPPED_KEY not in value
+        and all(type(item) in _PLAIN_SCALARS for item in value.values())
+    )
 
 
 def encoded_messages(snapshot: Snapshot) -> EncodedMessages | None:

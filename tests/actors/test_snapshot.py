@@ -231,6 +231,20 @@ def test_constructor_names_each_bad_field(
         replace(_snap(), **changes)
 
 
+def test_with_metadata_is_replace_without_checking_the_rest_again() -> None:
+    snap = _snap()
+    stamped = snap.with_metadata({"event_seq": 7})
+    assert stamped == replace(snap, metadata={"event_seq": 7})
+    assert stamped.checkpoint_id == snap.checkpoint_id
+    assert stamped.state is snap.state
+    assert snap.metadata != {"event_seq": 7}  # the original is unchanged
+    assert Snapshot.deserialize(stamped.serialize()) == stamped
+    with pytest.raises(TypeError, match=r"^metadata must be a dict$"):
+        snap.with_metadata([("event_seq", 7)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^metadata keys must be str$"):
+        snap.with_metadata({1: 7})  # type: ignore[dict-item]
+
+
 def test_constructor_keeps_str_subclass_keys_and_makes_stripped_fields_a_tuple() -> None:
     class Key(str):
         pass

@@ -51,11 +51,19 @@ class GroupCommit:
         lock: The lock that guards the connection for every other use too.
         connection: Returns the open connection (raising if the store is closed);
             called by a leader, with ``lock`` held.
+        begin: Run once per batch, first in its transaction (checks every write of the
+            batch needs; if it raises, the batch fails with that error).
     """
 
-    def __init__(self, lock: threading.Lock, connection: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        lock: threading.Lock,
+        connection: Callable[[], sqlite3.Connection],
+        begin: Callable[[sqlite3.Connection], object] | None = None,
+    ) -> None:
         self._lock = lock
         self._connection = connection
+        self._begin = begin
         self._queued: list[_Pending[Any]] = []
         self._queue_lock = threading.Lock()
         self._leading = False  # a caller is committing (or about to): the others wait
@@ -134,6 +142,8 @@ class GroupCommit:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if self._begin is not None:
+                    self._begin(conn)
                 for pending in batch:
                     self._run_one(conn, pending)
                 conn.execute("COMMIT")

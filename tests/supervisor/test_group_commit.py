@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from actors import Snapshot
-from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore
+from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore, _group_commit
 from supervisor._group_commit import GroupCommit
 from tests.actors.snapshot_helpers import session_state
 from tests.supervisor.test_sqlite_store import TIMEOUT, Worker, _verify_acked, workers
@@ -210,3 +210,35 @@ def test_a_save_returns_once_its_batch_commits_not_after_the_next_one(tmp_path: 
         assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3]
         assert commits.commits == 3
         assert not commits._leading  # the last leader gave the lead up
+
+
+def test_a_batch_takes_at_most_max_batch_saves_and_the_rest_follow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_group_commit, "MAX_BATCH", 2)
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        gate = threading.Event()
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                if n == 0:
+                    assert gate.wait(TIMEOUT)
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(6) as pool:
+            first = pool.submit(commits.run, write(0))
+            _wait_for(lock.locked, "the leader")
+            rest = [pool.submit(commits.run, write(n)) for n in range(1, 6)]
+            _wait_for(lambda: len(commits._queued) == 5, "the writes to queue")
+            gate.set()
+            assert [f.result(TIMEOUT) for f in (first, *rest)] == [0, 1, 2, 3, 4, 5]
+        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3, 4, 5]
+        assert commits.commits == 4  # 0 alone, then 5 queued saves in batches of 2, 2 and 1

@@ -51,6 +51,11 @@ class _Pending(Generic[T]):
         self.wake: threading.Lock | None = None  # held while its caller waits
 
 
+def _new_wake() -> threading.Lock:
+    """The lock a waiting save blocks on (its own; a test replaces it to interrupt a wait)."""
+    return threading.Lock()
+
+
 class GroupCommit:
     """Runs writes to one SQLite connection in shared transactions. Thread-safe.
 
@@ -91,7 +96,7 @@ class GroupCommit:
             if lead:
                 self._leading = True
             else:
-                pending.wake = threading.Lock()
+                pending.wake = _new_wake()
                 pending.wake.acquire()
         if pending.wake is not None:
             lead = self._wait(pending, pending.wake)

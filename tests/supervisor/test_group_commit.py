@@ -242,3 +242,60 @@ def test_a_batch_takes_at_most_max_batch_saves_and_the_rest_follow(
             assert [f.result(TIMEOUT) for f in (first, *rest)] == [0, 1, 2, 3, 4, 5]
         assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3, 4, 5]
         assert commits.commits == 4  # 0 alone, then 5 queued saves in batches of 2, 2 and 1
+
+
+class _InterruptedWait:
+    """A save's wake lock whose wait is interrupted, as ``KeyboardInterrupt`` would be."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    def acquire(self) -> bool:
+        self._calls += 1
+        if self._calls == 1:  # taken when the save queues
+            return self._lock.acquire()
+        raise KeyboardInterrupt  # the wait
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+def test_a_save_interrupted_while_it_waits_is_withdrawn_and_the_others_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        gate = threading.Event()
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                if n == 0:
+                    assert gate.wait(TIMEOUT)
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(commits.run, write(0))
+            _wait_for(lock.locked, "the leader")
+            monkeypatch.setattr(_group_commit, "_new_wake", _InterruptedWait)
+            interrupted = pool.submit(commits.run, write(1))
+            with pytest.raises(KeyboardInterrupt):
+                interrupted.result(TIMEOUT)
+            assert commits._queued == []  # withdrawn: it never runs
+            monkeypatch.undo()
+            last = pool.submit(commits.run, write(2))
+            _wait_for(lambda: len(commits._queued) == 1, "the last save to queue")
+            gate.set()
+            assert (first.result(TIMEOUT), last.result(TIMEOUT)) == (0, 2)  # 2 was handed the lead
+        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 2]
+        assert not commits._leading

@@ -52,11 +52,15 @@ class CheckpointIdGenerator:
         now_ns = self._clock_ns()
         ms = now_ns // 1_000_000
         floor = _parse(after)
+        # The random start is drawn before the lock (read without it, ``_last_ms`` only
+        # decides whether to draw): the default source is a system call that lets other
+        # threads run, and every thread making an id would queue on the lock meanwhile.
+        fresh = self._randbits(_SEQ_START_BITS) if ms > self._last_ms else None
         with self._lock:
             if floor is not None and floor > (self._last_ms, self._last_seq):
                 self._last_ms, self._last_seq = floor  # count on from it
             if ms > self._last_ms:
-                seq = self._randbits(_SEQ_START_BITS)
+                seq = fresh if fresh is not None else self._randbits(_SEQ_START_BITS)
             else:  # same millisecond, or the clock stepped back: keep counting
                 ms = self._last_ms
                 seq = self._last_seq + 1

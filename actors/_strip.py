@@ -47,7 +47,14 @@ import pykka
 
 from actors._codec import join_path
 
-__all__ = ["LIVE_TYPES", "STRIPPED_KEY", "LiveResource", "is_stripped_marker", "strip_live"]
+__all__ = [
+    "LIVE_TYPES",
+    "PLAIN_SCALARS",
+    "STRIPPED_KEY",
+    "LiveResource",
+    "is_stripped_marker",
+    "strip_live",
+]
 
 STRIPPED_KEY = "__stripped__"
 """The single key of a marker dict; its value names the type that was stripped."""
@@ -118,7 +125,9 @@ LIVE_TYPES: tuple[type, ...] = (
 )
 """Types whose instances ``strip_live`` replaces with a marker."""
 
-_PLAIN_SCALARS = frozenset((type(None), bool, int, float, str, bytes, datetime))
+PLAIN_SCALARS = frozenset((type(None), bool, int, float, str, bytes, datetime))
+"""The exact types a walk copies as they are (a snapshot's scalar parts need no walk)."""
+_PLAIN_SCALARS = PLAIN_SCALARS
 
 
 def is_stripped_marker(value: object) -> bool:

@@ -347,7 +347,20 @@ class Usage:
         Raises:
             InvalidMessage: a count is missing, negative, not an integer, or the total disagrees.
         """
-        d = _require_mapping("Usage", data)
+        if type(data) is dict:  # the usual case, what ``to_dict`` made: checked in one go
+            i, o = data.get("input_tokens"), data.get("output_tokens")
+            c, r = data.get("cached_input_tokens"), data.get("reasoning_tokens")
+            t = data.get("total")
+            if (
+                type(i) is int
+                and type(o) is int
+                and type(c) is int
+                and type(r) is int
+                and min(i, o, c, r) >= 0
+                and ((t is None and "total" not in data) or (type(t) is int and t == i + o))
+            ):
+                return cls(i, o, c, r)
+        d = _require_mapping("Usage", data)  # anything else: the checks that name the problem
         usage = cls(
             _get_count("Usage", d, "input_tokens"),
             _get_count("Usage", d, "output_tokens"),

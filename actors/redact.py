@@ -27,6 +27,7 @@ finds it in ``ctx.stripped`` and rebuilds it, as it rebuilds a live value.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from itertools import pairwise
@@ -64,6 +65,17 @@ _SEPARATORS = re.compile(r"[^a-z0-9]+")
 
 def is_secret_key(key: str) -> bool:
     """Whether a dict key names a secret under the module's word rule. Pure, thread-safe."""
+    return _secret_key(key) if type(key) is str else _words_name_secret(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    """``is_secret_key`` remembered: every checkpoint asks it again for the same few keys,
+    and the word split is two regular expressions."""
+    return _words_name_secret(key)
+
+
+def _words_name_secret(key: str) -> bool:
     words = [w for w in _SEPARATORS.split(_HUMP.sub("_", key).lower()) if w]
     if _SECRET_WORDS.intersection(words):
         return True

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -40,11 +40,11 @@ from actors._codec import (
     encode_plain,
     join_path,
     map_header,
-    pack_plain,
 )
 from actors._history import EncodedMessages
 from actors._ids import CheckpointIdGenerator
-from actors._strip import strip_live
+from actors._strip import PLAIN_SCALARS as _PLAIN_SCALARS
+from actors._strip import STRIPPED_KEY, strip_live
 from actors.errors import InvalidMessage, SnapshotDecodeError, SnapshotEncodeError
 from actors.messages import Message, Usage
 from actors.migrations import SCHEMA_VERSION, SNAPSHOT_MIGRATIONS, MigrationRegistry
@@ -70,9 +70,14 @@ def schema_version() -> int:
     return SCHEMA_VERSION
 
 
-def _check(ok: bool, kind: type[Exception], problem: str) -> None:
-    if not ok:
-        raise kind(problem)
+def _all_str(items: Iterable[object]) -> bool:
+    """Whether every item is a ``str`` (a subclass included); one pass in C (``str.join``
+    refuses anything else)."""
+    try:
+        "".join(items)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -117,25 +122,36 @@ class Snapshot:
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        # Every check is a plain test that builds its message only when it fails: a
+        # snapshot is made (and validated) at every checkpoint of every turn.
         v = self.schema_version
-        _check(
-            isinstance(v, int) and not isinstance(v, bool), TypeError, "schema_version: not an int"
-        )
-        _check(v >= 1, ValueError, f"schema_version must be >= 1, got {v}")
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError("schema_version: not an int")
+        if v < 1:
+            raise ValueError(f"schema_version must be >= 1, got {v}")
         for name in ("checkpoint_id", "session_id"):
             value = getattr(self, name)
-            _check(isinstance(value, str), TypeError, f"{name} must be a str")
-            _check(bool(value), ValueError, f"{name} must not be empty")
-        _check(isinstance(self.saved_at, datetime), TypeError, "saved_at must be a datetime")
-        _check(self.saved_at.utcoffset() is not None, ValueError, "saved_at must be timezone-aware")
-        _check(self.label is None or isinstance(self.label, str), TypeError, "label: not a str")
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str")
+            if not value:
+                raise ValueError(f"{name} must not be empty")
+        if not isinstance(self.saved_at, datetime):
+            raise TypeError("saved_at must be a datetime")
+        if self.saved_at.utcoffset() is None:
+            raise ValueError("saved_at must be timezone-aware")
+        if self.label is not None and not isinstance(self.label, str):
+            raise TypeError("label: not a str")
         for name in ("metadata", "state"):
             value = getattr(self, name)
-            _check(isinstance(value, dict), TypeError, f"{name} must be a dict")
-            _check(all(isinstance(k, str) for k in value), TypeError, f"{name} keys must be str")
+            if not isinstance(value, dict):
+                raise TypeError(f"{name} must be a dict")
+            if not _all_str(value):
+                raise TypeError(f"{name} keys must be str")
         fields = self.stripped_fields
-        _check(isinstance(fields, list | tuple), TypeError, "stripped_fields must be a tuple")
-        _check(all(isinstance(p, str) for p in fields), TypeError, "stripped_fields: not str")
+        if not isinstance(fields, list | tuple):
+            raise TypeError("stripped_fields must be a tuple")
+        if not _all_str(fields):
+            raise TypeError("stripped_fields: not str")
         if not isinstance(fields, tuple):
             object.__setattr__(self, "stripped_fields", tuple(fields))
 
@@ -189,6 +205,24 @@ class Snapshot:
         if not isinstance(plain_state, dict):
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         return _made_now(cls, session_id, label, metadata, plain_state, stripped, None)
+
+    def with_metadata(self, metadata: dict[str, Any]) -> Snapshot:
+        """This snapshot with ``metadata`` (taken as it is, not copied) in place of its own.
+
+        What ``dataclasses.replace(snapshot, metadata=metadata)`` returns, without checking
+        the unchanged fields again: a host stamps every checkpoint it saves this way.
+
+        Raises:
+            TypeError: ``metadata`` is not a dict with ``str`` keys.
+        """
+        if not isinstance(metadata, dict):
+            raise TypeError("metadata must be a dict")
+        if not _all_str(metadata):
+            raise TypeError("metadata keys must be str")
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        object.__setattr__(copy, "metadata", metadata)
+        return copy
 
     def redact(self, fn: Callable[[dict[str, Any]], Mapping[str, Any]]) -> Snapshot:
         """A new snapshot whose state is ``fn(state)``; every other field unchanged.
@@ -406,10 +440,24 @@ def session_snapshot(
         if key == "messages":
             plain[key] = messages
             stripped += message_paths
+        elif type(value) in _PLAIN_SCALARS:  # the id, model, instructions, turns
+            plain[key] = value
+        elif _flat(value):  # usage, and most metadata: a copy is all a walk would make
+            plain[key] = dict(value)
         else:
             plain[key], found = strip_live(value, root=join_path("", key))
             stripped += found
     return _made_now(Snapshot, session_id, label, None, plain, tuple(stripped), encoded)
+
+
+def _flat(value: object) -> bool:
+    """Whether ``value`` is a dict of plain scalars only, and no stripped marker: what
+    ``strip_live`` copies as it is and finds nothing in."""
+    return (
+        type(value) is dict
+        and STRIPPED_KEY not in value
+        and all(type(item) in _PLAIN_SCALARS for item in value.values())
+    )
 
 
 def encoded_messages(snapshot: Snapshot) -> EncodedMessages | None:
@@ -422,27 +470,46 @@ def _encode_reusing(plain: dict[str, Any], encoded: EncodedMessages) -> bytes:
     """``encode_plain(plain)``, reusing ``encoded`` for ``plain["state"]["messages"]``.
 
     A map's encoding is its header, then each key's and value's encoding in
-    order, so encoding the pieces separately gives the same bytes.
+    order, so encoding the pieces separately gives the same bytes. The pieces
+    around the messages are encoded in four runs (``_run``), not one call each:
+    every ``packb`` call costs far more than the few bytes it writes.
 
     Raises:
         SnapshotEncodeError: a piece is not plain (the path may differ from the
             full walk's: the caller encodes everything again to name it).
     """
-    pieces = [map_header(len(plain))]
+    pieces: list[bytes | memoryview] = [map_header(len(plain))]
+    run: list[Any] = []
     for key, value in plain.items():
-        pieces.append(pack_plain(key))
+        run.append(key)
         if key != "state":
-            pieces.append(encode_plain(value, root=key))
+            run.append(value)
             continue
+        pieces.append(_run(run))
         pieces.append(map_header(len(value)))
+        run = []
         for part, item in value.items():
-            pieces.append(pack_plain(part, root="state"))
+            run.append(part)
             if part == "messages":
+                pieces.append(_run(run))
                 pieces.append(array_header(encoded.count))
                 pieces.extend(islice(encoded.parts, encoded.count))
+                run = []
             else:
-                pieces.append(encode_plain(item, root=join_path("state", part)))
+                run.append(item)
+        pieces.append(_run(run))
+        run = []
+    pieces.append(_run(run))
     return b"".join(pieces)
+
+
+def _run(items: list[Any]) -> bytes | memoryview:
+    """The encodings of ``items`` one after the other: one array encoded in one call, less its
+    header (an array's encoding is its header, then each item's encoding)."""
+    if not items:
+        return b""
+    packed = encode_plain(items, root="state")
+    return memoryview(packed)[len(array_header(len(items))) :]
 
 
 def _json_default(obj: object) -> object:

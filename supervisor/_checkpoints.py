@@ -89,8 +89,7 @@ class Checkpoints:
         if self.redact is not None:
             snapshot = self.redact(snapshot)
         if events is not None:
-            metadata = {**snapshot.metadata, EVENT_SEQ: events.last_seq}
-            snapshot = dataclasses.replace(snapshot, metadata=metadata)
+            snapshot = snapshot.with_metadata({**snapshot.metadata, EVENT_SEQ: events.last_seq})
         observers = self._observers
         if not observers:
             self._write(snapshot)

@@ -3,12 +3,15 @@
 With ``synchronous=FULL`` every SQLite commit fsyncs the WAL, and one fsync
 costs far more than the few inserts of a checkpoint. When many sessions
 finish a turn at once, their saves queue on the store's lock; instead of
-committing them one by one, the thread that gets the lock (the *leader*)
-takes every save queued so far and runs them all in one ``BEGIN IMMEDIATE``
-... ``COMMIT``. Each caller returns only after the commit that holds its own
-write, so "durable when ``save`` returns" is unchanged; only the number of
-fsyncs drops. No thread of its own: a caller whose save a leader committed
-finds it done when it gets the lock, and returns at once.
+committing them one by one, one caller at a time (the *leader*) takes every
+save queued so far and runs them all in one ``BEGIN IMMEDIATE`` ... ``COMMIT``
+under the store's lock. Each caller returns only after the commit that holds
+its own write, so "durable when ``save`` returns" is unchanged; only the number
+of fsyncs drops. No thread of its own: a caller that arrives while a leader
+works waits on a lock of its own; the leader releases it once that caller's
+batch is done, so it returns at once (not after the next batch's commit, as a
+caller queued on the store's lock would), and hands the lead to the first save
+that queued meanwhile, which wakes alone to commit the next batch.
 
 Each write runs under its own ``SAVEPOINT``: one that raises is undone alone
 and fails only its caller. A failure of the transaction itself (the commit,
@@ -23,7 +26,14 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["GroupCommit"]
+__all__ = ["MAX_BATCH", "GroupCommit"]
+
+MAX_BATCH = 64
+"""Most saves one transaction takes; the rest wait for the next. Measured with 1,000
+sessions finishing a turn at once (``bench_concurrency``): taking everything queued made
+batches of hundreds, whose leader works through every statement while the other threads
+want the interpreter too, and the last answers came later (seconds, at times) than with
+batches of 64."""
 
 T = TypeVar("T")
 
@@ -31,13 +41,19 @@ T = TypeVar("T")
 class _Pending(Generic[T]):
     """One queued write and, once its batch has committed or failed, its outcome."""
 
-    __slots__ = ("done", "error", "result", "write")
+    __slots__ = ("done", "error", "result", "wake", "write")
 
     def __init__(self, write: Callable[[sqlite3.Connection], T]) -> None:
         self.write = write
         self.done = False
         self.result: T | None = None
         self.error: BaseException | None = None
+        self.wake: threading.Lock | None = None  # held while its caller waits
+
+
+def _new_wake() -> threading.Lock:
+    """The lock a waiting save blocks on (its own; a test replaces it to interrupt a wait)."""
+    return threading.Lock()
 
 
 class GroupCommit:
@@ -47,13 +63,22 @@ class GroupCommit:
         lock: The lock that guards the connection for every other use too.
         connection: Returns the open connection (raising if the store is closed);
             called by a leader, with ``lock`` held.
+        begin: Run once per batch, first in its transaction (checks every write of the
+            batch needs; if it raises, the batch fails with that error).
     """
 
-    def __init__(self, lock: threading.Lock, connection: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        lock: threading.Lock,
+        connection: Callable[[], sqlite3.Connection],
+        begin: Callable[[sqlite3.Connection], object] | None = None,
+    ) -> None:
         self._lock = lock
         self._connection = connection
+        self._begin = begin
         self._queued: list[_Pending[Any]] = []
         self._queue_lock = threading.Lock()
+        self._leading = False  # a caller is committing (or about to): the others wait
         self.commits = 0
         """Transactions committed so far (each one fsync with ``synchronous=FULL``)."""
 
@@ -67,25 +92,71 @@ class GroupCommit:
         pending: _Pending[T] = _Pending(write)
         with self._queue_lock:
             self._queued.append(pending)
-        led = False
-        with self._lock:
-            if not pending.done:  # no leader took it yet: lead a batch of all that waits
-                with self._queue_lock:
-                    batch, self._queued = self._queued, []
-                led = True
-                self._commit(batch)
+            lead = not self._leading
+            if lead:
+                self._leading = True
+            else:
+                pending.wake = _new_wake()
+                pending.wake.acquire()
+        if pending.wake is not None:
+            lead = self._wait(pending, pending.wake)
+        if lead:
+            self._lead()
         error = pending.error
         if error is not None:
-            if not led and not isinstance(error, Exception):  # the leader's KeyboardInterrupt...
+            if not lead and not isinstance(error, Exception):  # the leader's KeyboardInterrupt
                 raise RuntimeError(f"the commit holding this save was interrupted: {error!r}")
             raise error
         return pending.result  # type: ignore[return-value]  # set by the batch that ran it
+
+    def _wait(self, pending: _Pending[Any], wake: threading.Lock) -> bool:
+        """Wait until ``pending``'s batch is done (``False``) or the lead is handed to it
+        (``True``). Interrupted (``KeyboardInterrupt`` in the main thread), a save still
+        queued is withdrawn (it never runs) and a lead already handed to it is passed on."""
+        try:
+            wake.acquire()  # released when its batch is done, or when handed the lead
+        except BaseException:
+            with self._queue_lock:
+                if not pending.done and pending in self._queued:
+                    self._queued.remove(pending)
+                    if not wake.locked():  # the lead was handed to it: pass it on
+                        self._hand_on()
+            raise
+        return not pending.done
+
+    def _hand_on(self) -> None:
+        """Wake the first queued save to lead the next batch, or give the lead up. Called
+        with ``_queue_lock`` held, by the caller that leads."""
+        if self._queued:
+            following = self._queued[0].wake
+            assert following is not None  # queued while a leader worked: it waits
+            following.release()  # it finds its save not done: it leads
+        else:
+            self._leading = False
+
+    def _lead(self) -> None:
+        """Commit the saves queued so far (the leader's own first among them; ``MAX_BATCH``
+        at most), wake their callers, then hand the lead to the first save still queued
+        (or give it up)."""
+        with self._queue_lock:
+            batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+        try:
+            with self._lock:
+                self._commit(batch)
+        finally:
+            for pending in batch:
+                if pending.wake is not None:
+                    pending.wake.release()
+            with self._queue_lock:
+                self._hand_on()
 
     def _commit(self, batch: list[_Pending[Any]]) -> None:
         try:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if self._begin is not None:
+                    self._begin(conn)
                 for pending in batch:
                     self._run_one(conn, pending)
                 conn.execute("COMMIT")

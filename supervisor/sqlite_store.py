@@ -73,6 +73,15 @@ class _CachedLog:
     hasher: Any
 
 
+_PRUNE = (
+    "DELETE FROM checkpoints WHERE session_id = ?1 AND checkpoint_id IN"
+    " (SELECT checkpoint_id FROM checkpoints WHERE session_id = ?1"
+    " ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?2)"
+)
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
+"""Whether this SQLite has ``DELETE ... RETURNING`` (a prune then says what it removed)."""
+
+
 class _LogCache:
     """Per-session ``_CachedLog`` entries, least recently used dropped beyond a byte
     budget or ``_LOG_CACHE_SESSIONS`` sessions (a host may hold 100,000 sessions
@@ -267,7 +276,7 @@ class SQLiteCheckpointStore(ClosingContext):
         except BaseException:
             self._conn.close()
             raise
-        self._commits = GroupCommit(self._lock, self._open_connection)
+        self._commits = GroupCommit(self._lock, self._open_connection, begin=self._before_writes)
 
     @property
     def encrypted(self) -> bool:
@@ -335,7 +344,6 @@ class SQLiteCheckpointStore(ClosingContext):
     ) -> None:
         """The rows of one save, inside the transaction of its batch (see ``GroupCommit``)."""
         sid = snapshot.session_id
-        self._rows.before_write(db)
         log: tuple[Any, ...] = (None, None, None, None)
         if cut.messages is not None:
             gen, length, log_digest = self._append(db, sid, cut, cached)
@@ -358,7 +366,11 @@ class SQLiteCheckpointStore(ClosingContext):
              cut.size, body, *log[:3], stored_digest, check, refs),
         )  # fmt: skip
         if self.keep_last is not None:
-            self._prune(db, sid, self.keep_last)
+            self._prune(db, sid, self.keep_last, log[0] if cut.messages is not None else None)
+
+    def _before_writes(self, db: sqlite3.Connection) -> None:
+        """Once per batch of saves, first in its transaction: may this store still write?"""
+        self._rows.before_write(db)
 
     @staticmethod
     def _put_parts(db: sqlite3.Connection, sid: str, cid: str, cut: SplitSnapshot) -> None:
@@ -606,16 +618,38 @@ class SQLiteCheckpointStore(ClosingContext):
         with self._transaction("IMMEDIATE") as db:
             return self._prune(db, session_id, keep)
 
-    def _prune(self, db: sqlite3.Connection, sid: str, keep_last: int) -> int:
-        removed: int = db.execute(
-            "DELETE FROM checkpoints WHERE session_id = ?1 AND checkpoint_id IN"
-            " (SELECT checkpoint_id FROM checkpoints WHERE session_id = ?1"
-            " ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?2)",
-            (sid, keep_last),
-        ).rowcount
-        if removed:
+    def _prune(
+        self, db: sqlite3.Connection, sid: str, keep_last: int, saved_gen: int | None = None
+    ) -> int:
+        """Delete all but the session's ``keep_last`` newest checkpoints, then what only they
+        used. ``saved_gen``: the log generation of the checkpoint just saved in this
+        transaction (so the session has one, and that is its current log), if it has one.
+
+        After a save, only what the removed rows name can have become unused: an older
+        log generation, or state parts (a part's ``newest`` checkpoint uses it). So the
+        usual prune of a save (one checkpoint of the current log, without parts) is one
+        statement, not four.
+        """
+        if not _RETURNING:  # SQLite before 3.35: count, then collect in full
+            count: int = db.execute(_PRUNE, (sid, keep_last)).rowcount
+            if count:
+                self._collect_after_delete(db, sid)
+            return count
+        removed = db.execute(f"{_PRUNE} RETURNING log_gen, parts", (sid, keep_last)).fetchall()
+        if not removed:
+            return 0
+        if saved_gen is None:
             self._collect_after_delete(db, sid)
-        return removed
+            return len(removed)
+        if any(gen is not None and gen != saved_gen for gen, _ in removed):
+            self._collect(db, sid)
+        if any(parts is not None for _, parts in removed):
+            db.execute(
+                "DELETE FROM state_parts WHERE session_id = ?1 AND newest <"
+                " (SELECT MIN(checkpoint_id) FROM checkpoints WHERE session_id = ?1)",
+                (sid,),
+            )
+        return len(removed)
 
     # --- encryption -----------------------------------------------------------------------
 

@@ -85,21 +85,33 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Conversation messages (no system ones) as Messages API ``messages``: consecutive
     messages of one side (tool results and the user text after them) share one message,
     and a message that is one text block is sent as its text (the API's short form,
-    which the SDK also prepares faster)."""
+    which the SDK also prepares faster).
+
+    Runs at every model call over the whole conversation, so the usual message (text
+    alone, on the other side than the one before) becomes its short form directly,
+    with no block list built and taken apart again.
+    """
     out: list[dict[str, Any]] = []
+    last_role = None
     for message in messages:
         role = "assistant" if message.role == "assistant" else "user"
+        if role != last_role and message.role != "tool" and not message.tool_calls:
+            if message.content:  # one text block: its short form
+                out.append({"role": role, "content": message.content})
+                last_role = role
+            continue
         blocks = _blocks(message)
         if not blocks:
             continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        if role == last_role:  # joins the message before it
+            before = out[-1]
+            content = before["content"]
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            before["content"] = [*content, *blocks]
         else:
             out.append({"role": role, "content": blocks})
-    for item in out:
-        content = item["content"]
-        if len(content) == 1 and content[0]["type"] == "text":
-            item["content"] = content[0]["text"]
+            last_role = role
     return out
 
 

@@ -321,6 +321,36 @@ def test_usage_details_sum_and_default_to_zero_when_absent() -> None:
     assert total.total == 17  # details are parts of input and output, not added again
 
 
+_FULL = {
+    "input_tokens": 5,
+    "output_tokens": 3,
+    "cached_input_tokens": 2,
+    "reasoning_tokens": 1,
+    "total": 8,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"input_tokens": True}, "input_tokens"),
+        ({"output_tokens": -1}, "output_tokens"),
+        ({"cached_input_tokens": 1.0}, "cached_input_tokens"),
+        ({"reasoning_tokens": None}, "reasoning_tokens"),
+        ({"total": 9}, "total"),
+        ({"total": None}, "total"),
+        ({"total": True}, "total"),
+    ],
+)
+def test_usage_from_dict_checks_the_shape_to_dict_writes(
+    change: dict[str, Any], field: str
+) -> None:
+    # The shape ``to_dict`` writes (every count and the total) is read by a fast path:
+    # it refuses exactly what the field-by-field checks refuse, naming the field.
+    assert Usage.from_dict(dict(_FULL)) == Usage(5, 3, 2, 1)
+    _raises(Usage, {**_FULL, **change}, field)
+
+
 @pytest.mark.parametrize("missing", ["input_tokens", "output_tokens"])
 def test_usage_from_dict_rejects_missing_count(missing: str) -> None:
     data = {"input_tokens": 1, "output_tokens": 2}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -205,6 +206,52 @@ def test_constructor_validates_fields() -> None:
         replace(good, schema_version="1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="state keys"):
         replace(good, state={1: "x"})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        ({"schema_version": True}, TypeError, "schema_version: not an int"),
+        ({"schema_version": 0}, ValueError, "schema_version must be >= 1, got 0"),
+        ({"checkpoint_id": 5}, TypeError, "checkpoint_id must be a str"),
+        ({"session_id": ""}, ValueError, "session_id must not be empty"),
+        ({"saved_at": "2024-01-01"}, TypeError, "saved_at must be a datetime"),
+        ({"label": 3}, TypeError, "label: not a str"),
+        ({"metadata": [("a", 1)]}, TypeError, "metadata must be a dict"),
+        ({"metadata": {"a": 1, 2: "b"}}, TypeError, "metadata keys must be str"),
+        ({"state": {"a": 1, None: 2}}, TypeError, "state keys must be str"),
+        ({"stripped_fields": "a.b"}, TypeError, "stripped_fields must be a tuple"),
+        ({"stripped_fields": ("a", 1)}, TypeError, "stripped_fields: not str"),
+    ],
+)
+def test_constructor_names_each_bad_field(
+    changes: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        replace(_snap(), **changes)
+
+
+def test_with_metadata_is_replace_without_checking_the_rest_again() -> None:
+    snap = _snap()
+    stamped = snap.with_metadata({"event_seq": 7})
+    assert stamped == replace(snap, metadata={"event_seq": 7})
+    assert stamped.checkpoint_id == snap.checkpoint_id
+    assert stamped.state is snap.state
+    assert snap.metadata != {"event_seq": 7}  # the original is unchanged
+    assert Snapshot.deserialize(stamped.serialize()) == stamped
+    with pytest.raises(TypeError, match=r"^metadata must be a dict$"):
+        snap.with_metadata([("event_seq", 7)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^metadata keys must be str$"):
+        snap.with_metadata({1: 7})  # type: ignore[dict-item]
+
+
+def test_constructor_keeps_str_subclass_keys_and_makes_stripped_fields_a_tuple() -> None:
+    class Key(str):
+        pass
+
+    snap = replace(_snap(), metadata={Key("k"): 1}, stripped_fields=["plugins.a.b"])  # type: ignore[arg-type]
+    assert snap.metadata == {"k": 1}
+    assert snap.stripped_fields == ("plugins.a.b",)
 
 
 # --- decoding errors ------------------------------------------------------------------------

@@ -190,7 +190,14 @@ def _assert_same_as_full_walk(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(steps=steps, metadata=st.dictionaries(text, plain_values, max_size=2))
+@given(
+    steps=steps,
+    metadata=st.one_of(
+        st.dictionaries(text, plain_values, max_size=2),
+        st.dictionaries(text, leaves, max_size=2),  # flat: copied without a walk, unless...
+        st.just({"__stripped__": "earlier.Thing"}),  # ...it is a marker itself
+    ),
+)
 def test_incremental_snapshot_is_the_full_walk(steps: list[Step], metadata: dict[str, Any]) -> None:
     model = Planned()
     session = AgentSession(

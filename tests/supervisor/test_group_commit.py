@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from actors import Snapshot
-from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore
+from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore, _group_commit
 from supervisor._group_commit import GroupCommit
 from tests.actors.snapshot_helpers import session_state
 from tests.supervisor.test_sqlite_store import TIMEOUT, Worker, _verify_acked, workers
@@ -165,3 +165,137 @@ def test_every_acknowledged_save_of_many_threads_survives_kill_9(
         for sid in store.sessions():
             for info in store.list(sid):
                 store.load(sid, info.checkpoint_id)
+
+
+def test_a_save_returns_once_its_batch_commits_not_after_the_next_one(tmp_path: Path) -> None:
+    """A caller whose batch is done returns at once, even while the next batch (queued
+    meanwhile) is being committed; the lead passes to that batch's first save."""
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        entered = {n: threading.Event() for n in range(4)}
+        gates = {n: threading.Event() for n in (0, 1, 3)}
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                entered[n].set()
+                if n in gates:
+                    assert gates[n].wait(TIMEOUT)
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(commits.run, write(0))  # leads a batch of its own
+            assert entered[0].wait(TIMEOUT)
+            second = pool.submit(commits.run, write(1))
+            third = pool.submit(commits.run, write(2))
+            _wait_for(lambda: len(commits._queued) == 2, "two saves to queue")
+            gates[0].set()  # 0 commits; the lead passes to 1, whose batch holds 1 and 2
+            assert entered[1].wait(TIMEOUT)
+            fourth = pool.submit(commits.run, write(3))
+            _wait_for(lambda: len(commits._queued) == 1, "the fourth save to queue")
+            gates[1].set()  # 1 and 2 commit; 3 leads the next batch and waits in it
+            assert entered[3].wait(TIMEOUT)
+            assert (first.result(TIMEOUT), second.result(TIMEOUT)) == (0, 1)
+            assert third.result(TIMEOUT) == 2  # while 3's batch still holds the store
+            assert not fourth.done()
+            assert lock.locked()
+            gates[3].set()
+            assert fourth.result(TIMEOUT) == 3
+        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3]
+        assert commits.commits == 3
+        assert not commits._leading  # the last leader gave the lead up
+
+
+def test_a_batch_takes_at_most_max_batch_saves_and_the_rest_follow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_group_commit, "MAX_BATCH", 2)
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        gate = threading.Event()
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                if n == 0:
+                    assert gate.wait(TIMEOUT)
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(6) as pool:
+            first = pool.submit(commits.run, write(0))
+            _wait_for(lock.locked, "the leader")
+            rest = [pool.submit(commits.run, write(n)) for n in range(1, 6)]
+            _wait_for(lambda: len(commits._queued) == 5, "the writes to queue")
+            gate.set()
+            assert [f.result(TIMEOUT) for f in (first, *rest)] == [0, 1, 2, 3, 4, 5]
+        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3, 4, 5]
+        assert commits.commits == 4  # 0 alone, then 5 queued saves in batches of 2, 2 and 1
+
+
+class _InterruptedWait:
+    """A save's wake lock whose wait is interrupted, as ``KeyboardInterrupt`` would be."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    def acquire(self) -> bool:
+        self._calls += 1
+        if self._calls == 1:  # taken when the save queues
+            return self._lock.acquire()
+        raise KeyboardInterrupt  # the wait
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+def test_a_save_interrupted_while_it_waits_is_withdrawn_and_the_others_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        commits = GroupCommit(lock, lambda: conn)
+        gate = threading.Event()
+
+        def write(n: int) -> Callable[[sqlite3.Connection], int]:
+            def run(db: sqlite3.Connection) -> int:
+                if n == 0:
+                    assert gate.wait(TIMEOUT)
+                db.execute("INSERT INTO rows VALUES (?)", (n,))
+                return n
+
+            return run
+
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(commits.run, write(0))
+            _wait_for(lock.locked, "the leader")
+            monkeypatch.setattr(_group_commit, "_new_wake", _InterruptedWait)
+            interrupted = pool.submit(commits.run, write(1))
+            with pytest.raises(KeyboardInterrupt):
+                interrupted.result(TIMEOUT)
+            assert commits._queued == []  # withdrawn: it never runs
+            monkeypatch.undo()
+            last = pool.submit(commits.run, write(2))
+            _wait_for(lambda: len(commits._queued) == 1, "the last save to queue")
+            gate.set()
+            assert (first.result(TIMEOUT), last.result(TIMEOUT)) == (0, 2)  # 2 was handed the lead
+        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 2]
+        assert not commits._leading

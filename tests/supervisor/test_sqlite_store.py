@@ -301,3 +301,30 @@ def test_thousand_turns_occupy_at_most_three_final_snapshots(tmp_path: Path) -> 
     closed_bytes = _disk_bytes(db)
     assert open_bytes <= 3 * final_size, (open_bytes, final_size)
     assert closed_bytes <= 3 * final_size, (closed_bytes, final_size)
+
+
+def test_pruning_after_a_save_drops_a_log_generation_once_no_checkpoint_uses_it(
+    tmp_path: Path,
+) -> None:
+    """A history that does not extend the log starts a new generation; the old one stays
+    while a retained checkpoint reads it, and goes with the save whose pruning removes the
+    last of those (and the checkpoints kept still load)."""
+    db = tmp_path / "gens.db"
+
+    def generations() -> list[int]:
+        with closing(sqlite3.connect(db)) as conn:
+            rows = conn.execute("SELECT DISTINCT gen FROM message_chunks ORDER BY gen")
+            return [gen for (gen,) in rows]
+
+    with SQLiteCheckpointStore(db, keep_last=2) as store:
+        long = _snap(4)
+        store.save(long)
+        first = generations()
+        assert len(first) == 1
+        kept = [_snap(1), _snap(2)]  # not an extension of the 4-turn log: a new generation
+        store.save(kept[0])
+        assert len(generations()) == 2  # the 4-turn checkpoint still reads the old one
+        store.save(kept[1])  # extends the new generation; prunes the 4-turn checkpoint...
+        assert first[0] not in generations()  # ...and its generation goes with it
+        assert len(generations()) == 1
+        assert [store.load("s", s.checkpoint_id) for s in kept] == kept

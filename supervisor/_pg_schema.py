@@ -14,7 +14,10 @@ is told otherwise), so one database can hold several independent stores:
   ``ttl``, ``heartbeat`` on the database clock; ``heartbeat`` NULL once drained).
 * ``sessions``: who owns each session (``owner_node``, ``owner_incarnation``),
   its ``epoch`` (bumped by every claim) and its ``state`` (``active``,
-  ``hibernated``, ``stopped``: what a sweeper may resume eagerly).
+  ``hibernated``, ``stopped``: what a sweeper may resume eagerly) and, from
+  version 2, ``event_seq``: the highest event sequence number any owner fanned
+  out to other nodes (``cluster.ClusterEvents``), from which a new owner's
+  numbering goes on.
 * ``meta``: ``schema_version``.
 
 ``save_checkpoint`` (PL/pgSQL) writes one checkpoint in one round trip: it
@@ -241,7 +244,9 @@ _V1 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+_V2 = ("ALTER TABLE {s}.sessions ADD COLUMN event_seq bigint NOT NULL DEFAULT 0",)
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
 """Per schema version, in order, the statements that bring the version before it to it
 (``{s}`` is the quoted schema name)."""
 SCHEMA_VERSION = MIGRATIONS[-1][0]

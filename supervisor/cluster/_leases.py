@@ -9,6 +9,9 @@ the database's clock (``clock_timestamp()``), never on a node's:
   (or is an older incarnation of its node id), or when the claimer owns it
   already; it makes the claimer the owner and bumps the epoch (except for a
   claimer that owned it already);
+* a session's event mark (``event_seq``) only grows, and only its current
+  owner at its current epoch moves it (``advance_mark``): a node that lost
+  the session cannot move it after the claim;
 * a save's fence (``save_checkpoint``) takes the session's row ``FOR SHARE``,
   which a claim's update must wait for: no checkpoint of an older epoch can
   be committed after a claim.
@@ -86,6 +89,11 @@ _DRAIN_SESSIONS = (
     " WHERE owner_node = %s AND owner_incarnation = %s"
 )
 _DRAIN_NODE = "UPDATE {s}.nodes SET heartbeat = NULL WHERE node_id = %s AND incarnation = %s"
+_EVENT_MARK = "SELECT event_seq FROM {s}.sessions WHERE session_id = %s"
+_ADVANCE_MARK = (
+    "UPDATE {s}.sessions SET event_seq = GREATEST(event_seq, %s)"
+    " WHERE session_id = %s AND owner_node = %s AND owner_incarnation = %s AND epoch = %s"
+)
 _ORPHANS = (
     "WITH orphans AS ("
     " SELECT s.session_id FROM {s}.sessions s"
@@ -145,6 +153,8 @@ class LeaseTable:
         self._drain_sessions = q(_DRAIN_SESSIONS)
         self._drain_node = q(_DRAIN_NODE)
         self._orphans = q(_ORPHANS)
+        self._event_mark = q(_EVENT_MARK)
+        self.advance_mark_sql = q(_ADVANCE_MARK)
 
     def register(self, node_id: str, address: str, ttl: float) -> int | tuple[str, float]:
         """Register (or re-register) ``node_id``; its new incarnation, or the live holder's
@@ -243,6 +253,25 @@ class LeaseTable:
             return released
 
         return self.store.run("draining a node", work)
+
+    def event_mark(self, session_id: str) -> int:
+        """The highest event seq any owner of the session made known to other nodes (0 if
+        none, or no such session)."""
+        row = self.store.run(
+            "reading an event mark",
+            lambda conn: conn.execute(self._event_mark, (session_id,)).fetchone(),
+        )
+        return 0 if row is None else int(row[0])
+
+    def advance_mark(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        marks: list[tuple[int, str, str, int, int]],
+    ) -> list[bool]:
+        """Raise each ``(seq, session_id, node_id, incarnation, epoch)``'s event mark to
+        ``seq`` on ``conn`` (in the caller's transaction); per entry, whether the session is
+        still owned at that epoch (False: the mark was left alone)."""
+        return [conn.execute(self.advance_mark_sql, mark).rowcount == 1 for mark in marks]
 
     def claim_orphans(self, node_id: str, incarnation: int, limit: int) -> list[tuple[str, int]]:
         """Claim up to ``limit`` active sessions whose owner is gone (rows locked by another

@@ -5,9 +5,9 @@ The owner keeps a session's event buffer (the authority, read with
 authority. The data flow::
 
     owner: EventBuffer.publish ── SessionTable.tap ── ClusterEvents.publish: queued
-    publisher thread, per batch, in one transaction:
-        sessions.event_seq = GREATEST(event_seq, newest seq)  (only at the lease's epoch)
-        pg_notify(channel, payload) for each event             (PostgreSQL transport)
+    publisher thread, per batch, in one transaction (two statements):
+        event_marks.event_seq = GREATEST(event_seq, newest seq)  (at the lease's epoch)
+        pg_notify(channel, payload) for each event                (PostgreSQL transport)
     commit ── PUBLISH channel payload                          (Redis transport)
     any node: listener thread ── EventFollower._deliver ── subscribers, since(cursor)
 
@@ -273,19 +273,18 @@ class ClusterEvents:
         newest: dict[str, int] = {}
         for session_id, _, event in batch:
             newest[session_id] = max(newest.get(session_id, 0), event.seq)
-        marks = [
-            (seq, sid, self._node_id, self._incarnation, epoch)
+        marks = {
+            sid: (seq, epoch)
             for sid, seq in newest.items()
             if (epoch := self._epoch(sid)) is not None
-        ]
+        }
         limit = self._transport.inline_limit
         payloads: list[str] = []
         for attempt in (1, 2):
             conn = self._connection()
             try:
                 with conn.transaction():
-                    owned = self._table.advance_mark(conn, marks)
-                    ours = {mark[1] for mark, ok in zip(marks, owned, strict=True) if ok}
+                    ours = self._table.advance_marks(conn, self._node_id, self._incarnation, marks)
                     payloads = [_payload(s, t, e, limit) for s, t, e in batch if s in ours]
                     self._transport.in_transaction(conn, payloads)
                 break

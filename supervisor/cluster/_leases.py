@@ -9,9 +9,10 @@ the database's clock (``clock_timestamp()``), never on a node's:
   (or is an older incarnation of its node id), or when the claimer owns it
   already; it makes the claimer the owner and bumps the epoch (except for a
   claimer that owned it already);
-* a session's event mark (``event_seq``) only grows, and only its current
-  owner at its current epoch moves it (``advance_mark``): a node that lost
-  the session cannot move it after the claim;
+* a session's event mark (``event_marks``) only grows, and only its current
+  owner at its current epoch moves it (``advance_marks``, which reads the
+  session's row ``FOR SHARE``, as a save does): a node that lost the session
+  cannot move it after the claim;
 * a save's fence (``save_checkpoint``) takes the session's row ``FOR SHARE``,
   which a claim's update must wait for: no checkpoint of an older epoch can
   be committed after a claim.
@@ -89,10 +90,16 @@ _DRAIN_SESSIONS = (
     " WHERE owner_node = %s AND owner_incarnation = %s"
 )
 _DRAIN_NODE = "UPDATE {s}.nodes SET heartbeat = NULL WHERE node_id = %s AND incarnation = %s"
-_EVENT_MARK = "SELECT event_seq FROM {s}.sessions WHERE session_id = %s"
-_ADVANCE_MARK = (
-    "UPDATE {s}.sessions SET event_seq = GREATEST(event_seq, %s)"
-    " WHERE session_id = %s AND owner_node = %s AND owner_incarnation = %s AND epoch = %s"
+_EVENT_MARK = "SELECT event_seq FROM {s}.event_marks WHERE session_id = %s"
+_ADVANCE_MARKS = (
+    "WITH owned AS (SELECT s.session_id, v.seq"
+    " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(sid, seq, epoch)"
+    " JOIN {s}.sessions s ON s.session_id = v.sid AND s.epoch = v.epoch"
+    " AND s.owner_node = %s AND s.owner_incarnation = %s"
+    " FOR SHARE OF s)"
+    " INSERT INTO {s}.event_marks AS m SELECT session_id, seq FROM owned"
+    " ON CONFLICT (session_id) DO UPDATE SET event_seq = GREATEST(m.event_seq, EXCLUDED.event_seq)"
+    " RETURNING m.session_id"
 )
 _ORPHANS = (
     "WITH orphans AS ("
@@ -154,7 +161,7 @@ class LeaseTable:
         self._drain_node = q(_DRAIN_NODE)
         self._orphans = q(_ORPHANS)
         self._event_mark = q(_EVENT_MARK)
-        self.advance_mark_sql = q(_ADVANCE_MARK)
+        self._advance_marks = q(_ADVANCE_MARKS)
 
     def register(self, node_id: str, address: str, ttl: float) -> int | tuple[str, float]:
         """Register (or re-register) ``node_id``; its new incarnation, or the live holder's
@@ -263,15 +270,25 @@ class LeaseTable:
         )
         return 0 if row is None else int(row[0])
 
-    def advance_mark(
+    def advance_marks(
         self,
         conn: psycopg.Connection[tuple[Any, ...]],
-        marks: list[tuple[int, str, str, int, int]],
-    ) -> list[bool]:
-        """Raise each ``(seq, session_id, node_id, incarnation, epoch)``'s event mark to
-        ``seq`` on ``conn`` (in the caller's transaction); per entry, whether the session is
-        still owned at that epoch (False: the mark was left alone)."""
-        return [conn.execute(self.advance_mark_sql, mark).rowcount == 1 for mark in marks]
+        node_id: str,
+        incarnation: int,
+        marks: dict[str, tuple[int, int]],
+    ) -> set[str]:
+        """Raise the event mark of each session of ``marks`` (``{session_id: (seq, epoch)}``)
+        to its seq, in one statement on ``conn`` (in the caller's transaction); the sessions
+        still owned by this incarnation at that epoch (the others' marks are left alone)."""
+        sids = list(marks)
+        params = (
+            sids,
+            [marks[sid][0] for sid in sids],
+            [marks[sid][1] for sid in sids],
+            node_id,
+            incarnation,
+        )
+        return {str(row[0]) for row in conn.execute(self._advance_marks, params).fetchall()}
 
     def claim_orphans(self, node_id: str, incarnation: int, limit: int) -> list[tuple[str, int]]:
         """Claim up to ``limit`` active sessions whose owner is gone (rows locked by another

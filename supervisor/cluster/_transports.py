@@ -93,9 +93,10 @@ class PgNotify:
     def in_transaction(
         self, conn: psycopg.Connection[tuple[Any, ...]], payloads: list[str]
     ) -> None:
-        if payloads:
-            with conn.cursor() as cur:
-                cur.executemany("SELECT pg_notify(%s, %s)", [(self.channel, p) for p in payloads])
+        if payloads:  # one statement for the batch
+            conn.execute(
+                "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (self.channel, payloads)
+            )
 
     def after_commit(self, payloads: list[str]) -> None:
         pass

@@ -55,6 +55,7 @@ ELIDED = "elided_bytes"
 """The one key of a relayed event's data when the event was too large to relay whole."""
 
 _QUEUE_LIMIT = 10_000  # events waiting to be sent; beyond it the oldest are dropped (gaps)
+_LINGER = 0.005  # seconds the publisher lets a batch gather before it sends it
 _READY_WAIT = 5.0  # seconds ``follow`` waits for the listener to listen
 
 
@@ -213,6 +214,7 @@ class ClusterEvents:
         self._handled = 0  # events ever sent or dropped
         self.dropped = 0  # events never sent (queue full, lease gone, database down)
         self._closing = False
+        self._closed = threading.Event()  # set by ``close``: no more lingering
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._followers: dict[str, tuple[EventFollower, ...]] = {}
         self._followers_lock = threading.Lock()
@@ -238,7 +240,8 @@ class ClusterEvents:
                 self._handled += 1
             self._queue.append((session_id, tenant_id, event))
             self._queued += 1
-            self._cond.notify_all()
+            if len(self._queue) == 1:  # the publisher waits only for an empty queue
+                self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every event queued so far was sent (or dropped); False on timeout."""
@@ -250,6 +253,9 @@ class ClusterEvents:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._queue or self._closing)
+            # Let a batch gather: one transaction then carries the events of many turns.
+            self._closed.wait(_LINGER)
+            with self._cond:
                 if not self._queue:
                     return
                 batch = list(self._queue)
@@ -381,6 +387,7 @@ class ClusterEvents:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+        self._closed.set()
         self._publisher.join(timeout)
         self._stop_listening.set()
         with self._followers_lock:

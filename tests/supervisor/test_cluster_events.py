@@ -6,6 +6,7 @@ sending over PostgreSQL LISTEN/NOTIFY or Redis Pub/Sub; every wait is bounded.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +17,8 @@ from actors import Event
 from supervisor import AgentHost, MemoryCheckpointStore
 from supervisor.cluster import ELIDED, EventFollower, NodeConfig
 from supervisor.cluster._transports import NOTIFY_LIMIT
-from tests.supervisor.cluster_helpers import Cluster, expire, redis_url_or_skip
-from tests.supervisor.host_helpers import WAIT, FlakyModel, ModelDown, template
+from tests.supervisor.cluster_helpers import Cluster, expire, redis_url_or_skip, sql
+from tests.supervisor.host_helpers import WAIT, FlakyModel, ModelDown, poll_until, template
 
 
 @pytest.fixture
@@ -174,6 +175,35 @@ def test_a_node_that_lost_a_session_sends_none_of_its_events(cluster: Cluster) -
     record.events.publish("stale", note="from the old owner")
     assert owner.node.events.flush(WAIT)
     assert owner.node.events.dropped == before + 1
+
+
+def test_a_follower_hears_again_after_its_node_lost_the_database(cluster: Cluster) -> None:
+    owner = cluster.node("a")
+    other = cluster.node("b")
+    sid = owner.start_session(template(), "s1")
+    with other.follow(sid) as follower:
+        seen = Collected(follower)
+        owner.send(sid, "before")
+        assert seen.wait_for(owner.events(sid).cursor)
+        heard = follower.last_seq
+        ended = sql(
+            owner.store,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE %s",
+            ("LISTEN %",),
+        )
+        assert ended == [(1,)]  # b's listener, the one node that listens
+
+        def heard_again() -> bool:  # what is sent before b listens again is lost
+            owner.send(sid, "while b listens again")
+            return follower.last_seq > heard and seen.wait_for(owner.events(sid).cursor)
+
+        assert poll_until(heard_again, WAIT)
+    seqs = [e.seq for e in seen.events]
+    assert seqs == sorted(set(seqs))
+    assert seqs[-1] == owner.events(sid).cursor
+    jumps = sum(b - a - 1 for a, b in itertools.pairwise(seqs))
+    assert follower.missed == sum(seen.gaps) == jumps
 
 
 def test_follow_needs_a_cluster_node_with_fan_out(cluster: Cluster) -> None:

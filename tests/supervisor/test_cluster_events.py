@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from actors import Event
-from supervisor import AgentHost, MemoryCheckpointStore
+from supervisor import AgentHost, MemoryCheckpointStore, PostgresCheckpointStore
 from supervisor.cluster import ELIDED, EventFollower, NodeConfig
 from supervisor.cluster._transports import NOTIFY_LIMIT
 from tests.supervisor.cluster_helpers import Cluster, expire, redis_url_or_skip, sql
@@ -186,6 +186,7 @@ def test_a_follower_hears_again_after_its_node_lost_the_database(cluster: Cluste
         owner.send(sid, "before")
         assert seen.wait_for(owner.events(sid).cursor)
         heard = follower.last_seq
+        assert isinstance(owner.store, PostgresCheckpointStore)
         ended = sql(
             owner.store,
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"

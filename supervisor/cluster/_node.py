@@ -84,15 +84,18 @@ class ClusterNode:
         self._adopt: Callable[[str], object] | None = None
         self._lose: Callable[[str], None] | None = None
         self._gone: str | None = None  # why the node will never serve again
+        # Before registering: a transport that cannot be had (no redis library) fails here.
+        transport = None if config.events is None else transport_for(store, config.events)
         sent = self._clock()
         registered = self._table.register(config.node_id, config.address, config.ttl)
         if not isinstance(registered, int):
+            if transport is not None:
+                transport.close()
             raise NodeIdInUse(config.node_id, *registered)
         self.incarnation = registered
         self._deadline = sent + config.fence_after
         self.events: ClusterEvents | None = None
-        if config.events is not None:
-            transport = transport_for(store, config.events)
+        if transport is not None:
             self.events = ClusterEvents(store, config.node_id, registered, self.epoch, transport)
 
     def __repr__(self) -> str:

@@ -20,7 +20,8 @@ lands mid-turn). It reads one JSON request per line and writes JSON lines:
 * ``{"id": n, "op": "answer", "sids": [...], "text": ...}``: one turn to each, in
   parallel; per session ``"ok"``, the owner's node id if another node owns it
   (``SessionOwnedElsewhere``), or the error's class name;
-* ``{"id": n, "op": "stop", "sids": [...]}``: stop those sessions here;
+* ``{"id": n, "op": "stop", "sids": [...]}``: stop those sessions here; those it
+  stopped (a session that moved to another node meanwhile is left alone);
 * ``{"id": n, "op": "quit"}``: shut the host down (drain) and exit.
 
 Each request is answered by ``{"id": n, "ok": true, "value": ...}`` or
@@ -38,7 +39,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from actors import EchoModel, Message, ModelResponse, Tool
-from supervisor import AgentHost, PostgresCheckpointStore, SessionOwnedElsewhere
+from supervisor import (
+    AgentHost,
+    NodeFenced,
+    OwnershipLost,
+    PostgresCheckpointStore,
+    SessionNotFound,
+    SessionOwnedElsewhere,
+)
 from supervisor.cluster import NodeConfig
 from tests.supervisor.host_helpers import template
 
@@ -115,9 +123,14 @@ def _handle(host: AgentHost, node_id: str, request: dict[str, Any], out: _Out) -
         with ThreadPoolExecutor(16) as pool:
             return list(pool.map(lambda sid: _answer(host, sid, request["text"]), request["sids"]))
     if op == "stop":
+        stopped = []
         for sid in request["sids"]:
-            host.stop_session(sid)
-        return None
+            try:
+                host.stop_session(sid)
+            except (SessionNotFound, SessionOwnedElsewhere, OwnershipLost, NodeFenced):
+                continue  # it moved to another node meanwhile (this one was fenced)
+            stopped.append(sid)
+        return stopped
     if op == "status":
         node = host.node
         assert node is not None

@@ -23,6 +23,7 @@ session the host does not have may take it over (``adopt``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -31,7 +32,7 @@ from typing import Any, NoReturn
 import pykka
 
 from actors import AgentTemplate, Model, ProviderRegistry, Snapshot, TakeSnapshot
-from supervisor._checkpoints import Checkpoints
+from supervisor._checkpoints import EVENT_SEQ, Checkpoints, event_seq
 from supervisor._credentials import TenantCredentials
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
@@ -365,6 +366,12 @@ class Incarnations:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.
             snapshot = self._checkpoints.relabel(snapshot, f"resumed from {checkpoint_id}")
+        # Events an earlier owner made known to other nodes after its last checkpoint keep
+        # their numbers: the new stream goes on above the highest of them.
+        mark = self.ownership.event_mark(session_id)
+        if mark > event_seq(snapshot):
+            metadata = {**snapshot.metadata, EVENT_SEQ: mark}
+            snapshot = dataclasses.replace(snapshot, metadata=metadata)
         tenant = _saved_tenant(snapshot)
         return self.start_new(session_id, template, tenant, api_key, attrs, resume_from=snapshot)
 

@@ -54,6 +54,11 @@ class Ownership(Protocol):
         """Raise ``NodeFenced`` when this host must not run turns now."""
         ...
 
+    def event_mark(self, session_id: str) -> int:
+        """The highest event seq of the session that its owners (this host or others) made
+        known beyond their own process; a resumed stream numbers its events above it."""
+        ...
+
     def hibernated(self, session_id: str, hibernated: bool) -> None:
         """Record that the session is (or no longer is) hibernated here."""
         ...
@@ -98,6 +103,9 @@ class SoleOwnership:
 
     def check_serving(self) -> None:
         pass
+
+    def event_mark(self, session_id: str) -> int:
+        return 0  # nothing leaves the host but through its checkpoints
 
     def hibernated(self, session_id: str, hibernated: bool) -> None:
         pass

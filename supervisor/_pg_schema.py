@@ -15,6 +15,11 @@ is told otherwise), so one database can hold several independent stores:
 * ``sessions``: who owns each session (``owner_node``, ``owner_incarnation``),
   its ``epoch`` (bumped by every claim) and its ``state`` (``active``,
   ``hibernated``, ``stopped``: what a sweeper may resume eagerly).
+* ``event_marks`` (version 2): per session, ``event_seq``, the highest event
+  sequence number any owner fanned out to other nodes
+  (``cluster.ClusterEvents``), from which a new owner's numbering goes on. A
+  table of its own, so that moving a mark takes the session's row only ``FOR
+  SHARE``, as saves do, and never waits for them.
 * ``meta``: ``schema_version``.
 
 ``save_checkpoint`` (PL/pgSQL) writes one checkpoint in one round trip: it
@@ -241,7 +246,16 @@ _V1 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+_V2 = (
+    """
+    CREATE TABLE {s}.event_marks (
+        session_id text PRIMARY KEY,
+        event_seq bigint NOT NULL
+    )
+    """,
+)
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
 """Per schema version, in order, the statements that bring the version before it to it
 (``{s}`` is the quoted schema name)."""
 SCHEMA_VERSION = MIGRATIONS[-1][0]

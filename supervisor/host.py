@@ -48,7 +48,7 @@ from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import SessionAlreadyExists, SessionNotFound, SessionOwnedElsewhere
 
 if TYPE_CHECKING:
-    from supervisor.cluster import NodeConfig
+    from supervisor.cluster import EventFollower, NodeConfig
 
 __all__ = ["DEFAULT_DATA_DIR", "AgentHost"]
 
@@ -175,6 +175,11 @@ class AgentHost:
         self.max_steps = max_steps
         self._clock = clock
         self._table = SessionTable()
+        fanout = None if self.node is None else self.node.events
+        if fanout is not None:  # every event of the sessions it owns, to the other nodes
+            self._table.tap(
+                lambda record, event: fanout.publish(record.session_id, record.tenant_id, event)
+            )
         self._sessions = Incarnations(
             self._table,
             self._runtime,
@@ -381,6 +386,26 @@ class AgentHost:
             SessionNotFound: no such session on this host (for ``tenant_id``).
         """
         return self._table.live(session_id, tenant_id).events.subscribe(subscriber)
+
+    def follow(
+        self, session_id: str, *, since: int | None = None, tenant_id: str | None = None
+    ) -> EventFollower:
+        """Follow a session's events live on this node, whichever node owns it, across
+        failovers (a cluster node with event fan-out, ``NodeConfig.events``). Gaps (events
+        lost on the way, or with a dead owner) are reported as missed; the owner's
+        ``events`` stays the authority. See ``supervisor.cluster.EventFollower``; close it.
+
+        Raises:
+            RuntimeError: this host is not a cluster node with event fan-out.
+            TimeoutError: the node could not listen on its transport in time.
+        """
+        fanout = None if self.node is None else self.node.events
+        if fanout is None:
+            raise RuntimeError(
+                "follow() needs a cluster node with event fan-out (AgentHost(node="
+                "NodeConfig(..., events='postgres'))); use events() or subscribe() on one host"
+            )
+        return fanout.follow(session_id, since=since, tenant_id=tenant_id)
 
     def checkpoint(
         self, session_id: str, label: str | None = None, *, tenant_id: str | None = None

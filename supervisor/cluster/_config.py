@@ -38,6 +38,11 @@ class NodeConfig:
         sweep_interval: Seconds between two sweeps for orphaned sessions (default
             ``ttl / 4``); the sweep claims them in batches of ``sweep_batch``.
         clock: Monotonic seconds for the self-fence (injectable for tests).
+        events: How the node fans its sessions' events out to other nodes
+            (``cluster.ClusterEvents``): ``"postgres"`` (LISTEN/NOTIFY on the store's
+            database, the default), a ``redis://`` or ``rediss://`` URL (Pub/Sub there;
+            needs the ``[redis]`` extra), or ``None`` (no fan-out: events stay on the
+            owner, and a new owner numbers on from the last checkpoint's mark only).
     """
 
     node_id: str
@@ -48,6 +53,7 @@ class NodeConfig:
     sweep_interval: float | None = None
     sweep_batch: int = 100
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    events: str | None = "postgres"
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_id, str) or not self.node_id:
@@ -63,6 +69,12 @@ class NodeConfig:
         batch = self.sweep_batch
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"sweep_batch must be an int >= 1, got {batch!r}")
+        events = self.events
+        if events is not None and not (
+            events == "postgres"
+            or (isinstance(events, str) and events.startswith(("redis://", "rediss://")))
+        ):
+            raise ValueError(f"events must be 'postgres', a redis:// URL or None, got {events!r}")
         template = self.template
         if template is not None and not (isinstance(template, AgentTemplate) or callable(template)):
             raise TypeError(

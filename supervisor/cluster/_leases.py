@@ -9,6 +9,10 @@ the database's clock (``clock_timestamp()``), never on a node's:
   (or is an older incarnation of its node id), or when the claimer owns it
   already; it makes the claimer the owner and bumps the epoch (except for a
   claimer that owned it already);
+* a session's event mark (``event_marks``) only grows, and only its current
+  owner at its current epoch moves it (``advance_marks``, which reads the
+  session's row ``FOR SHARE``, as a save does): a node that lost the session
+  cannot move it after the claim;
 * a save's fence (``save_checkpoint``) takes the session's row ``FOR SHARE``,
   which a claim's update must wait for: no checkpoint of an older epoch can
   be committed after a claim.
@@ -86,6 +90,17 @@ _DRAIN_SESSIONS = (
     " WHERE owner_node = %s AND owner_incarnation = %s"
 )
 _DRAIN_NODE = "UPDATE {s}.nodes SET heartbeat = NULL WHERE node_id = %s AND incarnation = %s"
+_EVENT_MARK = "SELECT event_seq FROM {s}.event_marks WHERE session_id = %s"
+_ADVANCE_MARKS = (
+    "WITH owned AS (SELECT s.session_id, v.seq"
+    " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS v(sid, seq, epoch)"
+    " JOIN {s}.sessions s ON s.session_id = v.sid AND s.epoch = v.epoch"
+    " AND s.owner_node = %s AND s.owner_incarnation = %s"
+    " FOR SHARE OF s)"
+    " INSERT INTO {s}.event_marks AS m SELECT session_id, seq FROM owned"
+    " ON CONFLICT (session_id) DO UPDATE SET event_seq = GREATEST(m.event_seq, EXCLUDED.event_seq)"
+    " RETURNING m.session_id"
+)
 _ORPHANS = (
     "WITH orphans AS ("
     " SELECT s.session_id FROM {s}.sessions s"
@@ -145,6 +160,8 @@ class LeaseTable:
         self._drain_sessions = q(_DRAIN_SESSIONS)
         self._drain_node = q(_DRAIN_NODE)
         self._orphans = q(_ORPHANS)
+        self._event_mark = q(_EVENT_MARK)
+        self._advance_marks = q(_ADVANCE_MARKS)
 
     def register(self, node_id: str, address: str, ttl: float) -> int | tuple[str, float]:
         """Register (or re-register) ``node_id``; its new incarnation, or the live holder's
@@ -243,6 +260,35 @@ class LeaseTable:
             return released
 
         return self.store.run("draining a node", work)
+
+    def event_mark(self, session_id: str) -> int:
+        """The highest event seq any owner of the session made known to other nodes (0 if
+        none, or no such session)."""
+        row = self.store.run(
+            "reading an event mark",
+            lambda conn: conn.execute(self._event_mark, (session_id,)).fetchone(),
+        )
+        return 0 if row is None else int(row[0])
+
+    def advance_marks(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        node_id: str,
+        incarnation: int,
+        marks: dict[str, tuple[int, int]],
+    ) -> set[str]:
+        """Raise the event mark of each session of ``marks`` (``{session_id: (seq, epoch)}``)
+        to its seq, in one statement on ``conn`` (in the caller's transaction); the sessions
+        still owned by this incarnation at that epoch (the others' marks are left alone)."""
+        sids = list(marks)
+        params = (
+            sids,
+            [marks[sid][0] for sid in sids],
+            [marks[sid][1] for sid in sids],
+            node_id,
+            incarnation,
+        )
+        return {str(row[0]) for row in conn.execute(self._advance_marks, params).fetchall()}
 
     def claim_orphans(self, node_id: str, incarnation: int, limit: int) -> list[tuple[str, int]]:
         """Claim up to ``limit`` active sessions whose owner is gone (rows locked by another

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 from actors import AgentTemplate, Snapshot
 from supervisor.checkpoint_store import CheckpointInfo
 from supervisor.cluster._config import NodeConfig
+from supervisor.cluster._events import ClusterEvents
 from supervisor.cluster._leases import LeaseTable
+from supervisor.cluster._transports import transport_for
 from supervisor.errors import (
     NodeFenced,
     NodeIdInUse,
@@ -59,7 +61,8 @@ class ClusterNode:
     Built by ``AgentHost(node=NodeConfig(...))`` (reach it as ``host.node``); it
     registers at once. ``start`` begins the heartbeat and sweeper threads;
     ``drain`` releases every session and stops them. Without ``start`` (tests)
-    call ``renew`` and ``sweep`` yourself.
+    call ``renew`` and ``sweep`` yourself. ``events`` is its event fan-out
+    (``ClusterEvents``, unless ``config.events`` is ``None``), closed by ``drain``.
 
     Raises:
         NodeIdInUse: another live process is registered under ``config.node_id``.
@@ -81,12 +84,19 @@ class ClusterNode:
         self._adopt: Callable[[str], object] | None = None
         self._lose: Callable[[str], None] | None = None
         self._gone: str | None = None  # why the node will never serve again
+        # Before registering: a transport that cannot be had (no redis library) fails here.
+        transport = None if config.events is None else transport_for(store, config.events)
         sent = self._clock()
         registered = self._table.register(config.node_id, config.address, config.ttl)
         if not isinstance(registered, int):
+            if transport is not None:
+                transport.close()
             raise NodeIdInUse(config.node_id, *registered)
         self.incarnation = registered
         self._deadline = sent + config.fence_after
+        self.events: ClusterEvents | None = None
+        if transport is not None:
+            self.events = ClusterEvents(store, config.node_id, registered, self.epoch, transport)
 
     def __repr__(self) -> str:
         return f"<ClusterNode {self.node_id!r} incarnation {self.incarnation}>"
@@ -203,6 +213,11 @@ class ClusterNode:
         with self._lock:
             self._leases[session_id] = _Lease(epoch, sent)
         return epoch
+
+    def event_mark(self, session_id: str) -> int:
+        """The highest event seq of the session any owner sent to other nodes (the
+        ``sessions.event_seq`` its ``events`` fan-out keeps); 0 if none."""
+        return self._table.event_mark(session_id)
 
     def save(self, snapshot: Snapshot) -> CheckpointInfo:
         """Save through the store, fenced by this node's lease on the session; what the
@@ -341,7 +356,10 @@ class ClusterNode:
 
     def drain(self) -> None:
         """Release every session (their state kept, so sweepers resume the active ones at
-        once), mark the node gone, and stop the threads. Idempotent."""
+        once), mark the node gone, and stop the threads. Idempotent. The event fan-out
+        sends what it has queued first (its marks need the leases)."""
+        if self.events is not None:
+            self.events.close()
         self._stopping.set()
         self._wake.set()
         for thread in self._threads:

@@ -24,7 +24,47 @@ from supervisor import AgentHost, CheckpointStore, PostgresCheckpointStore
 from supervisor.cluster import NodeConfig
 from tests.supervisor.host_helpers import WAIT, template
 
-__all__ = ["Cluster", "FakeClock", "NodeProcess", "expire", "sql", "whereami"]
+__all__ = [
+    "REDIS_URL",
+    "Cluster",
+    "FakeClock",
+    "NodeProcess",
+    "expire",
+    "redis_url_or_skip",
+    "sql",
+    "whereami",
+]
+
+REDIS_URL = os.environ.get("SESSIONVISOR_REDIS_URL", "redis://127.0.0.1:6379/0")
+"""The Redis server of the tests of the Redis event fan-out."""
+
+
+def redis_url_or_skip() -> str:
+    """``REDIS_URL`` if a Redis server answers there; else skip the test, saying how to start
+    one (fail instead under ``SESSIONVISOR_REQUIRE_SERVICES=1``)."""
+    import pytest  # noqa: PLC0415 (only the tests call this)
+
+    try:
+        import redis  # noqa: PLC0415 (the [redis] extra)
+    except ImportError as exc:
+        problem = f"the redis library is not installed ({exc}); pip install -e '.[dev]'"
+    else:
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+        try:
+            client.ping()
+            problem = ""
+        except redis.RedisError as exc:
+            problem = (
+                f"no Redis server answers at {REDIS_URL} ({exc}); start one with "
+                "`redis-server --daemonize yes`, or set SESSIONVISOR_REDIS_URL"
+            )
+        finally:
+            client.close()
+    if problem:
+        if os.environ.get("SESSIONVISOR_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"SESSIONVISOR_REQUIRE_SERVICES=1, but {problem}", pytrace=False)
+        pytest.skip(problem)
+    return REDIS_URL
 
 
 class FakeClock:
@@ -87,6 +127,7 @@ class Cluster:
         ttl: float = 60.0,
         chosen: AgentTemplate | Callable[[str], AgentTemplate] | None = None,
         clock: Callable[[], float] | None = None,
+        events: str | None = "postgres",
         **host_options: Any,
     ) -> AgentHost:
         """A host running as ``node_id`` (address ``http://<node_id>``), taking sessions
@@ -97,6 +138,7 @@ class Cluster:
             ttl=ttl,
             template=template() if chosen is None else chosen,
             clock=time.monotonic if clock is None else clock,
+            events=events,
         )
         host = AgentHost(store=self.store(), node=config, **host_options)
         self.hosts.append(host)
@@ -113,12 +155,14 @@ class NodeProcess:
     """A ``cluster_node_worker`` process: requests over its stdin, its JSON lines collected
     by a reader thread (joined by ``close``). Every wait is bounded by ``WAIT``."""
 
-    def __init__(self, dsn: str, schema: str, node_id: str, ttl: float) -> None:
+    def __init__(
+        self, dsn: str, schema: str, node_id: str, ttl: float, events: str = "postgres"
+    ) -> None:
         self.node_id = node_id
         root = Path(__file__).resolve().parents[2]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.supervisor.cluster_node_worker", dsn, schema, node_id,
-             str(ttl)],
+             str(ttl), events],
             cwd=root,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

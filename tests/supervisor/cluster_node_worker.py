@@ -1,7 +1,8 @@
 """A host process running as one node of a cluster, driven over stdin/stdout by a test.
 
-Run as ``python -m tests.supervisor.cluster_node_worker DSN SCHEMA NODE_ID TTL`` from
-the repository root. It runs an ``AgentHost`` on a ``PostgresCheckpointStore``
+Run as ``python -m tests.supervisor.cluster_node_worker DSN SCHEMA NODE_ID TTL [EVENTS]``
+from the repository root (``EVENTS``: ``NodeConfig.events``, default ``postgres``). It
+runs an ``AgentHost`` on a ``PostgresCheckpointStore``
 as node ``NODE_ID`` (checkpoint after every turn; orphans taken over on a
 template whose model answers after ``MODEL_DELAY`` seconds, so that a signal
 lands mid-turn). It reads one JSON request per line and writes JSON lines:
@@ -15,6 +16,12 @@ lands mid-turn). It reads one JSON request per line and writes JSON lines:
 * ``{"id": n, "op": "send_all", "sids": [...], "text": ...}``: one turn to each, in parallel;
 * ``{"id": n, "op": "history", "sid": ...}``: the user texts of its turns;
 * ``{"id": n, "op": "status"}``: ``fenced``, ``leases``, ``sessions`` here;
+* ``{"id": n, "op": "events", "sid": ...}``: ``[seq, type]`` of each event its buffer holds;
+* ``{"id": n, "op": "answer", "sids": [...], "text": ...}``: one turn to each, in
+  parallel; per session ``"ok"``, the owner's node id if another node owns it
+  (``SessionOwnedElsewhere``), or the error's class name;
+* ``{"id": n, "op": "stop", "sids": [...]}``: stop those sessions here; those it
+  stopped (a session that moved to another node meanwhile is left alone);
 * ``{"id": n, "op": "quit"}``: shut the host down (drain) and exit.
 
 Each request is answered by ``{"id": n, "ok": true, "value": ...}`` or
@@ -32,7 +39,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from actors import EchoModel, Message, ModelResponse, Tool
-from supervisor import AgentHost, PostgresCheckpointStore
+from supervisor import (
+    AgentHost,
+    NodeFenced,
+    OwnershipLost,
+    PostgresCheckpointStore,
+    SessionNotFound,
+    SessionOwnedElsewhere,
+)
 from supervisor.cluster import NodeConfig
 from tests.supervisor.host_helpers import template
 
@@ -76,6 +90,16 @@ def _converse(host: AgentHost, node_id: str, sid: str, out: _Out) -> None:
         out(ack=sid, text=text)
 
 
+def _answer(host: AgentHost, sid: str, text: str) -> str:
+    try:
+        host.send(sid, text)
+    except SessionOwnedElsewhere as exc:
+        return exc.node
+    except Exception as exc:
+        return type(exc).__name__
+    return "ok"
+
+
 def _handle(host: AgentHost, node_id: str, request: dict[str, Any], out: _Out) -> Any:
     op = request["op"]
     chosen = template(model=SlowEcho())
@@ -93,6 +117,20 @@ def _handle(host: AgentHost, node_id: str, request: dict[str, Any], out: _Out) -
             return [m.content for m in pool.map(host.send, request["sids"], texts)]
     if op == "history":
         return [m.content for m in host.history(request["sid"]) if m.role == "user"]
+    if op == "events":
+        return [[e.seq, e.type] for e in host.events(request["sid"]).events]
+    if op == "answer":
+        with ThreadPoolExecutor(16) as pool:
+            return list(pool.map(lambda sid: _answer(host, sid, request["text"]), request["sids"]))
+    if op == "stop":
+        stopped = []
+        for sid in request["sids"]:
+            try:
+                host.stop_session(sid)
+            except (SessionNotFound, SessionOwnedElsewhere, OwnershipLost, NodeFenced):
+                continue  # it moved to another node meanwhile (this one was fenced)
+            stopped.append(sid)
+        return stopped
     if op == "status":
         node = host.node
         assert node is not None
@@ -114,6 +152,7 @@ def main(argv: list[str]) -> int:
         ttl=ttl,
         template=template(model=SlowEcho()),
         sweep_interval=ttl / 8,
+        events=argv[4] if len(argv) > 4 else "postgres",
     )
     host = AgentHost(store=store, node=config)
     out(ready=node_id)

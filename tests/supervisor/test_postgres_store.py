@@ -185,12 +185,14 @@ def test_schema_is_made_once_by_stores_opening_together(pg_dsn: str, pg_schema: 
 
 
 def test_migrations_run_in_order_and_a_newer_schema_is_refused(pg_dsn: str, pg_schema: str) -> None:
-    later = (*MIGRATIONS, (2, ("ALTER TABLE {s}.meta ADD COLUMN note text",)))
+    newest = MIGRATIONS[-1][0]
+    later = (*MIGRATIONS, (newest + 1, ("ALTER TABLE {s}.meta ADD COLUMN note text",)))
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert migrate(conn, pg_schema) == 0
-        assert migrate(conn, pg_schema, later) == 1  # only step 2 ran
-        assert migrate(conn, pg_schema, later) == 2
-    with pytest.raises(SupervisorError, match="version 2, newer than the supported 1"):
+        assert migrate(conn, pg_schema, later) == newest  # only the last step ran
+        assert migrate(conn, pg_schema, later) == newest + 1
+    match = f"version {newest + 1}, newer than the supported {newest}"
+    with pytest.raises(SupervisorError, match=match):
         PostgresCheckpointStore(pg_dsn, schema=pg_schema)
 
 

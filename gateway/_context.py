@@ -16,7 +16,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from actors import AgentTemplate
-from gateway.keys import ApiKey, KeyStore
+from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
 from gateway.problems import Problem, ProblemError
 from supervisor import AsyncAgentHost, SessionInfo, SessionNotFound
@@ -40,7 +40,7 @@ class Gateway:
 
     ahost: AsyncAgentHost
     templates: dict[str, AgentTemplate]
-    keys: KeyStore
+    keys: ApiKeys
     limits: Limits
     metrics: HostMetrics
     create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

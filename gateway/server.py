@@ -1,25 +1,98 @@
-"""``serve``: a host on a data directory, its sessions resumed, behind uvicorn."""
+"""``serve``: a host on a data directory, its sessions resumed, behind uvicorn; or, with
+``ClusterOptions``, a node of a cluster sharing one PostgreSQL database."""
 
 from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
 from actors import AgentTemplate
 from gateway.app import create_app
-from gateway.keys import KeyStore
+from gateway.keys import ApiKeys, KeyStore
 from gateway.limits import Limits
 from supervisor import AgentHost, AsyncAgentHost
 
-__all__ = ["resume_sessions", "serve"]
+__all__ = ["ClusterOptions", "cluster_host", "resume_sessions", "serve"]
 
 logger = logging.getLogger("gateway")
 
 
-def resume_sessions(host: AgentHost, keys: KeyStore, templates: dict[str, AgentTemplate]) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """How ``serve`` joins a cluster. Immutable, thread-safe.
+
+    Attributes:
+        dsn: The PostgreSQL connection string every node of the cluster shares.
+        node_id: This node's id, unique among live nodes.
+        advertise: The URL other nodes reach this node's gateway at
+            (``http://10.0.0.5:8080``); it is what they forward requests to.
+        ttl: Seconds without a heartbeat after which the node counts as dead
+            and its sessions move (see ``supervisor.cluster.NodeConfig``).
+        schema: The PostgreSQL schema of the cluster's tables.
+    """
+
+    dsn: str
+    node_id: str
+    advertise: str
+    ttl: float = 10.0
+    schema: str = "sessionvisor"
+
+    def __post_init__(self) -> None:
+        if not self.advertise.startswith(("http://", "https://")):
+            raise ValueError(
+                f"advertise must be the gateway's URL (http://host:port), got {self.advertise!r}"
+            )
+
+
+@contextmanager
+def cluster_host(
+    options: ClusterOptions,
+    data_dir: Path,
+    templates: dict[str, AgentTemplate],
+    workers: int | None = None,
+    **host_options: Any,
+) -> Iterator[tuple[AgentHost, ApiKeys]]:
+    """A host that is a node of the cluster, and the cluster's shared key store; drained
+    and closed on exit. A session is taken over (by the sweeper, or on a request) on the
+    template it was created from, which the shared key store records.
+
+    Raises:
+        StoreUnreachable: the database cannot be reached.
+        NodeIdInUse: another live process runs as ``options.node_id``.
+    """
+    from gateway.keys_pg import PostgresKeyStore  # noqa: PLC0415 (psycopg, only for a cluster)
+    from supervisor import PostgresCheckpointStore  # noqa: PLC0415
+    from supervisor.cluster import NodeConfig  # noqa: PLC0415
+
+    store = PostgresCheckpointStore(options.dsn, schema=options.schema)
+    try:
+        keys = PostgresKeyStore(store, data_dir)
+
+        def template_for(session_id: str) -> AgentTemplate | None:
+            row = keys.session_row(session_id)
+            return None if row is None else templates.get(row[0])
+
+        node = NodeConfig(
+            node_id=options.node_id, address=options.advertise, ttl=options.ttl,
+            template=template_for,
+        )  # fmt: skip
+        host = AgentHost(store=store, node=node, workers=workers, **host_options)
+        try:
+            yield host, keys
+        finally:
+            host.shutdown()  # the final checkpoints, then the drain: others claim at once
+    finally:
+        store.close()
+
+
+def resume_sessions(host: AgentHost, keys: ApiKeys, templates: dict[str, AgentTemplate]) -> int:
     """Resume every gateway session of the store on the template it was created from;
     one whose template this server lacks is logged and left. Returns how many resumed."""
     resumed = 0
@@ -46,18 +119,36 @@ def serve(
     workers: int | None = None,
     limits: Limits | None = None,
     sock: socket.socket | None = None,
+    cluster: ClusterOptions | None = None,
 ) -> None:
-    """Run the gateway until interrupted (SIGINT/SIGTERM), then shut the host down."""
+    """Run the gateway until interrupted (SIGINT/SIGTERM), then shut the host down.
+
+    With ``cluster`` the host is a node of that cluster (``cluster_host``): its
+    sessions live in PostgreSQL, and requests for sessions another node owns
+    are forwarded there; ``data_dir`` then holds only the API keys' secret.
+    """
+    if cluster is not None:
+        with cluster_host(cluster, data_dir, templates, workers) as (node_host, shared_keys):
+            app = create_app(AsyncAgentHost(node_host), templates, shared_keys, limits)
+            _run(app, host, port, sock)
+        return
     keys = KeyStore(data_dir)
     agent_host = AgentHost(data_dir=data_dir, workers=workers)
     try:
         resume_sessions(agent_host, keys, templates)
         app = create_app(AsyncAgentHost(agent_host), templates, keys, limits)
-        config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
-        )
-        server = uvicorn.Server(config)
-        server.run(sockets=None if sock is None else [sock])
+        _run(app, host, port, sock)
     finally:
         agent_host.shutdown()
         keys.close()
+
+
+def _run(app: object, host: str, port: int, sock: socket.socket | None) -> None:
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(config).run(sockets=None if sock is None else [sock])

@@ -14,7 +14,7 @@ The route of a request naming a session (``/v1/sessions/{id}...``) on a node::
 At most ``MAX_ROUTES`` rounds, then a retryable 503. A forwarded request carries
 ``X-Sessionvisor-Forwarded-By`` and is never forwarded again: the node it
 reaches serves it or answers 409, so a loop is impossible. Every answer names
-the node that served it in ``X-Sessionvisor-Node``.
+the node that served it in ``X-Sessionvisor-Node`` (as does every other answer).
 
 While a forwarded request waits for its answer (or a streamed answer for its
 next bytes) the owner's row is read again every ``ttl / 3``; an owner that lost
@@ -82,6 +82,8 @@ _HOP_BY_HOP = frozenset(
         b"proxy-connection",
         b"host",
         b"content-length",
+        b"date",  # the relaying server sets its own
+        b"server",
     }
 )
 
@@ -160,9 +162,12 @@ class ClusterRouting:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._closing_on_shutdown(send))
             return
-        session_id = _session_in(scope)
-        if scope["type"] != "http" or session_id is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        session_id = _session_in(scope)
+        if session_id is None:
+            await self.app(scope, receive, self._named(send))
             return
         token = _bearer(scope)
         key = None if token is None else await asyncio.to_thread(self.keys.authenticate, token)

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,4 +153,24 @@ def _run(app: object, host: str, port: int, sock: socket.socket | None) -> None:
         log_level="warning",
         timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run(sockets=None if sock is None else [sock])
+    with _sigterm_returns():
+        uvicorn.Server(config).run(sockets=None if sock is None else [sock])
+
+
+@contextmanager
+def _sigterm_returns() -> Iterator[None]:
+    """While uvicorn runs: a SIGTERM it re-raises once it has stopped (it does, to give the
+    signal its previous meaning) lets ``serve`` return, so the host still shuts down
+    (final checkpoints; a cluster node drains) instead of the process dying on it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _note_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _note_sigterm(signum: int, frame: object) -> None:
+    logger.info("SIGTERM: the server has stopped; shutting the host down")

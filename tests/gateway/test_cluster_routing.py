@@ -207,3 +207,30 @@ def test_a_race_to_resume_through_two_gateways_has_one_winner_and_the_loser_forw
     with a.client(key) as client:
         texts = sorted(_texts(client.get("/v1/sessions/r0/history"))[-4:])
     assert texts == ["a", "b", "echo: a", "echo: b"]
+
+
+def test_sigterm_drains_a_serve_node_and_its_sessions_move_without_the_ttl(
+    pg_dsn: str, pg_schema: str, tmp_path: Path, nodes: Nodes
+) -> None:
+    ttl = 60.0  # far longer than the test: only the drain can free the session
+    owner = ServeProcess(pg_dsn, pg_schema, tmp_path, "a", ttl)
+    try:
+        b = nodes.start("b", ttl=ttl)
+        key = b.keys.create("acme").key
+        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
+            assert (
+                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
+                == 201
+            )
+            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        owner.process.terminate()
+        assert owner.process.wait(WAIT) == 0  # it shut down: final checkpoints, then the drain
+        rows = sql(b.host.store, "SELECT owner_node, state FROM {s}.sessions")  # type: ignore[arg-type]
+        assert rows in ([(None, "active")], [("b", "active")])  # released (b may have swept it)
+        with b.client(key) as client:
+            answer = client.post("/v1/sessions/s/messages", json={"text": "two"})
+            assert (answer.status_code, answer.headers[NODE_HEADER]) == (200, "b"), answer.text
+            history = client.get("/v1/sessions/s/history")
+        assert _texts(history) == ["one", "echo: one", "two", "echo: two"]
+    finally:
+        owner.close()

@@ -7,6 +7,7 @@ owns are forwarded to it over HTTP (``gateway.routing``).
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -66,6 +67,10 @@ def test_any_node_serves_any_session(nodes: Nodes) -> None:
     assert '"content":"echo: three"' in body
     assert b.host.list_sessions() == []
     assert c.host.list_sessions() == []
+    with c.client(key) as client:  # the id is taken on another node
+        again = client.post("/v1/sessions", json={"template": "echo", "session_id": "s"})
+    assert again.status_code == 409
+    assert again.json()["type"] == "/problems/session-exists"
     with b.client("sv_not-a-key") as client:  # a bad key is refused where it arrives
         refused = client.post("/v1/sessions/s/messages", json={"text": "x"})
     assert refused.status_code == 401
@@ -232,5 +237,39 @@ def test_sigterm_drains_a_serve_node_and_its_sessions_move_without_the_ttl(
             assert (answer.status_code, answer.headers[NODE_HEADER]) == (200, "b"), answer.text
             history = client.get("/v1/sessions/s/history")
         assert _texts(history) == ["one", "echo: one", "two", "echo: two"]
+    finally:
+        owner.close()
+
+
+def test_a_frozen_owner_ends_the_forwarded_wait_with_a_503_then_the_session_moves(
+    pg_dsn: str, pg_schema: str, tmp_path: Path, nodes: Nodes
+) -> None:
+    ttl = 1.5
+    owner = ServeProcess(pg_dsn, pg_schema, tmp_path, "a", ttl)
+    try:
+        b = nodes.start("b", ttl=ttl)
+        key = b.keys.create("acme").key
+        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
+            assert (
+                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
+                == 201
+            )
+            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        owner.process.send_signal(signal.SIGSTOP)  # it accepts connections, answers nothing
+        try:
+            frozen_at = time.monotonic()
+            with b.client(key) as client:
+                waited = client.post("/v1/sessions/s/messages", json={"text": "two"})
+            assert waited.status_code == 503, waited.text  # its lease lapsed: no hang
+            assert waited.json()["type"] == "/problems/owner-unavailable"
+            assert waited.headers["Retry-After"] == "1"
+            assert time.monotonic() - frozen_at < ttl + 3 * b.host.node.config.heartbeat_interval  # type: ignore[union-attr]
+            with b.client(key) as client:  # sent again, as told: b takes it over
+                moved = client.post("/v1/sessions/s/messages", json={"text": "two"})
+                assert (moved.status_code, moved.headers[NODE_HEADER]) == (200, "b"), moved.text
+                history = client.get("/v1/sessions/s/history")
+            assert _texts(history) == ["one", "echo: one", "two", "echo: two"]
+        finally:
+            owner.process.send_signal(signal.SIGCONT)
     finally:
         owner.close()

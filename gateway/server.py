@@ -130,6 +130,7 @@ def serve(
     are forwarded there; ``data_dir`` then holds only the API keys' secret.
     """
     if cluster is not None:
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
         with cluster_host(cluster, data_dir, templates, workers) as (node_host, shared_keys):
             app = create_app(AsyncAgentHost(node_host), templates, shared_keys, limits)
             _run(app, host, port, sock)

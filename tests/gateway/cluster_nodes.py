@@ -106,7 +106,15 @@ class Nodes:
 class ServeProcess:
     """``sessionvisor serve --postgres ...`` in a process of its own."""
 
-    def __init__(self, dsn: str, schema: str, data_dir: Path, node_id: str, ttl: float) -> None:
+    def __init__(  # noqa: PLR0917 (what a node is started with)
+        self,
+        dsn: str,
+        schema: str,
+        data_dir: Path,
+        node_id: str,
+        ttl: float,
+        templates: list[str] | None = None,
+    ) -> None:
         with listening_socket() as probe:  # a free port, released for the server to bind
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
@@ -116,7 +124,7 @@ class ServeProcess:
             "--postgres", dsn, "--postgres-schema", schema, "--node-id", node_id,
             "--ttl", str(ttl), "--log-level", "warning",
         ]  # fmt: skip
-        for spec in TEMPLATES:
+        for spec in TEMPLATES if templates is None else templates:
             command += ["--template", spec]
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": str(root)}

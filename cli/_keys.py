@@ -21,8 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _postgres_option(func: F) -> F:
-    """``--postgres``: the keys of the cluster on that database (cluster mode)."""
-    option = click.option(
+    """``--postgres``, ``--postgres-schema``: the keys of the cluster on that database."""
+    dsn = click.option(
         "--postgres",
         "dsn",
         default=None,
@@ -30,11 +30,18 @@ def _postgres_option(func: F) -> F:
         help="Cluster mode: the keys every node of the cluster on this PostgreSQL shares "
         "(--data-dir then holds their secret)",
     )
-    return option(func)
+    schema = click.option(
+        "--postgres-schema",
+        "schema",
+        default="sessionvisor",
+        show_default=True,
+        help="Cluster mode: the PostgreSQL schema of the cluster's tables",
+    )
+    return dsn(schema(func))
 
 
 @contextmanager
-def _key_store(data_dir: Path, dsn: str | None) -> Iterator[ApiKeys]:
+def _key_store(data_dir: Path, dsn: str | None, schema: str) -> Iterator[ApiKeys]:
     """The data directory's keys, or the cluster's on ``dsn``; closed on exit."""
     if dsn is None:
         store: ApiKeys = KeyStore(data_dir)
@@ -46,7 +53,7 @@ def _key_store(data_dir: Path, dsn: str | None) -> Iterator[ApiKeys]:
     from gateway.keys_pg import PostgresKeyStore  # noqa: PLC0415 (psycopg, only here)
     from supervisor import PostgresCheckpointStore  # noqa: PLC0415
 
-    with PostgresCheckpointStore(dsn, pool_size=1) as checkpoints:
+    with PostgresCheckpointStore(dsn, schema=schema, pool_size=1) as checkpoints:
         yield PostgresKeyStore(checkpoints, data_dir)
 
 
@@ -60,9 +67,9 @@ def keys() -> None:
 @_postgres_option
 @click.option("--tenant", required=True)
 @json_option
-def create(data_dir: Path, dsn: str | None, tenant: str, as_json: bool) -> None:
+def create(data_dir: Path, dsn: str | None, schema: str, tenant: str, as_json: bool) -> None:
     """Create a key for TENANT and print it (the only time it is shown)."""
-    with _key_store(data_dir, dsn) as store:
+    with _key_store(data_dir, dsn, schema) as store:
         new = store.create(tenant)
     if as_json:
         click.echo(json.dumps({"key": new.key, **dataclasses.asdict(new.info)}))
@@ -76,9 +83,11 @@ def create(data_dir: Path, dsn: str | None, tenant: str, as_json: bool) -> None:
 @_postgres_option
 @click.option("--tenant", default=None)
 @json_option
-def list_keys(data_dir: Path, dsn: str | None, tenant: str | None, as_json: bool) -> None:
+def list_keys(
+    data_dir: Path, dsn: str | None, schema: str, tenant: str | None, as_json: bool
+) -> None:
     """List keys (never the keys themselves)."""
-    with _key_store(data_dir, dsn) as store:
+    with _key_store(data_dir, dsn, schema) as store:
         rows = store.list(tenant)
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(r) for r in rows]))
@@ -94,9 +103,9 @@ def list_keys(data_dir: Path, dsn: str | None, tenant: str | None, as_json: bool
 @_postgres_option
 @click.argument("key_id")
 @json_option
-def revoke(data_dir: Path, dsn: str | None, key_id: str, as_json: bool) -> None:
+def revoke(data_dir: Path, dsn: str | None, schema: str, key_id: str, as_json: bool) -> None:
     """Revoke KEY_ID at once."""
-    with _key_store(data_dir, dsn) as store:
+    with _key_store(data_dir, dsn, schema) as store:
         try:
             row = store.revoke(key_id)
         except KeyNotFound as exc:

@@ -7,6 +7,7 @@ owns are forwarded to it over HTTP (``gateway.routing``).
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from actors import Snapshot
+from cli import main
 from gateway.routing import EPOCH_HEADER, FORWARDED_HEADER, NODE_HEADER
 from tests.actors.snapshot_helpers import session_state
 from tests.gateway.cluster_nodes import WAIT, Nodes, ServeProcess, created
@@ -273,3 +276,58 @@ def test_a_frozen_owner_ends_the_forwarded_wait_with_a_503_then_the_session_move
             owner.process.send_signal(signal.SIGCONT)
     finally:
         owner.close()
+
+
+def test_keys_commands_act_on_every_node_of_the_cluster(
+    nodes: Nodes, pg_dsn: str, pg_schema: str
+) -> None:
+    a, b = nodes.start("a"), nodes.start("b")
+    where = ["--data-dir", str(nodes.data_dir), "--postgres", pg_dsn]
+    where += ["--postgres-schema", pg_schema]
+    runner = CliRunner()
+    made = runner.invoke(main, ["keys", "create", *where, "--tenant", "acme", "--json"])
+    assert made.exit_code == 0, made.output
+    new = json.loads(made.stdout)
+    for node in (a, b):
+        with node.client(new["key"]) as client:
+            assert client.get("/v1/sessions").status_code == 200
+    listed = runner.invoke(main, ["keys", "list", *where, "--json"])
+    assert [row["key_id"] for row in json.loads(listed.stdout)] == [new["key_id"]]
+    revoked = runner.invoke(main, ["keys", "revoke", *where, new["key_id"]])
+    assert revoked.exit_code == 0, revoked.output
+    for node in (a, b):  # at once, everywhere
+        with node.client(new["key"]) as client:
+            assert client.get("/v1/sessions").status_code == 401
+    missing = runner.invoke(main, ["keys", "revoke", *where, "key_nope"])
+    assert missing.exit_code == 1
+    assert "no API key with id 'key_nope'" in missing.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--node-id", "a"], "--node-id and --advertise need --postgres"),
+        (["--postgres", "dbname=x"], "--postgres (cluster mode) needs --node-id"),
+        (
+            ["--postgres", "dbname=x", "--node-id", "a", "--advertise", "10.0.0.5:8080"],
+            "advertise must be the gateway's URL",
+        ),
+    ],
+)
+def test_serve_refuses_incomplete_cluster_options(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--template",
+            "echo=tests.gateway.agents:echo",
+            *args,
+        ],
+        env={"SESSIONVISOR_POSTGRES": None},
+    )
+    assert result.exit_code == 2
+    assert message in result.output

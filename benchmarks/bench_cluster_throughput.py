@@ -92,7 +92,9 @@ class Cluster:
 
 
 async def measure(one: Cluster, three: Cluster) -> list[tuple[str, str]]:
-    limits = httpx.Limits(max_connections=SESSIONS * 2, max_keepalive_connections=SESSIONS * 2)
+    limits = httpx.Limits(
+        max_connections=SESSIONS * 2, max_keepalive_connections=SESSIONS * 2, keepalive_expiry=2.0
+    )
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         await one.create(client)
         await three.create(client)

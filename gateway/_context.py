@@ -22,7 +22,16 @@ from gateway.problems import Problem, ProblemError
 from supervisor import AsyncAgentHost, SessionInfo, SessionNotFound
 from supervisor.metrics import HostMetrics
 
-__all__ = ["Caller", "Gateway", "GatewayDep", "caller", "gateway_of", "host_id", "public_id"]
+__all__ = [
+    "AUTHENTICATED",
+    "Caller",
+    "Gateway",
+    "GatewayDep",
+    "caller",
+    "gateway_of",
+    "host_id",
+    "public_id",
+]
 
 
 @dataclass
@@ -79,7 +88,13 @@ GatewayDep = Annotated[Gateway, Depends(gateway_of)]
 _bearer = HTTPBearer(auto_error=False, description="An API key from `sessionvisor keys create`")
 
 
+AUTHENTICATED = "sessionvisor.api_key"
+"""Key of ``scope["state"]`` where a middleware that already checked the request's key
+(``gateway.routing``, off the event loop) leaves the ``ApiKey``, so it is checked once."""
+
+
 async def caller(
+    request: Request,
     gateway: GatewayDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> ApiKey:
@@ -91,7 +106,8 @@ async def caller(
     if credentials is None:
         detail = "send an API key as 'Authorization: Bearer sv_...'"
         raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
-    key = gateway.keys.authenticate(credentials.credentials)
+    checked = request.scope.get("state", {}).get(AUTHENTICATED)
+    key = checked if checked is not None else gateway.keys.authenticate(credentials.credentials)
     if key is None:
         detail = "the API key is unknown or revoked"
         raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))

@@ -36,7 +36,7 @@ import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors import AgentTemplate
-from gateway._context import host_id
+from gateway._context import AUTHENTICATED, host_id
 from gateway.keys import ApiKeys
 from gateway.limits import _bearer
 from gateway.problems import Problem, problem_response
@@ -86,6 +86,9 @@ _HOP_BY_HOP = frozenset(
         b"server",
     }
 )
+
+_SAFE = frozenset({"GET", "HEAD"})
+"""Methods sent again when the owner's connection broke before it answered."""
 
 T = TypeVar("T")
 
@@ -165,13 +168,12 @@ class ClusterRouting:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        session_id = _session_in(scope)
-        if session_id is None:
-            await self.app(scope, receive, self._named(send))
-            return
         token = _bearer(scope)
         key = None if token is None else await asyncio.to_thread(self.keys.authenticate, token)
-        if key is None:  # the app answers 401
+        if key is not None:  # checked here, off the event loop: the routes use it
+            scope.setdefault("state", {})[AUTHENTICATED] = key
+        session_id = _session_in(scope)
+        if session_id is None or key is None:  # not a session's request, or the app's 401
             await self.app(scope, receive, self._named(send))
             return
         internal = host_id(key.tenant_id, session_id)
@@ -307,7 +309,11 @@ class ClusterRouting:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+            # idle connections dropped before the owner's uvicorn drops them (5 s): a request
+            # sent on a connection the server is closing would fail for nothing
+            limits = httpx.Limits(
+                max_connections=256, max_keepalive_connections=64, keepalive_expiry=2.0
+            )
             self._client = httpx.AsyncClient(timeout=self._timeout, limits=limits)
         return self._client
 
@@ -335,11 +341,13 @@ class ClusterRouting:
         except httpx.ConnectError as exc:  # nothing was sent: safe to route again
             logger.info("owner %s of %r unreachable: %s", route.node_id, internal, exc)
             raise _Stale from exc
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            if scope["method"] not in _SAFE:  # it may have run: the client decides
+                await self._failed(scope, send, internal, route, exc)
+                return
+            raise _Stale from exc  # a read changes nothing: safe to send again
         except (httpx.HTTPError, _OwnerMoved) as exc:
-            detail = f"the owner node {route.node_id!r} failed before it answered; send again"
-            logger.warning("forwarding %r to %s failed: %r", internal, route.node_id, exc)
-            self._routes.pop(internal, None)
-            await problem_response(_unavailable(detail), scope.get("path"))(scope, _no_body, send)
+            await self._failed(scope, send, internal, route, exc)
             return
         try:
             if response.status_code == 409 and await _is_stale(response):
@@ -347,6 +355,15 @@ class ClusterRouting:
             await self._relay(response, send, internal, route)
         finally:
             await response.aclose()
+
+    async def _failed(
+        self, scope: Scope, send: Send, internal: str, route: Route, error: BaseException
+    ) -> None:
+        """Answer a retryable 503: the owner failed before it answered."""
+        detail = f"the owner node {route.node_id!r} failed before it answered; send again"
+        logger.warning("forwarding %r to %s failed: %r", internal, route.node_id, error)
+        self._routes.pop(internal, None)
+        await problem_response(_unavailable(detail), scope.get("path"))(scope, _no_body, send)
 
     async def _relay(
         self, response: httpx.Response, send: Send, internal: str, route: Route

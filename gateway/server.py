@@ -133,7 +133,7 @@ def serve(
         logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
         with cluster_host(cluster, data_dir, templates, workers) as (node_host, shared_keys):
             app = create_app(AsyncAgentHost(node_host), templates, shared_keys, limits)
-            _run(app, host, port, sock)
+            _run(app, host, port, sock, keep_alive=30)
         return
     keys = KeyStore(data_dir)
     agent_host = AgentHost(data_dir=data_dir, workers=workers)
@@ -146,13 +146,19 @@ def serve(
         keys.close()
 
 
-def _run(app: object, host: str, port: int, sock: socket.socket | None) -> None:
+def _run(
+    app: object, host: str, port: int, sock: socket.socket | None, keep_alive: int = 5
+) -> None:
+    """Serve ``app`` until SIGINT/SIGTERM. A cluster node keeps idle connections for 30 s
+    (``keep_alive``): longer than the other nodes keep theirs to it (2 s), so a
+    forwarded request never meets a connection this side is closing."""
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,
         port=port,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=keep_alive,
     )
     with _sigterm_returns():
         uvicorn.Server(config).run(sockets=None if sock is None else [sock])

@@ -331,3 +331,37 @@ def test_serve_refuses_incomplete_cluster_options(
     )
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_forwarded_event_stream_ends_with_an_error_frame_when_the_owner_dies(
+    pg_dsn: str, pg_schema: str, tmp_path: Path, nodes: Nodes
+) -> None:
+    owner = ServeProcess(pg_dsn, pg_schema, tmp_path, "a", 30.0)
+    try:
+        b = nodes.start("b")
+        key = b.keys.create("acme").key
+        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
+            assert (
+                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
+                == 201
+            )
+            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        with (
+            b.client(key) as client,
+            client.stream("GET", "/v1/sessions/s/events", params={"since": "0"}) as stream,
+        ):
+            assert stream.headers[NODE_HEADER] == "a"
+            lines = stream.iter_lines()
+            seen = []
+            for line in lines:  # the buffered events come through the relay at once
+                seen.append(line)
+                if line == "event: turn_finished":
+                    break
+            owner.kill()
+            rest = list(lines)  # ends: no hang once the owner is gone
+        assert "event: turn_started" in seen
+        assert "event: error" in rest
+        error = json.loads(rest[rest.index("event: error") + 1].removeprefix("data: "))
+        assert (error["status"], error["type"]) == (503, "/problems/owner-unavailable")
+    finally:
+        owner.close()

@@ -169,7 +169,11 @@ class ClusterRouting:
             await self.app(scope, receive, send)
             return
         token = _bearer(scope)
-        key = None if token is None else await asyncio.to_thread(self.keys.authenticate, token)
+        try:
+            key = None if token is None else await asyncio.to_thread(self.keys.authenticate, token)
+        except StoreUnreachable:
+            await self._unreachable(scope, receive, send)
+            return
         if key is not None:  # checked here, off the event loop: the routes use it
             scope.setdefault("state", {})[AUTHENTICATED] = key
         session_id = _session_in(scope)
@@ -236,10 +240,7 @@ class ClusterRouting:
             try:
                 route = self._routes.get(internal) or await self._look_up(internal)
             except StoreUnreachable:
-                detail = "the cluster's database cannot be reached; send it again"
-                await problem_response(_unavailable(detail), scope.get("path"))(
-                    scope, receive, send
-                )
+                await self._unreachable(scope, receive, send)
                 return
             if route is None:  # served here: never claimed (404), or just taken over
                 await self._local(scope, receive, send, body)
@@ -252,7 +253,15 @@ class ClusterRouting:
             except _Stale:
                 self._routes.pop(internal, None)
         detail = "the session's owner could not be reached, or changed, meanwhile; send again"
-        await problem_response(_unavailable(detail), scope.get("path"))(scope, receive, send)
+        await problem_response(_unavailable(detail), scope.get("path"))(
+            scope, receive, self._named(send)
+        )
+
+    async def _unreachable(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = "the cluster's database cannot be reached; send it again"
+        await problem_response(_unavailable(detail), scope.get("path"))(
+            scope, receive, self._named(send)
+        )
 
     async def _local(self, scope: Scope, receive: Receive, send: Send, body: bytes | None) -> None:
         if body is not None:
@@ -363,7 +372,9 @@ class ClusterRouting:
         detail = f"the owner node {route.node_id!r} failed before it answered; send again"
         logger.warning("forwarding %r to %s failed: %r", internal, route.node_id, error)
         self._routes.pop(internal, None)
-        await problem_response(_unavailable(detail), scope.get("path"))(scope, _no_body, send)
+        await problem_response(_unavailable(detail), scope.get("path"))(
+            scope, _no_body, self._named(send)
+        )
 
     async def _relay(
         self, response: httpx.Response, send: Send, internal: str, route: Route

@@ -144,7 +144,7 @@ class ClusterRouting:
         host: AgentHost,
         keys: ApiKeys,
         templates: dict[str, AgentTemplate],
-        connect_timeout: float = 2.0,
+        connect_timeout: float = 5.0,
     ) -> None:
         node = host.node
         if node is None:
@@ -347,7 +347,7 @@ class ClusterRouting:
         request = client.build_request(scope["method"], url, headers=headers, content=body)
         try:
             response = await self._watched(client.send(request, stream=True), internal, route)
-        except httpx.ConnectError as exc:  # nothing was sent: safe to route again
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing sent: route again
             logger.info("owner %s of %r unreachable: %s", route.node_id, internal, exc)
             raise _Stale from exc
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:

@@ -69,21 +69,34 @@ class HistoryCodec:
     Not thread-safe: used on the session's own thread. What it hands out is.
     """
 
-    __slots__ = ("_bad", "_parts", "_plain", "_stripped")
+    __slots__ = ("_bad", "_parts", "_plain", "_seed", "_stripped")
 
     def __init__(self) -> None:
         self._plain: list[dict[str, Any]] = []
         self._parts: list[bytes] = []
         self._stripped: list[tuple[int, tuple[str, ...]]] = []  # (index, paths), by index
         self._bad: list[int] = []  # indices strict encoding refused, ascending
+        self._seed: list[dict[str, Any]] = []
+
+    def seed(self, plain: list[dict[str, Any]]) -> None:
+        """Take ``plain`` as ``to_dict`` of the first ``len(plain)`` messages, which are then
+        never read: the dicts of a resumed checkpoint that are exactly what ``to_dict``
+        writes, every value of an exact plain type (``actors._restored``), so a snapshot
+        holds them as they are, with nothing to strip. Call it before any snapshot."""
+        if self._plain:
+            raise RuntimeError("seed() after a snapshot: the codec has seen messages already")
+        self._seed = plain
 
     def __len__(self) -> int:
         return len(self._plain)
 
     def snapshot_part(
-        self, messages: Sequence[Message]
+        self, messages: Sequence[Message] | Sequence[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], tuple[str, ...], EncodedMessages | None]:
         """Bring the codec up to date with ``messages`` (which extend what it has seen).
+
+        The entries the ``seed`` covers are not read: a session whose restored history
+        is not built yet passes the seed itself.
 
         Returns:
             A new list of the stripped message dicts (for the snapshot's state), the
@@ -104,10 +117,21 @@ class HistoryCodec:
         encoded = None if self._bad else EncodedMessages(plain, self._parts, count)
         return plain, paths, encoded
 
-    def _add(self, index: int, message: Message) -> None:
+    def _add(self, index: int, message: Message | dict[str, Any]) -> None:
         root = f"messages[{index}]"
-        plain = message.to_dict()
         stripped: tuple[str, ...] = ()
+        if index < len(self._seed):  # exact plain values already: nothing to strip or check
+            plain = self._seed[index]
+            try:
+                part = pack_plain(plain, root=f"state.{root}")
+            except SnapshotEncodeError:
+                part = b""
+                self._bad.append(index)
+            self._plain.append(plain)
+            self._parts.append(part)
+            return
+        assert isinstance(message, Message)
+        plain = message.to_dict()
         try:
             if all(value is None or type(value) is str for value in plain.values()):
                 part = pack_plain(plain, root=f"state.{root}")  # nothing to strip or walk
@@ -126,9 +150,10 @@ class HistoryCodec:
     def truncate(self, count: int) -> None:
         """Forget the messages from ``count`` on (a rolled-back turn), without changing
         any list already handed out."""
-        if count >= len(self._plain):
+        if count >= len(self._plain) and count >= len(self._seed):
             return
         self._plain = self._plain[:count]
         self._parts = self._parts[:count]
+        self._seed = self._seed[:count]
         self._stripped = [(i, p) for i, p in self._stripped if i < count]
         self._bad = [i for i in self._bad if i < count]

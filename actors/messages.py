@@ -192,7 +192,6 @@ class Message:
 _MESSAGE_KEYS = frozenset(("role", "content", "tool_calls", "tool_call_id", "name"))
 _CALL_KEYS = frozenset(("id", "name", "arguments"))
 _new = object.__new__
-_set = object.__setattr__
 
 
 def _exact_call(data: object) -> ToolCall | None:
@@ -203,7 +202,7 @@ def _exact_call(data: object) -> ToolCall | None:
     call_id, name, arguments = data.get("id"), data.get("name"), data.get("arguments", {})
     if type(call_id) is not str or type(name) is not str or type(arguments) is not dict:
         return None
-    return ToolCall(call_id, name, dict(arguments)) if _is_json(arguments) else None
+    return _made_call(call_id, name, dict(arguments)) if _is_json(arguments) else None
 
 
 def _exact_message(data: dict[str, Any]) -> Message | None:
@@ -233,13 +232,62 @@ def _exact_message(data: dict[str, Any]) -> Message | None:
         calls = tuple(map(_exact_call, raw_calls))  # type: ignore[arg-type]  # Nones: below
         if None in calls:
             return None
-    message: Message = _new(Message)  # every field checked above: __post_init__'s work
-    _set(message, "role", role)
-    _set(message, "content", content)
-    _set(message, "tool_calls", calls)
-    _set(message, "tool_call_id", call_id)
-    _set(message, "name", name)
+    return _made(role, content, calls, call_id, name)
+
+
+# The slots' own setters: a frozen dataclass's fields, set without its ``__setattr__``.
+_SET_ROLE, _SET_CONTENT, _SET_CALLS, _SET_CALL_ID, _SET_NAME = (
+    Message.__dict__[name].__set__
+    for name in ("role", "content", "tool_calls", "tool_call_id", "name")
+)
+
+
+_SET_ID, _SET_CALL_NAME, _SET_ARGUMENTS = (
+    ToolCall.__dict__[name].__set__ for name in ("id", "name", "arguments")
+)
+
+
+def _made_call(call_id: str, name: str, arguments: dict[str, Any]) -> ToolCall:
+    """A ``ToolCall`` of fields already checked."""
+    call: ToolCall = _new(ToolCall)
+    _SET_ID(call, call_id)
+    _SET_CALL_NAME(call, name)
+    _SET_ARGUMENTS(call, arguments)
+    return call
+
+
+def _made(
+    role: str,
+    content: str | None,
+    calls: tuple[ToolCall, ...],
+    call_id: str | None,
+    name: str | None,
+) -> Message:
+    """A ``Message`` of fields already checked (``__post_init__``'s work is done)."""
+    message: Message = _new(Message)
+    _SET_ROLE(message, role)
+    _SET_CONTENT(message, content)
+    _SET_CALLS(message, calls)
+    _SET_CALL_ID(message, call_id)
+    _SET_NAME(message, name)
     return message
+
+
+def checked_message(data: dict[str, Any]) -> Message:
+    """The ``Message`` that ``Message.from_dict(data)`` returns, for a ``data`` already
+    checked to be exactly typed (``actors._restored`` checks a whole history at once).
+
+    Checks nothing itself: call it only on what such a check accepted.
+    """
+    raw_calls = data.get("tool_calls")
+    calls: tuple[ToolCall, ...] = ()
+    if raw_calls:
+        calls = tuple(
+            [_made_call(c["id"], c["name"], dict(c.get("arguments", {}))) for c in raw_calls]
+        )
+    return _made(
+        data["role"], data.get("content"), calls, data.get("tool_call_id"), data.get("name")
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PluginRunner
 from actors._prompt import PromptView
+from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
 from actors._storable import storable_message, storable_text
 from actors._strip import strip_live
@@ -192,9 +193,8 @@ class AgentSession(pykka.ThreadingActor):
             event_buffer if event_buffer is not None else EventBuffer(event_buffer_size)
         )
         try:  # a checkpoint that decodes but holds the wrong shapes: one documented error
-            # Append-only (a rolled-back turn swaps in a shorter copy): ``_history``
-            # strips and encodes each message once, for every later snapshot.
-            self._messages = [Message.from_dict(m) for m in restored.get("messages", [])]
+            # Checked now, built when first read (``actors._restored``).
+            self._restored = RestoredMessages(restored.get("messages", []))
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             self._turns = int(restored.get("turns", 0))
             self._metadata = dict(
@@ -214,6 +214,9 @@ class AgentSession(pykka.ThreadingActor):
                 f"({type(exc).__name__}: {exc}); resume an older checkpoint"
             ) from exc
         self._provider_state = restored.get("provider_state")
+        # Append-only (a rolled-back turn swaps in a shorter copy): ``_history``
+        # strips and encodes each message once, for every later snapshot.
+        self._message_list: list[Message] | None = None  # see ``_messages``
         self._history = HistoryCodec()
         self._start_error: BaseException | None = None
         self._steered: list[str] = []
@@ -226,6 +229,19 @@ class AgentSession(pykka.ThreadingActor):
             getattr(type(p), "before_model", None) is not Plugin.before_model
             for p in template.plugins
         )
+
+    @property
+    def _messages(self) -> list[Message]:
+        """The history; a resumed one is built from its checkpoint's dicts when first read,
+        on the session's thread, not while its resume waits."""
+        messages = self._message_list
+        if messages is None:
+            messages = self._message_list = self._restored.messages()
+        return messages
+
+    @_messages.setter
+    def _messages(self, messages: list[Message]) -> None:
+        self._message_list = messages
 
     @staticmethod
     def _resolve(model: Model | str, providers: ProviderRegistry | None) -> Model:
@@ -245,11 +261,18 @@ class AgentSession(pykka.ThreadingActor):
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
         """Start the actor and wait for its plugins' ``session_start`` hooks.
 
+        Without plugins (and with this class's own ``on_start``) nothing at start
+        can fail, so it does not wait for the actor's thread: a call asked at once
+        is queued behind the start as any other.
+
         Raises:
             PluginError: a ``session_start`` hook raised; the actor was stopped.
             pykka.Timeout: the hooks took longer than ``start_timeout``.
         """
         ref = super().start(*args, **kwargs)
+        template = kwargs["template"] if "template" in kwargs else args[0] if args else None
+        if cls.on_start is AgentSession.on_start and not getattr(template, "plugins", True):
+            return ref  # no hook to wait for: that round trip would only cost the caller
         try:
             ref.ask(_StartCheck(), timeout=cls.start_timeout)
         except BaseException:
@@ -399,7 +422,13 @@ class AgentSession(pykka.ThreadingActor):
             state = self._state(with_messages=False)
         except RecursionError:
             raise self._too_deep_error() from None
-        messages, paths, encoded = self._history.snapshot_part(self._messages)
+        restored = self._restored
+        if not len(self._history) and len(restored) and restored.canonical:
+            self._history.seed(restored.plain)  # the first snapshot: the checkpoint's own dicts
+        unread = self._message_list is None and restored.canonical  # the codec has them all
+        messages, paths, encoded = self._history.snapshot_part(
+            restored.plain if unread else self._messages
+        )
         return session_snapshot(
             session_id=self.session_id,
             state=state,

@@ -25,15 +25,16 @@ class ProcessStatus:
     rss: int
 
 
-def process_status() -> ProcessStatus:
-    """Read the process's thread count and resident set now.
+def process_status(pid: int | None = None) -> ProcessStatus:
+    """Read the thread count and resident set of this process (or of ``pid``) now.
 
     Raises:
         OSError: no ``/proc/self/status`` (not Linux).
         RuntimeError: it lacks a ``Threads`` or ``VmRSS`` line.
     """
     threads = rss = None
-    with open("/proc/self/status", encoding="ascii") as status:
+    path = "/proc/self/status" if pid is None else f"/proc/{pid}/status"
+    with open(path, encoding="ascii") as status:
         for line in status:
             if line.startswith("Threads:"):
                 threads = int(line.split()[1])
@@ -55,16 +56,18 @@ class PeakSampler:
 
     Args:
         interval: Seconds between samples.
+        pid: Sample that process instead of this one.
     """
 
-    def __init__(self, interval: float = 0.002) -> None:
+    def __init__(self, interval: float = 0.002, pid: int | None = None) -> None:
         self.interval = interval
-        self.peak = process_status()
+        self.pid = pid
+        self.peak = process_status(pid)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-sampler", daemon=True)
 
     def _sample(self) -> None:
-        now = process_status()
+        now = process_status(self.pid)
         self.peak = ProcessStatus(max(self.peak.threads, now.threads), max(self.peak.rss, now.rss))
 
     def _run(self) -> None:
@@ -72,7 +75,7 @@ class PeakSampler:
             self._sample()
 
     def __enter__(self) -> Self:
-        self.peak = process_status()  # before the sampler starts: one writer at a time
+        self.peak = process_status(self.pid)  # before the sampler starts: one writer at a time
         self._thread.start()
         return self
 

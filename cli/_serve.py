@@ -100,31 +100,46 @@ def serve(  # noqa: PLR0917 (the command's options)
     ttl: float,
     schema: str,
 ) -> None:
-    """Serve the sessions of DATA_DIR over HTTP until interrupted; with --postgres, as one
-    node of a cluster sharing that database (any node answers for any session)."""
-    from gateway.server import ClusterOptions  # noqa: PLC0415
-    from gateway.server import serve as run  # noqa: PLC0415  (the server extra, only here)
+    """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM; with --postgres,
+    as one node of a cluster sharing that database (any node answers for any session).
+
+    Prints one line, ``serving on http://HOST:PORT``, once it listens (with
+    ``--port 0``, the port picked); on SIGINT/SIGTERM it finishes the requests
+    in flight, checkpoints every session (a cluster node then releases them to
+    the other nodes) and exits 0."""
+    from gateway.server import ClusterOptions, bind  # noqa: PLC0415  (the server extra)
+    from gateway.server import serve as run  # noqa: PLC0415
     from gateway.templates import TemplateLoadError, load_templates  # noqa: PLC0415
 
     try:
         loaded = load_templates(templates)
     except TemplateLoadError as exc:
         raise click.UsageError(str(exc)) from None
-    cluster = None
-    if dsn is not None:
-        if node_id is None:
-            raise click.UsageError("--postgres (cluster mode) needs --node-id")
+
+    def cluster_at(advertised: str) -> ClusterOptions:
+        assert dsn is not None
+        assert node_id is not None
         try:
-            cluster = ClusterOptions(
-                dsn=dsn,
-                node_id=node_id,
-                advertise=advertise or f"http://{host}:{port}",
-                ttl=ttl,
-                schema=schema,
+            return ClusterOptions(
+                dsn=dsn, node_id=node_id, advertise=advertised, ttl=ttl, schema=schema
             )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+
+    if dsn is not None:
+        if node_id is None:
+            raise click.UsageError("--postgres (cluster mode) needs --node-id")
+        if advertise is not None:
+            cluster_at(advertise)  # a bad URL is a usage error before anything listens
     elif node_id is not None or advertise is not None:
         raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
     configure_logging(log_format, log_level)
-    run(data_dir, loaded, host=host, port=port, workers=workers, cluster=cluster)
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    with sock:
+        cluster = None
+        if dsn is not None:  # by default, the address this node listens at
+            cluster = cluster_at(advertise or f"http://{host}:{sock.getsockname()[1]}")
+        run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo, cluster=cluster)

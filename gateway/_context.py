@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from actors import AgentTemplate
+from gateway._turns import TurnOwners
 from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
 from gateway.problems import Problem, ProblemError
@@ -45,6 +46,7 @@ class Gateway:
         keys: API keys, and which template each session was created from.
         limits: See ``Limits``.
         metrics: The host's Prometheus metrics, served at ``/metrics``.
+        turns: Which streamed send each session's turn belongs to (event loop only).
     """
 
     ahost: AsyncAgentHost
@@ -53,6 +55,7 @@ class Gateway:
     limits: Limits
     metrics: HostMetrics
     create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    turns: TurnOwners = field(default_factory=TurnOwners)
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The host's row of the tenant's session ``session_id`` (a public id).
@@ -60,11 +63,10 @@ class Gateway:
         Raises:
             SessionNotFound: missing, or another tenant's (the same error).
         """
-        wanted = host_id(tenant_id, session_id)
-        for info in self.ahost.host.list_sessions(tenant_id):
-            if info.session_id == wanted:
-                return info
-        raise SessionNotFound(session_id)
+        try:
+            return self.ahost.host.session_info(host_id(tenant_id, session_id), tenant_id=tenant_id)
+        except SessionNotFound:
+            raise SessionNotFound(session_id) from None  # the id the client named
 
 
 def host_id(tenant_id: str, session_id: str) -> str:
@@ -77,8 +79,10 @@ def public_id(internal: str) -> str:
     return internal.rpartition("/")[2]
 
 
-def gateway_of(request: Request) -> Gateway:
-    """The app's ``Gateway`` (a FastAPI dependency)."""
+async def gateway_of(request: Request) -> Gateway:
+    """The app's ``Gateway`` (a FastAPI dependency). ``async`` although it awaits
+    nothing: FastAPI runs a plain ``def`` dependency in its thread pool, a thread
+    hop on every request."""
     gateway: Gateway = request.app.state.gateway
     return gateway
 

@@ -28,8 +28,7 @@ from gateway._context import Gateway
 from gateway.keys import ApiKeys
 from gateway.limits import Limits, LimitsMiddleware
 from gateway.problems import ProblemError, handle_http, handle_problem, handle_validation
-from supervisor import AsyncAgentHost, SupervisorError
-from supervisor._runtime import NotDelivered
+from supervisor import AsyncAgentHost, NotDelivered, SupervisorError
 from supervisor.metrics import HostMetrics
 
 __all__ = ["api_app", "create_app", "openapi_document"]

@@ -17,6 +17,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -138,17 +139,45 @@ def read_or_create_secret(path: Path) -> bytes:
     return secret
 
 
+_CACHE_MAX = 10_000
+"""Valid keys ``authenticate`` remembers at most (past it, it forgets them all)."""
+
+
 class KeyStore:
     """API keys of one data directory. Thread-safe (one connection behind a lock).
 
     Also records which template each gateway session was created from, so a
     restarted server resumes every session on its own template.
 
+    ``authenticate`` runs on every request, on the server's event loop; a
+    database read there waits for the GIL behind the sessions' threads (about
+    0.5 ms a request under load). So a valid key is remembered for
+    ``cache_seconds``: a key revoked through this store stops working at once,
+    one revoked by another process (``sessionvisor keys revoke`` beside a running
+    server) within ``cache_seconds``. Unknown and revoked keys are never
+    remembered: they are looked up every time.
+
     Args:
         data_dir: The directory the host serves; created if missing.
+        cache_seconds: How long a valid key is remembered (0: never).
+        clock: Monotonic seconds (injectable for tests).
+
+    Raises:
+        ValueError: ``cache_seconds`` is negative.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        cache_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if cache_seconds < 0:
+            raise ValueError(f"cache_seconds must be >= 0, got {cache_seconds!r}")
+        self._cache_seconds = cache_seconds
+        self._clock = clock
+        self._cache: dict[str, tuple[ApiKey, float]] = {}  # fingerprint -> (key, until)
         directory = Path(data_dir)
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / DB_FILE
@@ -184,13 +213,26 @@ class KeyStore:
         """The valid (not revoked) key ``key`` is, or ``None``."""
         if not key.startswith(KEY_PREFIX):
             return None
+        fingerprint = self.fingerprint(key)
+        now = self._clock()
         with self._lock:
+            hit = self._cache.get(fingerprint)
+            if hit is not None and now < hit[1]:
+                return hit[0]
             row = self._db.execute(
                 "SELECT key_id, tenant_id, created_at, revoked_at FROM api_keys "
                 "WHERE fingerprint = ? AND revoked_at IS NULL",
-                (self.fingerprint(key),),
+                (fingerprint,),
             ).fetchone()
-        return None if row is None else ApiKey(*row)
+            if row is None:
+                self._cache.pop(fingerprint, None)
+                return None
+            found = ApiKey(*row)
+            if self._cache_seconds > 0:
+                if len(self._cache) >= _CACHE_MAX:
+                    self._cache.clear()
+                self._cache[fingerprint] = (found, now + self._cache_seconds)
+        return found
 
     def list(self, tenant_id: str | None = None) -> list[ApiKey]:
         """Every key (of ``tenant_id``, if given), oldest first, revoked ones included."""
@@ -210,6 +252,7 @@ class KeyStore:
             KeyNotFound: no such key id.
         """
         with self._lock:
+            self._cache.clear()  # it is not keyed by key id; revocations are rare
             self._db.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
                 (now_ms(), key_id),

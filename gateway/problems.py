@@ -33,6 +33,7 @@ from supervisor import (
     CheckpointNotFound,
     CredentialsUnavailable,
     Killed,
+    NotDelivered,
     OwnershipLost,
     SessionAlreadyExists,
     SessionCrashed,
@@ -44,7 +45,6 @@ from supervisor import (
     StoreUnreachable,
     WorkerStartError,
 )
-from supervisor._runtime import NotDelivered
 
 __all__ = ["PROBLEM_JSON", "Problem", "ProblemError", "problem_for", "problem_response"]
 

@@ -1,16 +1,29 @@
 """``serve``: a host on a data directory, its sessions resumed, behind uvicorn; or, with
-``ClusterOptions``, a node of a cluster sharing one PostgreSQL database."""
+``ClusterOptions``, a node of a cluster sharing one PostgreSQL database.
+
+``serve`` binds its listening socket itself, before uvicorn starts, so it can
+announce the address it bound (``--port 0`` picks a free port) in one stable
+line, ``serving on http://HOST:PORT``: a client may connect as soon as the line
+is out (the socket's backlog holds it until uvicorn accepts).
+
+SIGINT and SIGTERM stop uvicorn gracefully; then the host is shut down (every
+running session's final checkpoint) and ``serve`` returns. uvicorn re-raises the
+signal it caught once it has stopped; ``serve`` catches that re-raised signal
+itself, so a stopped server exits normally (status 0) after its host shutdown
+instead of dying of the signal before it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -21,9 +34,11 @@ from gateway.keys import ApiKeys, KeyStore
 from gateway.limits import Limits
 from supervisor import AgentHost, AsyncAgentHost
 
-__all__ = ["ClusterOptions", "cluster_host", "resume_sessions", "serve"]
+__all__ = ["ClusterOptions", "bind", "cluster_host", "resume_sessions", "serve", "serving_line"]
 
 logger = logging.getLogger("gateway")
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +68,7 @@ class ClusterOptions:
             )
 
 
-@contextmanager
+@contextlib.contextmanager
 def cluster_host(
     options: ClusterOptions,
     data_dir: Path,
@@ -112,6 +127,53 @@ def resume_sessions(host: AgentHost, keys: ApiKeys, templates: dict[str, AgentTe
     return resumed
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: a free one), IPv6 if ``host``
+    is an IPv6 address. Raises ``OSError`` (e.g. the port is taken)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto
+    # says TCP, and without it every answer (headers, then body) waits ~40 ms for a
+    # delayed ACK (Nagle's algorithm).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serving_line(sock: socket.socket) -> str:
+    """``serving on http://HOST:PORT``: the line ``serve`` announces for the bound ``sock``."""
+    address = sock.getsockname()
+    host = f"[{address[0]}]" if sock.family == socket.AF_INET6 else address[0]
+    return f"serving on http://{host}:{address[1]}"
+
+
+@contextlib.contextmanager
+def _absorb_stop_signals() -> Iterator[threading.Event]:
+    """While inside, SIGINT/SIGTERM only set the event yielded (outside the main thread:
+    nothing is changed). uvicorn installs its own handlers over these and, once
+    stopped, restores them and re-raises the signal, which then lands here."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, note) for sig in _STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(
     data_dir: Path,
     templates: dict[str, AgentTemplate],
@@ -121,63 +183,90 @@ def serve(
     workers: int | None = None,
     limits: Limits | None = None,
     sock: socket.socket | None = None,
+    announce: Callable[[str], None] | None = None,
     cluster: ClusterOptions | None = None,
 ) -> None:
-    """Run the gateway until interrupted (SIGINT/SIGTERM), then shut the host down.
+    """Run the gateway until SIGINT/SIGTERM (or uvicorn stops), then shut the host down
+    (final checkpoints) and return.
 
-    With ``cluster`` the host is a node of that cluster (``cluster_host``): its
-    sessions live in PostgreSQL, and requests for sessions another node owns
-    are forwarded there; ``data_dir`` then holds only the API keys' secret.
+    Args:
+        data_dir: The host's and the key store's directory.
+        templates: Template name -> template, as clients name them.
+        host, port: Where to listen (port 0: any free port), unless ``sock`` is given.
+        workers: Run sessions in that many worker processes (``AgentHost(workers=)``).
+        limits: See ``Limits``; the defaults if ``None``.
+        sock: A bound, listening socket to serve on instead of ``host:port``.
+        announce: Called once, before requests are served, with ``serving_line``
+            (the ``sessionvisor serve`` command prints it); also logged.
+        cluster: Serve as a node of that cluster (``cluster_host``): sessions live in
+            PostgreSQL, requests for sessions another node owns are forwarded there,
+            and ``data_dir`` holds only the API keys' secret. SIGINT/SIGTERM drain it.
+
+    Raises:
+        OSError: ``host:port`` could not be bound.
     """
     if cluster is not None:
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
-        with cluster_host(cluster, data_dir, templates, workers) as (node_host, shared_keys):
-            app = create_app(AsyncAgentHost(node_host), templates, shared_keys, limits)
-            _run(app, host, port, sock, keep_alive=30)
+        _serve_cluster(cluster, data_dir, templates, workers, limits, sock, host, port, announce)
         return
     keys = KeyStore(data_dir)
     agent_host = AgentHost(data_dir=data_dir, workers=workers)
+    listening = sock
     try:
-        resume_sessions(agent_host, keys, templates)
-        app = create_app(AsyncAgentHost(agent_host), templates, keys, limits)
-        _run(app, host, port, sock)
+        with _absorb_stop_signals() as stopped:
+            resume_sessions(agent_host, keys, templates)
+            app = create_app(AsyncAgentHost(agent_host), templates, keys, limits)
+            if listening is None:
+                listening = bind(host, port)
+            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+            server = uvicorn.Server(config)
+            line = serving_line(listening)
+            logger.info("%s", line)
+            if announce is not None:
+                announce(line)
+            if not stopped.is_set():  # a signal before uvicorn took over: do not start
+                server.run(sockets=[listening])
+            agent_host.shutdown()  # here, so that a second signal cannot cut it short
     finally:
         agent_host.shutdown()
         keys.close()
+        if listening is not None and listening is not sock:
+            listening.close()
 
 
-def _run(
-    app: object, host: str, port: int, sock: socket.socket | None, keep_alive: int = 5
+def _serve_cluster(  # noqa: PLR0917 (serve's own arguments, passed on)
+    cluster: ClusterOptions,
+    data_dir: Path,
+    templates: dict[str, AgentTemplate],
+    workers: int | None,
+    limits: Limits | None,
+    sock: socket.socket | None,
+    host: str,
+    port: int,
+    announce: Callable[[str], None] | None,
 ) -> None:
-    """Serve ``app`` until SIGINT/SIGTERM. A cluster node keeps idle connections for 30 s
-    (``keep_alive``): longer than the other nodes keep theirs to it (2 s), so a
-    forwarded request never meets a connection this side is closing."""
-    config = uvicorn.Config(
-        app,  # type: ignore[arg-type]
-        host=host,
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=5,
-        timeout_keep_alive=keep_alive,
-    )
-    with _sigterm_returns():
-        uvicorn.Server(config).run(sockets=None if sock is None else [sock])
-
-
-@contextmanager
-def _sigterm_returns() -> Iterator[None]:
-    """While uvicorn runs: a SIGTERM it re-raises once it has stopped (it does, to give the
-    signal its previous meaning) lets ``serve`` return, so the host still shuts down
-    (final checkpoints; a cluster node drains) instead of the process dying on it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _note_sigterm)
+    """``serve`` as a cluster node. Idle connections are kept 30 s: longer than the other
+    nodes keep theirs to it (2 s), so a forwarded request never meets a connection this
+    side is closing."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
+    listening = sock
     try:
-        yield
+        with (
+            _absorb_stop_signals() as stopped,
+            cluster_host(cluster, data_dir, templates, workers) as (node_host, keys),
+        ):
+            app = create_app(AsyncAgentHost(node_host), templates, keys, limits)
+            if listening is None:
+                listening = bind(host, port)
+            config = uvicorn.Config(
+                app, log_level="warning", timeout_graceful_shutdown=5, timeout_keep_alive=30
+            )
+            server = uvicorn.Server(config)
+            line = serving_line(listening)
+            logger.info("%s (node %r)", line, cluster.node_id)
+            if announce is not None:
+                announce(line)
+            if not stopped.is_set():
+                server.run(sockets=[listening])
     finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _note_sigterm(signum: int, frame: object) -> None:
-    logger.info("SIGTERM: the server has stopped; shutting the host down")
+        if listening is not None and listening is not sock:
+            listening.close()

@@ -21,6 +21,7 @@ from supervisor._lifecycle import Down as Down
 from supervisor._lifecycle import ExitReason as ExitReason
 from supervisor._lifecycle import MonitorRef as MonitorRef
 from supervisor._lifecycle import is_abnormal as is_abnormal
+from supervisor._runtime import NotDelivered as NotDelivered
 from supervisor._runtime import WorkerInfo as WorkerInfo
 from supervisor._runtimes import WorkerOptions as WorkerOptions
 from supervisor._session_attrs import SessionAttrs as SessionAttrs
@@ -118,6 +119,7 @@ __all__ = [
     "MonitorRef",
     "NodeFenced",
     "NodeIdInUse",
+    "NotDelivered",
     "OwnershipLost",
     "PostgresCheckpointStore",
     "RemoteError",

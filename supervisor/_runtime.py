@@ -186,4 +186,5 @@ class SessionRuntime(Protocol):
         ...
 
 
+NotDelivered.__module__ = "supervisor"
 WorkerInfo.__module__ = "supervisor"

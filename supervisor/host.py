@@ -43,9 +43,9 @@ from supervisor._ownership import node_of
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text
-from supervisor._session_table import SessionTable
+from supervisor._session_table import SessionTable, require_tenant
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.errors import SessionAlreadyExists, SessionOwnedElsewhere
+from supervisor.errors import SessionAlreadyExists, SessionNotFound, SessionOwnedElsewhere
 
 if TYPE_CHECKING:
     from supervisor.cluster import NodeConfig
@@ -230,11 +230,10 @@ class AgentHost:
                 cannot be resolved.
             TypeError, ValueError: an invalid attribute (the message names it).
         """
-        session_id = (
-            uuid.uuid4().hex if session_id is None else plain_text("session_id", session_id)
-        )
+        fresh = session_id is None  # 122 random bits: no earlier life to look for in the store
+        session_id = uuid.uuid4().hex if fresh else plain_text("session_id", session_id)
         self._table.check_open()
-        if self.store.list(session_id):
+        if not fresh and self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
         return self._sessions.start_new(session_id, template, tenant_id, api_key, dict(attrs))
 
@@ -423,6 +422,20 @@ class AgentHost:
     def list_sessions(self, tenant_id: str | None = None) -> list[SessionInfo]:
         """Every session this host knows (live, restarting, hibernated, failed)."""
         return [r.info() for r in self._table.records(tenant_id)]
+
+    def session_info(self, session_id: str, *, tenant_id: str | None = None) -> SessionInfo:
+        """The ``SessionInfo`` of one session ``list_sessions`` would list, looked up
+        directly (a gateway checks ownership with it on every request). Thread-safe.
+
+        Raises:
+            SessionNotFound: this host does not know it, or (``tenant_id`` given)
+                another tenant owns it: the same error, so existence does not leak.
+        """
+        record = self._table.get(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        require_tenant(session_id, record.tenant_id, tenant_id)
+        return record.info()
 
     def workers(self) -> list[WorkerInfo]:
         """The live worker processes, oldest first, each with the sessions placed on it

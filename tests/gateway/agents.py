@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from actors import AgentTemplate, Message, ModelRequest, ModelResponse, TextDelta, Usage
 
 
@@ -23,4 +25,37 @@ def make_streaming() -> AgentTemplate:
     return AgentTemplate(model=StreamingEcho())
 
 
-__all__ = ["Message", "StreamingEcho", "echo", "make_streaming", "streaming"]
+__all__ = [
+    "Message",
+    "SlowStreamingEcho",
+    "StreamingEcho",
+    "echo",
+    "make_slow",
+    "make_slower",
+    "make_streaming",
+    "streaming",
+]
+
+
+class SlowStreamingEcho:
+    """Answers ``echo: <text>`` in five streamed pieces, ``delay`` seconds apart, so that
+    turns are in flight for a while (the SIGKILL test kills the server mid-stream)."""
+
+    def __init__(self, delay: float = 0.02) -> None:
+        self.delay = delay
+
+    def respond(self, request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1].content or ""
+        for piece in ("ec", "ho", ": ", last[: len(last) // 2], last[len(last) // 2 :]):
+            time.sleep(self.delay)  # the model's latency, not a synchronisation
+            request.emit(TextDelta(piece))
+        return ModelResponse(request.streamed_message(), Usage(1, 1), stop_reason="stop")
+
+
+def make_slow() -> AgentTemplate:
+    return AgentTemplate(model=SlowStreamingEcho())
+
+
+def make_slower() -> AgentTemplate:
+    """Turns of about a second: long enough for a test to queue sends behind one."""
+    return AgentTemplate(model=SlowStreamingEcho(0.2))

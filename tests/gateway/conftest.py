@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import pytest
 import uvicorn
 
 from gateway import KeyStore, Limits, create_app, load_templates
+from gateway.server import bind
 from supervisor import AgentHost, AsyncAgentHost
 
 TEMPLATES = ["echo=tests.gateway.agents:echo", "streaming=tests.gateway.agents:make_streaming"]
@@ -33,9 +33,7 @@ class Served:
 def run_server(app: object) -> tuple[str, uvicorn.Server, threading.Thread]:
     """Serve ``app`` on a socket bound and listening before the thread starts, so a
     client may connect at once (the backlog holds it until uvicorn accepts)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
+    sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)  # type: ignore[arg-type]
     server = uvicorn.Server(config)

@@ -32,6 +32,7 @@ CALLS: dict[str, Call] = {
     "hibernate": lambda host, tenant: host.hibernate(SID, tenant_id=tenant),
     "stop_session": lambda host, tenant: host.stop_session(SID, tenant_id=tenant),
     "resume": lambda host, tenant: host.resume(SID, template(), tenant_id=tenant),
+    "session_info": lambda host, tenant: host.session_info(SID, tenant_id=tenant),
 }
 
 
@@ -86,6 +87,20 @@ def test_the_right_tenant_reaches_the_session(make_host: HostFactory, call: str)
         assert sessions == []
     else:
         assert [(s.session_id, s.tenant_id) for s in sessions] == [(SID, "tenant-a")]
+
+
+def test_session_info_is_the_row_list_sessions_shows(make_host: HostFactory) -> None:
+    host = make_host()
+    host.start_session(template(), session_id=SID, tenant_id="tenant-a")
+    host.send(SID, "hello")
+    assert host.session_info(SID, tenant_id="tenant-a") == host.list_sessions("tenant-a")[0]
+    assert host.session_info(SID) == host.list_sessions()[0]
+    with pytest.raises(SessionNotFound) as raised:
+        host.session_info("nope")
+    assert "nope" in str(raised.value)
+    host.stop_session(SID)
+    with pytest.raises(SessionNotFound):
+        host.session_info(SID)
 
 
 def test_each_call_with_the_right_tenant_does_its_work(make_host: HostFactory) -> None:

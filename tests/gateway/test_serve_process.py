@@ -1,0 +1,98 @@
+"""``sessionvisor serve`` as a real process (the installed console script on an
+ephemeral port), driven over HTTP by httpx: a key made by ``sessionvisor keys
+create``, a session created, sent to, streamed and read; then SIGTERM or SIGINT
+ends it cleanly: exit status 0, a final checkpoint, no process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.server import bind
+from tests.gateway.serve_process import ServeProcess, cli, create_key, frames, wait_gone
+
+TEMPLATES = ["echo=tests.gateway.agents:echo", "streaming=tests.gateway.agents:make_streaming"]
+
+
+def _checkpoints(data: Path, session_id: str) -> list[dict[str, object]]:
+    done = cli("checkpoints", "list", session_id, "--data-dir", str(data), "--json")
+    assert done.returncode == 0, done.stderr
+    listed: list[dict[str, object]] = json.loads(done.stdout)
+    return listed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_process_lifecycle_and_clean_stop(tmp_path: Path, sig: signal.Signals) -> None:
+    data = tmp_path / "data"
+    key = create_key(data, "acme")
+    server = ServeProcess(data, TEMPLATES, tmp_path / "serve.log")
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            made = c.post("/v1/sessions", json={"template": "streaming", "session_id": "s"})
+            assert made.status_code == 201, made.text
+            sent = c.post("/v1/sessions/s/messages", json={"text": "hello"})
+            assert sent.json() == {"message": {"role": "assistant", "content": "echo: hello"}}
+            body = {"text": "there", "stream": True}
+            with c.stream("POST", "/v1/sessions/s/messages", json=body) as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                got = list(frames(r.iter_lines()))
+            assert [d["text"] for k, d in got if k == "delta"] == ["echo: ", "there"]
+            assert got[-1] == (
+                "answer",
+                {"message": {"role": "assistant", "content": "echo: there"}},
+            )
+            history = c.get("/v1/sessions/s/history").json()
+            assert [m["content"] for m in history["messages"]] == [
+                "hello",
+                "echo: hello",
+                "there",
+                "echo: there",
+            ]
+            assert (
+                c.get("/v1/sessions", headers={"Authorization": "Bearer sv_nope"}).status_code
+                == 401
+            )
+        before = _checkpoints(data, "acme/s")
+        children = server.descendants()
+        server.signal(sig)
+        assert server.wait(30) == 0, server.log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()
+    assert wait_gone(children, 10) == set()
+    after = _checkpoints(data, "acme/s")
+    assert len(after) == len(before) + 1  # the final checkpoint, taken at shutdown
+    shown = cli("checkpoints", "show", "acme/s", "--data-dir", str(data), "--json")
+    assert "echo: there" in shown.stdout
+    assert f"signal {sig.name}: stopping" in server.log.read_text()
+
+
+def test_bound_sockets_answer_without_nagle_delays() -> None:
+    """``bind``'s socket says TCP, so asyncio sets TCP_NODELAY on each connection it
+    accepts (without, every answer waited ~40 ms for a delayed ACK)."""
+
+    async def scenario() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=bind("127.0.0.1", 0))
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+            await writer.wait_closed()
+        return nodelay
+
+    assert asyncio.run(scenario()) != 0

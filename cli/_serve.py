@@ -26,7 +26,13 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
 
 
 @main.command()
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The host's data directory; in a cluster (--postgres) only the API keys' secret, "
+    "the same gateway.secret file on every node",
+)
 @click.option(
     "--template",
     "templates",
@@ -52,6 +58,34 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     default="info",
     show_default=True,
 )
+@click.option(
+    "--postgres",
+    "dsn",
+    default=None,
+    envvar="SESSIONVISOR_POSTGRES",
+    help="Cluster mode: the PostgreSQL connection string all nodes share "
+    "(env SESSIONVISOR_POSTGRES)",
+)
+@click.option("--node-id", default=None, help="Cluster mode: this node's id (unique among live)")
+@click.option(
+    "--advertise",
+    default=None,
+    help="Cluster mode: the URL other nodes reach this gateway at [default: http://HOST:PORT]",
+)
+@click.option(
+    "--ttl",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Cluster mode: seconds without a heartbeat before a node's sessions move",
+)
+@click.option(
+    "--postgres-schema",
+    "schema",
+    default="sessionvisor",
+    show_default=True,
+    help="Cluster mode: the PostgreSQL schema of the cluster's tables",
+)
 def serve(  # noqa: PLR0917 (the command's options)
     data_dir: Path,
     templates: tuple[str, ...],
@@ -60,13 +94,20 @@ def serve(  # noqa: PLR0917 (the command's options)
     port: int,
     log_format: str,
     log_level: str,
+    dsn: str | None,
+    node_id: str | None,
+    advertise: str | None,
+    ttl: float,
+    schema: str,
 ) -> None:
-    """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM.
+    """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM; with --postgres,
+    as one node of a cluster sharing that database (any node answers for any session).
 
     Prints one line, ``serving on http://HOST:PORT``, once it listens (with
     ``--port 0``, the port picked); on SIGINT/SIGTERM it finishes the requests
-    in flight, checkpoints every session and exits 0."""
-    from gateway.server import bind  # noqa: PLC0415  (the server extra, only here)
+    in flight, checkpoints every session (a cluster node then releases them to
+    the other nodes) and exits 0."""
+    from gateway.server import ClusterOptions, bind  # noqa: PLC0415  (the server extra)
     from gateway.server import serve as run  # noqa: PLC0415
     from gateway.templates import TemplateLoadError, load_templates  # noqa: PLC0415
 
@@ -74,10 +115,31 @@ def serve(  # noqa: PLR0917 (the command's options)
         loaded = load_templates(templates)
     except TemplateLoadError as exc:
         raise click.UsageError(str(exc)) from None
+
+    def cluster_at(advertised: str) -> ClusterOptions:
+        assert dsn is not None
+        assert node_id is not None
+        try:
+            return ClusterOptions(
+                dsn=dsn, node_id=node_id, advertise=advertised, ttl=ttl, schema=schema
+            )
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+
+    if dsn is not None:
+        if node_id is None:
+            raise click.UsageError("--postgres (cluster mode) needs --node-id")
+        if advertise is not None:
+            cluster_at(advertise)  # a bad URL is a usage error before anything listens
+    elif node_id is not None or advertise is not None:
+        raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
     configure_logging(log_format, log_level)
     try:
         sock = bind(host, port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     with sock:
-        run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo)
+        cluster = None
+        if dsn is not None:  # by default, the address this node listens at
+            cluster = cluster_at(advertise or f"http://{host}:{sock.getsockname()[1]}")
+        run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo, cluster=cluster)

@@ -17,13 +17,22 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from actors import AgentTemplate
 from gateway._turns import TurnOwners
-from gateway.keys import ApiKey, KeyStore
+from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
 from gateway.problems import Problem, ProblemError
 from supervisor import AsyncAgentHost, SessionInfo, SessionNotFound
 from supervisor.metrics import HostMetrics
 
-__all__ = ["Caller", "Gateway", "GatewayDep", "caller", "gateway_of", "host_id", "public_id"]
+__all__ = [
+    "AUTHENTICATED",
+    "Caller",
+    "Gateway",
+    "GatewayDep",
+    "caller",
+    "gateway_of",
+    "host_id",
+    "public_id",
+]
 
 
 @dataclass
@@ -42,7 +51,7 @@ class Gateway:
 
     ahost: AsyncAgentHost
     templates: dict[str, AgentTemplate]
-    keys: KeyStore
+    keys: ApiKeys
     limits: Limits
     metrics: HostMetrics
     create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -83,7 +92,13 @@ GatewayDep = Annotated[Gateway, Depends(gateway_of)]
 _bearer = HTTPBearer(auto_error=False, description="An API key from `sessionvisor keys create`")
 
 
+AUTHENTICATED = "sessionvisor.api_key"
+"""Key of ``scope["state"]`` where a middleware that already checked the request's key
+(``gateway.routing``, off the event loop) leaves the ``ApiKey``, so it is checked once."""
+
+
 async def caller(
+    request: Request,
     gateway: GatewayDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> ApiKey:
@@ -95,7 +110,8 @@ async def caller(
     if credentials is None:
         detail = "send an API key as 'Authorization: Bearer sv_...'"
         raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
-    key = gateway.keys.authenticate(credentials.credentials)
+    checked = request.scope.get("state", {}).get(AUTHENTICATED)
+    key = checked if checked is not None else gateway.keys.authenticate(credentials.credentials)
     if key is None:
         detail = "the API key is unknown or revoked"
         raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))

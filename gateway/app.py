@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
 
 from actors import ActorsError, AgentTemplate
 from gateway import (
@@ -24,7 +25,7 @@ from gateway import (
     routes_sessions,
 )
 from gateway._context import Gateway
-from gateway.keys import KeyStore
+from gateway.keys import ApiKeys
 from gateway.limits import Limits, LimitsMiddleware
 from gateway.problems import ProblemError, handle_http, handle_problem, handle_validation
 from supervisor import AsyncAgentHost, NotDelivered, SupervisorError
@@ -70,15 +71,24 @@ def api_app(limits: Limits | None = None) -> FastAPI:
 def create_app(
     host: AsyncAgentHost,
     templates: dict[str, AgentTemplate],
-    keys: KeyStore,
+    keys: ApiKeys,
     limits: Limits | None = None,
 ) -> FastAPI:
     """The gateway app serving ``host``'s sessions to holders of ``keys``.
 
-    The host, the key store and their shutdown stay the caller's.
+    When the host is a cluster node (``AgentHost(node=...)``), requests naming a
+    session another node owns are forwarded there (``gateway.routing``), and
+    ``keys`` must be the cluster's shared ``PostgresKeyStore``. The host, the key
+    store and their shutdown stay the caller's.
     """
     limits = limits or Limits()
     app = api_app(limits)
+    if host.host.node is not None:  # a cluster node: requests go to each session's owner
+        from gateway.routing import ClusterRouting  # noqa: PLC0415 (httpx, only for a cluster)
+
+        # inside LimitsMiddleware (the receiving node applies the limits), outside the routes
+        routing = Middleware(ClusterRouting, host=host.host, keys=keys, templates=templates)
+        app.user_middleware.append(routing)
     metrics = HostMetrics(host.host, CollectorRegistry())  # a registry per app and host
     app.state.gateway = Gateway(host, dict(templates), keys, limits, metrics)
     return app

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
-__all__ = ["KEY_PREFIX", "ApiKey", "KeyNotFound", "KeyStore", "NewKey"]
+__all__ = ["KEY_PREFIX", "ApiKey", "ApiKeys", "KeyNotFound", "KeyStore", "NewKey"]
 
 KEY_PREFIX: Final = "sv_"
 """Every key starts with it, so a leaked one is easy to recognise (secret scanners)."""
@@ -81,7 +81,47 @@ class NewKey:
     info: ApiKey
 
 
-def _read_or_create_secret(path: Path) -> bytes:
+class ApiKeys(Protocol):
+    """What the gateway asks of its key store: ``KeyStore`` (one node, SQLite) or
+    ``gateway.keys_pg.PostgresKeyStore`` (a cluster's nodes, sharing PostgreSQL).
+    Implementations are thread-safe."""
+
+    def create(self, tenant_id: str) -> NewKey:
+        """A new key for ``tenant_id`` (shown once)."""
+        ...
+
+    def authenticate(self, key: str) -> ApiKey | None:
+        """The valid key ``key`` is, or ``None``."""
+        ...
+
+    def list(self, tenant_id: str | None = None) -> list[ApiKey]:
+        """Every key (of ``tenant_id``), oldest first."""
+        ...
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke a key (idempotent); ``KeyNotFound`` for an unknown id."""
+        ...
+
+    def remember_session(
+        self, session_id: str, tenant_id: str, template: str, metadata_json: str
+    ) -> None:
+        """Record which template (and user metadata) a gateway session was created with."""
+        ...
+
+    def session_row(self, session_id: str) -> tuple[str, str] | None:
+        """``(template name, metadata JSON)`` of a recorded session, or ``None``."""
+        ...
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a deleted session's record."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds. Idempotent."""
+        ...
+
+
+def read_or_create_secret(path: Path) -> bytes:
     """The fingerprint secret: created once with 0600 (never widened), read ever after."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -141,7 +181,7 @@ class KeyStore:
         directory = Path(data_dir)
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / DB_FILE
-        self._secret = _read_or_create_secret(directory / SECRET_FILE)
+        self._secret = read_or_create_secret(directory / SECRET_FILE)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -161,7 +201,7 @@ class KeyStore:
         if not tenant_id:
             raise ValueError("tenant_id must be a non-empty str")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, _now_ms(), None)
+        info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, now_ms(), None)
         with self._lock:
             self._db.execute(
                 "INSERT INTO api_keys VALUES (?, ?, ?, ?, NULL)",
@@ -215,7 +255,7 @@ class KeyStore:
             self._cache.clear()  # it is not keyed by key id; revocations are rare
             self._db.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
-                (_now_ms(), key_id),
+                (now_ms(), key_id),
             )
             row = self._db.execute(
                 "SELECT key_id, tenant_id, created_at, revoked_at FROM api_keys WHERE key_id = ?",
@@ -234,7 +274,7 @@ class KeyStore:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO gateway_sessions VALUES (?, ?, ?, ?, ?)",
-                (session_id, tenant_id, template, metadata_json, _now_ms()),
+                (session_id, tenant_id, template, metadata_json, now_ms()),
             )
 
     def session_row(self, session_id: str) -> tuple[str, str] | None:
@@ -257,5 +297,6 @@ class KeyStore:
             self._db.close()
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Milliseconds since the Unix epoch (the keys' timestamps)."""
     return time.time_ns() // 1_000_000

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Response
 from gateway._context import Caller, Gateway, GatewayDep, host_id, public_id
 from gateway.problems import Problem, ProblemError
 from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
-from supervisor import SessionInfo
+from supervisor import SessionAlreadyExists, SessionInfo, SessionOwnedElsewhere
 
 __all__ = ["router"]
 
@@ -51,7 +51,10 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
         if count >= limit:
             detail = f"tenant has {count} sessions, the most allowed; delete one first"
             raise ProblemError(Problem(409, "session-limit", "Too many sessions", detail))
-        await gateway.ahost.start_session(template, internal, tenant)
+        try:
+            await gateway.ahost.start_session(template, internal, tenant)
+        except SessionOwnedElsewhere:  # a cluster: another node runs this id
+            raise SessionAlreadyExists(internal) from None
     gateway.keys.remember_session(internal, tenant, body.template, json.dumps(body.metadata))
     return session_out(gateway, gateway.owned(tenant, session_id))
 

@@ -1,4 +1,5 @@
-"""``serve``: a host on a data directory, its sessions resumed, behind uvicorn.
+"""``serve``: a host on a data directory, its sessions resumed, behind uvicorn; or, with
+``ClusterOptions``, a node of a cluster sharing one PostgreSQL database.
 
 ``serve`` binds its listening socket itself, before uvicorn starts, so it can
 announce the address it bound (``--port 0`` picks a free port) in one stable
@@ -20,25 +21,95 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
 from actors import AgentTemplate
 from gateway.app import create_app
-from gateway.keys import KeyStore
+from gateway.keys import ApiKeys, KeyStore
 from gateway.limits import Limits
 from supervisor import AgentHost, AsyncAgentHost
 
-__all__ = ["bind", "resume_sessions", "serve", "serving_line"]
+__all__ = ["ClusterOptions", "bind", "cluster_host", "resume_sessions", "serve", "serving_line"]
 
 logger = logging.getLogger("gateway")
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def resume_sessions(host: AgentHost, keys: KeyStore, templates: dict[str, AgentTemplate]) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """How ``serve`` joins a cluster. Immutable, thread-safe.
+
+    Attributes:
+        dsn: The PostgreSQL connection string every node of the cluster shares.
+        node_id: This node's id, unique among live nodes.
+        advertise: The URL other nodes reach this node's gateway at
+            (``http://10.0.0.5:8080``); it is what they forward requests to.
+        ttl: Seconds without a heartbeat after which the node counts as dead
+            and its sessions move (see ``supervisor.cluster.NodeConfig``).
+        schema: The PostgreSQL schema of the cluster's tables.
+    """
+
+    dsn: str
+    node_id: str
+    advertise: str
+    ttl: float = 10.0
+    schema: str = "sessionvisor"
+
+    def __post_init__(self) -> None:
+        if not self.advertise.startswith(("http://", "https://")):
+            raise ValueError(
+                f"advertise must be the gateway's URL (http://host:port), got {self.advertise!r}"
+            )
+
+
+@contextlib.contextmanager
+def cluster_host(
+    options: ClusterOptions,
+    data_dir: Path,
+    templates: dict[str, AgentTemplate],
+    workers: int | None = None,
+    **host_options: Any,
+) -> Iterator[tuple[AgentHost, ApiKeys]]:
+    """A host that is a node of the cluster, and the cluster's shared key store; drained
+    and closed on exit. A session is taken over (by the sweeper, or on a request) on the
+    template it was created from, which the shared key store records.
+
+    Raises:
+        StoreUnreachable: the database cannot be reached.
+        NodeIdInUse: another live process runs as ``options.node_id``.
+    """
+    from gateway.keys_pg import PostgresKeyStore  # noqa: PLC0415 (psycopg, only for a cluster)
+    from supervisor import PostgresCheckpointStore  # noqa: PLC0415
+    from supervisor.cluster import NodeConfig  # noqa: PLC0415
+
+    store = PostgresCheckpointStore(options.dsn, schema=options.schema)
+    try:
+        keys = PostgresKeyStore(store, data_dir)
+
+        def template_for(session_id: str) -> AgentTemplate | None:
+            row = keys.session_row(session_id)
+            return None if row is None else templates.get(row[0])
+
+        node = NodeConfig(
+            node_id=options.node_id, address=options.advertise, ttl=options.ttl,
+            template=template_for,
+        )  # fmt: skip
+        host = AgentHost(store=store, node=node, workers=workers, **host_options)
+        try:
+            yield host, keys
+        finally:
+            host.shutdown()  # the final checkpoints, then the drain: others claim at once
+    finally:
+        store.close()
+
+
+def resume_sessions(host: AgentHost, keys: ApiKeys, templates: dict[str, AgentTemplate]) -> int:
     """Resume every gateway session of the store on the template it was created from;
     one whose template this server lacks is logged and left. Returns how many resumed."""
     resumed = 0
@@ -113,6 +184,7 @@ def serve(
     limits: Limits | None = None,
     sock: socket.socket | None = None,
     announce: Callable[[str], None] | None = None,
+    cluster: ClusterOptions | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM (or uvicorn stops), then shut the host down
     (final checkpoints) and return.
@@ -126,10 +198,16 @@ def serve(
         sock: A bound, listening socket to serve on instead of ``host:port``.
         announce: Called once, before requests are served, with ``serving_line``
             (the ``sessionvisor serve`` command prints it); also logged.
+        cluster: Serve as a node of that cluster (``cluster_host``): sessions live in
+            PostgreSQL, requests for sessions another node owns are forwarded there,
+            and ``data_dir`` holds only the API keys' secret. SIGINT/SIGTERM drain it.
 
     Raises:
         OSError: ``host:port`` could not be bound.
     """
+    if cluster is not None:
+        _serve_cluster(cluster, data_dir, templates, workers, limits, sock, host, port, announce)
+        return
     keys = KeyStore(data_dir)
     agent_host = AgentHost(data_dir=data_dir, workers=workers)
     listening = sock
@@ -151,5 +229,44 @@ def serve(
     finally:
         agent_host.shutdown()
         keys.close()
+        if listening is not None and listening is not sock:
+            listening.close()
+
+
+def _serve_cluster(  # noqa: PLR0917 (serve's own arguments, passed on)
+    cluster: ClusterOptions,
+    data_dir: Path,
+    templates: dict[str, AgentTemplate],
+    workers: int | None,
+    limits: Limits | None,
+    sock: socket.socket | None,
+    host: str,
+    port: int,
+    announce: Callable[[str], None] | None,
+) -> None:
+    """``serve`` as a cluster node. Idle connections are kept 30 s: longer than the other
+    nodes keep theirs to it (2 s), so a forwarded request never meets a connection this
+    side is closing."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per forwarded request
+    listening = sock
+    try:
+        with (
+            _absorb_stop_signals() as stopped,
+            cluster_host(cluster, data_dir, templates, workers) as (node_host, keys),
+        ):
+            app = create_app(AsyncAgentHost(node_host), templates, keys, limits)
+            if listening is None:
+                listening = bind(host, port)
+            config = uvicorn.Config(
+                app, log_level="warning", timeout_graceful_shutdown=5, timeout_keep_alive=30
+            )
+            server = uvicorn.Server(config)
+            line = serving_line(listening)
+            logger.info("%s (node %r)", line, cluster.node_id)
+            if announce is not None:
+                announce(line)
+            if not stopped.is_set():
+                server.run(sockets=[listening])
+    finally:
         if listening is not None and listening is not sock:
             listening.close()

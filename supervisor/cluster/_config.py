@@ -11,8 +11,9 @@ from actors import AgentTemplate
 
 __all__ = ["NodeConfig", "TemplateChoice"]
 
-TemplateChoice = AgentTemplate | Callable[[str], AgentTemplate]
-"""One template for every session, or a function of the session id returning one."""
+TemplateChoice = AgentTemplate | Callable[[str], AgentTemplate | None]
+"""One template for every session, or a function of the session id returning one (or
+``None``: this node does not take that session over by itself)."""
 
 
 @dataclass(frozen=True, kw_only=True)

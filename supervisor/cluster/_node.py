@@ -30,7 +30,7 @@ from actors import AgentTemplate, Snapshot
 from supervisor.checkpoint_store import CheckpointInfo
 from supervisor.cluster._config import NodeConfig
 from supervisor.cluster._events import ClusterEvents
-from supervisor.cluster._leases import LeaseTable
+from supervisor.cluster._leases import LeaseTable, Owner
 from supervisor.cluster._transports import transport_for
 from supervisor.errors import (
     NodeFenced,
@@ -264,6 +264,15 @@ class ClusterNode:
             )
         except StoreUnreachable as exc:
             logger.warning("node %r: could not release %r: %s", self.node_id, session_id, exc)
+
+    def owner(self, session_id: str) -> Owner | None:
+        """The session's owner as the database has it now (one read by primary key), or
+        ``None`` when no node ever claimed it: what a gateway routes a request by.
+
+        Raises:
+            StoreUnreachable: the database cannot be reached.
+        """
+        return self._table.owner(session_id)
 
     def locate(self, session_id: str) -> AgentTemplate | None:
         """For a session this host does not run: the template to take it over on here, or

@@ -1,0 +1,172 @@
+"""``PostgresKeyStore``: the API keys of a cluster's gateways, in the cluster's PostgreSQL.
+
+Every node of a cluster must accept every key, and must know which template a
+session was created from (to take it over when its owner dies). So the rows
+that ``KeyStore`` keeps in a node's ``gateway.sqlite3`` live here in two
+tables of the checkpoint store's schema, ``gateway_api_keys`` and
+``gateway_sessions``, reached through the store's connection pool.
+
+The fingerprint secret stays a file (``gateway.secret`` in ``--data-dir``,
+0600), never in the database: a stolen database then holds only HMACs under a
+key it does not have. Every node needs the same file; copy it when adding a
+node (``sessionvisor serve`` creates it on the first node).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.keys import (
+    KEY_PREFIX,
+    SECRET_FILE,
+    ApiKey,
+    KeyNotFound,
+    NewKey,
+    now_ms,
+    read_or_create_secret,
+)
+from supervisor._pg_schema import qualify
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from supervisor import PostgresCheckpointStore
+
+__all__ = ["PostgresKeyStore"]
+
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('sessionvisor.gateway:' || %s))"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS {s}.gateway_api_keys ("
+    " key_id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,"
+    " created_at BIGINT NOT NULL, revoked_at BIGINT)",
+    "CREATE TABLE IF NOT EXISTS {s}.gateway_sessions ("
+    " session_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, template TEXT NOT NULL,"
+    " metadata TEXT NOT NULL, created_at BIGINT NOT NULL)",
+)
+_COLUMNS = "key_id, tenant_id, created_at, revoked_at"
+
+
+class PostgresKeyStore:
+    """API keys shared by every node of a cluster. Thread-safe (pooled connections).
+
+    Args:
+        store: The cluster's checkpoint store; the tables go in its schema and
+            its pool runs the statements (each retried once on a broken
+            connection, as the cluster's own statements are).
+        data_dir: Where the fingerprint secret (``gateway.secret``) is, or is
+            created; the same file on every node.
+
+    Raises:
+        StoreUnreachable: the database cannot be reached.
+        ValueError: the secret file is damaged.
+    """
+
+    def __init__(self, store: PostgresCheckpointStore, data_dir: str | os.PathLike[str]) -> None:
+        directory = Path(data_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._secret = read_or_create_secret(directory / SECRET_FILE)
+        self._store = store
+        self._sql = {
+            name: qualify(text, store.schema)
+            for name, text in {
+                "insert_key": "INSERT INTO {s}.gateway_api_keys VALUES (%s, %s, %s, %s, NULL)"
+                " ON CONFLICT (key_id) DO NOTHING",
+                "authenticate": f"SELECT {_COLUMNS} FROM {{s}}.gateway_api_keys"
+                " WHERE fingerprint = %s AND revoked_at IS NULL",
+                "list": f"SELECT {_COLUMNS} FROM {{s}}.gateway_api_keys",
+                "revoke": "UPDATE {s}.gateway_api_keys SET revoked_at = %s"
+                " WHERE key_id = %s AND revoked_at IS NULL",
+                "key": f"SELECT {_COLUMNS} FROM {{s}}.gateway_api_keys WHERE key_id = %s",
+                "remember": "INSERT INTO {s}.gateway_sessions VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id,"
+                " template = EXCLUDED.template, metadata = EXCLUDED.metadata,"
+                " created_at = EXCLUDED.created_at",
+                "session": "SELECT template, metadata FROM {s}.gateway_sessions"
+                " WHERE session_id = %s",
+                "forget": "DELETE FROM {s}.gateway_sessions WHERE session_id = %s",
+            }.items()
+        }
+
+        def create_tables(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+            with conn.transaction():  # nodes starting together: one creates, the others wait
+                conn.execute(_LOCK, (store.schema,))
+                for statement in _SCHEMA:
+                    conn.execute(qualify(statement, store.schema))
+
+        store.run("creating the gateway's tables", create_tables)
+
+    def _rows(self, action: str, name: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        statement = self._sql[name]
+
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+            cursor = conn.execute(statement, params)
+            return cursor.fetchall() if cursor.description else []
+
+        return self._store.run(action, work)
+
+    def fingerprint(self, key: str) -> str:
+        """HMAC-SHA256 of ``key`` under the cluster's secret, hex."""
+        return hmac.new(self._secret, key.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def create(self, tenant_id: str) -> NewKey:
+        """A new key for ``tenant_id``; the key itself is not stored, so show it now.
+
+        Raises:
+            ValueError: ``tenant_id`` is empty.
+        """
+        if not tenant_id:
+            raise ValueError("tenant_id must be a non-empty str")
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, now_ms(), None)
+        params = (info.key_id, self.fingerprint(key), tenant_id, info.created_at)
+        self._rows("creating an API key", "insert_key", params)
+        return NewKey(key, info)
+
+    def authenticate(self, key: str) -> ApiKey | None:
+        """The valid (not revoked) key ``key`` is, or ``None``."""
+        if not key.startswith(KEY_PREFIX):
+            return None
+        rows = self._rows("checking an API key", "authenticate", (self.fingerprint(key),))
+        return ApiKey(*rows[0]) if rows else None
+
+    def list(self, tenant_id: str | None = None) -> list[ApiKey]:
+        """Every key (of ``tenant_id``, if given), oldest first, revoked ones included."""
+        rows = self._rows("listing API keys", "list", ())
+        keys = sorted((ApiKey(*row) for row in rows), key=lambda k: (k.created_at, k.key_id))
+        return [k for k in keys if tenant_id is None or k.tenant_id == tenant_id]
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke a key at once, on every node (idempotent); returns its row.
+
+        Raises:
+            KeyNotFound: no such key id.
+        """
+        self._rows("revoking an API key", "revoke", (now_ms(), key_id))
+        rows = self._rows("reading an API key", "key", (key_id,))
+        if not rows:
+            raise KeyNotFound(key_id)
+        return ApiKey(*rows[0])
+
+    def remember_session(
+        self, session_id: str, tenant_id: str, template: str, metadata_json: str
+    ) -> None:
+        """Record a session the gateway created (its template name and user metadata)."""
+        params = (session_id, tenant_id, template, metadata_json, now_ms())
+        self._rows("recording a session's template", "remember", params)
+
+    def session_row(self, session_id: str) -> tuple[str, str] | None:
+        """``(template name, metadata JSON)`` of a recorded session, or ``None``."""
+        rows = self._rows("reading a session's template", "session", (session_id,))
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a deleted session's record."""
+        self._rows("forgetting a session", "forget", (session_id,))
+
+    def close(self) -> None:
+        """Nothing to release: the connections are the store's (its owner closes it)."""

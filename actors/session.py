@@ -51,10 +51,14 @@ class Send:
     """Message form of ``AgentSession.send``: ``ref.ask(Send(text))`` runs one turn.
 
     Same behaviour as the proxy call without the proxy's per-call cost, for
-    hosts that drive many turns.
+    hosts that drive many turns. ``tag``, when given, is an opaque label of the
+    caller's choosing that the turn's ``turn_started`` event carries (as
+    ``tag``), so a follower of the session's events can tell which send a turn
+    serves (a gateway streaming one send's events among others' does).
     """
 
     text: str
+    tag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +305,7 @@ class AgentSession(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Send):
-            return self.send(message.text)
+            return self.send(message.text, tag=message.tag)
         if isinstance(message, TakeSnapshot):
             return self.snapshot(message.label)
         if isinstance(message, GetHistory):
@@ -327,8 +331,9 @@ class AgentSession(pykka.ThreadingActor):
 
     # -- public API (through the proxy) --------------------------------------------
 
-    def send(self, text: str) -> Message:
-        """Run one turn for user ``text`` and return the final assistant message.
+    def send(self, text: str, *, tag: str | None = None) -> Message:
+        """Run one turn for user ``text`` and return the final assistant message
+        (``tag``: see ``Send``).
 
         A failed turn (the model raised, ``TurnLimitExceeded``, or the
         ``checkpointer`` raised after the turn, or a plugin's state became one
@@ -347,7 +352,10 @@ class AgentSession(pykka.ThreadingActor):
         mark = self._mark()
         self._steered = []
         self._messages.append(Message.user(text))
-        self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
+        if tag is None:
+            self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
+        else:
+            self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text, tag=tag)
         started = time.perf_counter()
         try:
             answer = self._run_turn()

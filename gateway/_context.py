@@ -16,7 +16,6 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from actors import AgentTemplate
-from gateway._turns import TurnOwners
 from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
 from gateway.problems import Problem, ProblemError
@@ -46,7 +45,6 @@ class Gateway:
         keys: API keys, and which template each session was created from.
         limits: See ``Limits``.
         metrics: The host's Prometheus metrics, served at ``/metrics``.
-        turns: Which streamed send each session's turn belongs to (event loop only).
     """
 
     ahost: AsyncAgentHost
@@ -55,7 +53,6 @@ class Gateway:
     limits: Limits
     metrics: HostMetrics
     create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    turns: TurnOwners = field(default_factory=TurnOwners)
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The host's row of the tenant's session ``session_id`` (a public id).

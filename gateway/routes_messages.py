@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
 from gateway._context import Caller, Gateway, GatewayDep, host_id
-from gateway._turns import PendingSend
+from gateway._turns import OwnTurn
 from gateway.problems import Problem, ProblemError, problem_for
 from gateway.schemas import HistoryOut, SendMessage, SendResult, SteerMessage, message_out
 from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
@@ -45,13 +45,9 @@ async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, 
         answer = await gateway.ahost.send(internal, body.text, tenant_id=tenant)
         return SendResult(message=message_out(answer.to_dict()))
     start = gateway.ahost.host.events(internal, tenant_id=tenant).cursor  # 404 before streaming
-    pending = gateway.turns.submit(internal, body.text)
-    try:
-        future = gateway.ahost.host.futures.send(internal, body.text, tenant_id=tenant)
-    except BaseException:
-        gateway.turns.done(internal, pending)
-        raise
-    frames = _turn_frames(gateway, internal, tenant, start, pending, wait_future(future))
+    own = OwnTurn()
+    future = gateway.ahost.host.futures.send(internal, body.text, tenant_id=tenant, tag=own.tag)
+    frames = _turn_frames(gateway, internal, tenant, start, own, wait_future(future))
     return StreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
 
 
@@ -60,12 +56,11 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
     internal: str,
     tenant: str,
     start: int,
-    pending: PendingSend,
+    own: OwnTurn,
     answer: Any,
 ) -> AsyncIterator[str]:
-    """The frames of one streamed send: its own turn's events (``TurnOwners``), then
-    its ``answer`` or ``error``."""
-    turns = gateway.turns
+    """The frames of one streamed send: its own turn's events (``OwnTurn``), then its
+    ``answer`` or ``error``."""
     stream = gateway.ahost.events(internal, since=start, tenant_id=tenant)
     answer_task: asyncio.Future[Any] = asyncio.ensure_future(answer)
     next_task: asyncio.Future[Any] | None = None
@@ -79,13 +74,13 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
                 event = next_task.result()
             except StopAsyncIteration:
                 break
-            if turns.owns(internal, pending, event):
+            if own.owns(event):
                 yield frame_event(event)
         with contextlib.suppress(Exception):  # the session may be gone already
             for event in gateway.ahost.host.events(
                 internal, stream.cursor, tenant_id=tenant
             ).events:
-                if turns.owns(internal, pending, event):
+                if own.owns(event):
                     yield frame_event(event)
         try:
             message = await answer_task
@@ -102,7 +97,6 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
         else:
             yield frame("answer", {"message": message.to_dict()})
     finally:
-        turns.done(internal, pending)
         if next_task is not None and not next_task.done():
             next_task.cancel()
         # a client that left before the answer: the turn goes on; its outcome is dropped

@@ -19,7 +19,6 @@ from actors import (
     EventBuffer,
     GetHistory,
     Message,
-    Send,
     Snapshot,
     Subscriber,
     TakeSnapshot,
@@ -27,7 +26,7 @@ from actors import (
 from supervisor._checkpoints import Checkpoints
 from supervisor._host_record import SessionRecord
 from supervisor._nonblocking import NonBlockingCalls
-from supervisor._session_attrs import SessionMetadata, plain_text
+from supervisor._session_attrs import SessionMetadata, send_request
 from supervisor._session_table import SessionTable
 
 __all__ = ["EventWatch", "HostFutures"]
@@ -106,6 +105,7 @@ class HostFutures:
         timeout: float | None = None,
         *,
         tenant_id: str | None = None,
+        tag: str | None = None,
     ) -> Future[Message]:
         """``AgentHost.send`` without a waiting thread: the answer once the turn (and its
         checkpoint, with the default policy) is done.
@@ -118,9 +118,7 @@ class HostFutures:
             TypeError, ValueError: ``text`` is not a ``str`` or holds text no
                 checkpoint can store (at the call, not in the future).
         """
-        if not isinstance(text, str):
-            raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
-        request = Send(plain_text("the user's text", text))
+        request = send_request(text, tag)
         wait = self._host.call_timeout if timeout is None else timeout
         return self._with_record(
             session_id, tenant_id, lambda record: self._calls.exclusive(record, request, wait)

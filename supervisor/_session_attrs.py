@@ -1,4 +1,5 @@
-"""Validation of the metadata a session is registered with (the seed's ``session_metadata``)."""
+"""Validation of the metadata a session is registered with (the seed's ``session_metadata``),
+and of what a send carries (its text and tag)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, TypedDict
 
+from actors import Send
+
 __all__ = [
     "ALLOWED_ATTRS",
     "DEFAULT_EVENT_BUFFER_SIZE",
@@ -14,6 +17,7 @@ __all__ = [
     "SessionAttrs",
     "SessionMetadata",
     "plain_text",
+    "send_request",
     "validate",
 ]
 
@@ -169,3 +173,28 @@ def plain_text(name: str, value: object) -> str:
             "text.encode('utf-8', 'backslashreplace').decode()"
         ) from None
     return text
+
+
+MAX_TAG_CHARS = 256
+"""The longest ``tag`` a send takes: a label, not a payload (every follower gets it)."""
+
+
+def send_request(text: object, tag: object) -> Send:
+    """The ``Send`` message of a host's send of ``text``, labelled ``tag`` (or not).
+
+    Raises:
+        TypeError: ``text``, or a ``tag`` given, is not a ``str``.
+        ValueError: either holds a lone surrogate, or ``tag`` is empty or longer than
+            ``MAX_TAG_CHARS``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
+    if tag is None:
+        return Send(plain_text("the user's text", text))
+    label = plain_text("tag", tag)
+    if not 0 < len(label) <= MAX_TAG_CHARS:
+        raise ValueError(
+            f"tag must be 1 to {MAX_TAG_CHARS} characters, got {len(label)}; use a short "
+            "label such as a request id"
+        )
+    return Send(plain_text("the user's text", text), label)

@@ -86,10 +86,11 @@ class AsyncAgentHost:
         timeout: float | None = None,
         *,
         tenant_id: str | None = None,
+        tag: str | None = None,
     ) -> Message:
         """``AgentHost.send``: the answer once the turn (and its checkpoint) is done."""
         return await wait_future(
-            self.host.futures.send(session_id, text, timeout, tenant_id=tenant_id)
+            self.host.futures.send(session_id, text, timeout, tenant_id=tenant_id, tag=tag)
         )
 
     async def history(self, session_id: str, *, tenant_id: str | None = None) -> list[Message]:

@@ -22,7 +22,6 @@ from actors import (
     GetHistory,
     Message,
     ProviderRegistry,
-    Send,
     Snapshot,
     Subscriber,
     strip_secrets,
@@ -42,7 +41,7 @@ from supervisor._nonblocking import NonBlockingCalls
 from supervisor._ownership import node_of
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions
-from supervisor._session_attrs import SessionMetadata, plain_text
+from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable, require_tenant
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import SessionAlreadyExists, SessionNotFound, SessionOwnedElsewhere
@@ -310,12 +309,15 @@ class AgentHost:
         timeout: float | None = None,
         *,
         tenant_id: str | None = None,
+        tag: str | None = None,
     ) -> Message:
         """Run one turn and return the assistant's answer.
 
         Reactivates a hibernated session first, and waits (up to
         ``restart_wait``) for one that is being restarted after a crash. With
         the default checkpoint policy the turn is saved before this returns.
+        ``tag``, a label of your choosing, is carried by the turn's
+        ``turn_started`` event, so an events follower knows which send it serves.
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
@@ -326,14 +328,12 @@ class AgentHost:
                 the turn's checkpoint; the session lives on and the turn is
                 rolled back (send it again), though not what plugin hooks did.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
-        text = plain_text("the user's text", text)
+        request = send_request(text, tag)
         record = self._table.live(session_id, tenant_id)
         wait = self.call_timeout if timeout is None else timeout
         with record.exclusive(wait):
             try:
-                answer: Message = self._sessions.call(record, Send(text), wait)
+                answer: Message = self._sessions.call(record, request, wait)
             finally:
                 record.last_active = self._clock()
         return answer

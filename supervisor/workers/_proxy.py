@@ -81,8 +81,9 @@ class SessionLink:
         self.checkpointer = checkpointer
         self.call_timeout = call_timeout
 
-    def send(self, text: str, timeout: float) -> Message:
-        """Run one turn in the worker from the calling thread; save its checkpoint here.
+    def send(self, text: str, tag: str | None, timeout: float) -> Message:
+        """Run one turn in the worker from the calling thread (``tag``: see ``actors.Send``);
+        save its checkpoint here.
 
         The caller must hold the session's host lock (one send at a time).
         Returns when the answer is in and, if one was due, its checkpoint saved;
@@ -96,8 +97,9 @@ class SessionLink:
                 worker and its checkpoint is saved when it ends.
             Exception: what the turn raised, as in thread mode.
         """
-        payload = {"session": self.session_id, "text": text}
-        answer: Message = self._call("send", payload, timeout, self.finish_send)
+        answer: Message = self._call(
+            "send", self._send_payload(text, tag), timeout, self.finish_send
+        )
         return answer
 
     def history(self, timeout: float) -> list[Message]:
@@ -122,11 +124,18 @@ class SessionLink:
 
     # -- without a waiting thread (``WorkerRuntime.submit``) ------------------------
 
-    def submit_send(self, text: str, timeout: float, done: Done, timer: CallTimer) -> None:
+    def submit_send(
+        self, text: str, tag: str | None, timeout: float, done: Done, timer: CallTimer
+    ) -> None:
         """``send`` without waiting: ``done`` gets the answer (its checkpoint saved) or the
         error ``send`` would raise, on the thread that reads the reply."""
-        payload = {"session": self.session_id, "text": text}
+        payload = self._send_payload(text, tag)
         self._submit("send", payload, timeout, done, timer, self.finish_send, asked=False)
+
+    def _send_payload(self, text: str, tag: str | None) -> dict[str, Any]:
+        if tag is None:
+            return {"session": self.session_id, "text": text}
+        return {"session": self.session_id, "text": text, "tag": tag}
 
     def submit_history(self, timeout: float, done: Done, timer: CallTimer) -> None:
         """``history`` without waiting (see ``submit_send``)."""

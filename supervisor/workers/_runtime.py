@@ -40,7 +40,7 @@ class WorkerRuntime:
         if link is None:
             raise NotDelivered(f"session {session_id!r} has left its worker")
         if isinstance(request, Send):
-            return link.send(request.text, timeout)
+            return link.send(request.text, request.tag, timeout)
         if isinstance(request, TakeSnapshot):
             return link.snapshot(request.label, timeout)
         return link.history(timeout)
@@ -60,7 +60,7 @@ class WorkerRuntime:
         if link is None:
             done(None, NotDelivered(f"session {session_id!r} has left its worker"))
         elif isinstance(request, Send):
-            link.submit_send(request.text, timeout, done, timer)
+            link.submit_send(request.text, request.tag, timeout, done, timer)
         elif isinstance(request, TakeSnapshot):
             link.submit_snapshot(request.label, timeout, done, timer)
         else:

@@ -594,7 +594,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         if call.op == "send":
             self._captured, self._undo = None, None
             mark = None if self.checkpointer is None else self._mark()  # for ``rollback``
-            answer = self.send(call.payload["text"])
+            answer = self.send(call.payload["text"], tag=call.payload.get("tag"))
             checkpoint, self._captured = self._captured, None
             if mark is not None and checkpoint is not None:  # the parent may fail to save
                 self._undo = (mark, self._captured_steered)  # it: keep the way back

@@ -1,5 +1,6 @@
 """A streamed send forwards its own turn's events only: not those of a turn queued
-before it on the same session, nor those of another streamed send of the same text."""
+before it on the same session (of the same text or not), nor those of another streamed
+send of the same text."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from gateway import KeyStore, create_app, load_templates
+from gateway._context import host_id
 from supervisor import AgentHost, AsyncAgentHost
 from tests.gateway.conftest import run_server, stop_server
 from tests.gateway.serve_process import frames
@@ -21,10 +23,17 @@ Frames = list[tuple[str, dict[str, Any]]]
 
 
 @pytest.fixture
-def slow_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def served_host(tmp_path: Path) -> Iterator[AgentHost]:
+    """The host ``slow_server`` serves."""
+    with AgentHost(data_dir=tmp_path, call_timeout=30) as host:
+        yield host
+
+
+@pytest.fixture
+def slow_server(tmp_path: Path, served_host: AgentHost) -> Iterator[tuple[str, str]]:
     """A served host with template ``slow`` (turns of about a second); (url, key)."""
     keys = KeyStore(tmp_path)
-    host = AgentHost(data_dir=tmp_path, call_timeout=30)
+    host = served_host
     templates = load_templates(["slow=tests.gateway.agents:make_slower"])
     url, server, thread = run_server(create_app(AsyncAgentHost(host), templates, keys))
     try:
@@ -35,7 +44,6 @@ def slow_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         yield url, key
     finally:
         stop_server(server, thread)
-        host.shutdown()
         keys.close()
 
 
@@ -106,3 +114,21 @@ def test_streams_of_the_same_text_each_get_their_own_turn(slow_server: tuple[str
         _own_turn(block.result(60), "block")
         watcher.result(30)
     assert len(turns) == 2
+
+
+def test_a_stream_omits_a_turn_of_the_same_text_queued_before_it(
+    slow_server: tuple[str, str], served_host: AgentHost
+) -> None:
+    url, key = slow_server
+    started = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        watcher = pool.submit(_wait_turn_started, url, key, "block", started)
+        block = pool.submit(_streamed, url, key, "block")
+        assert started.wait(30)
+        # the same text, queued by a library call on the same host before the stream
+        first = served_host.futures.send(host_id("acme", "s"), "same", tenant_id="acme")
+        got = _streamed(url, key, "same")
+        assert first.result(60).content == "echo: same"
+        block_turn = _own_turn(block.result(60), "block")
+        watcher.result(30)
+    assert _own_turn(got, "same") == block_turn + 2

@@ -10,6 +10,9 @@ from collections.abc import Iterator
 import pykka
 import pytest
 
+from tests import pg_private
+from tests.pg_private import PrivateServer
+
 JOIN_TIMEOUT = 5.0
 
 
@@ -54,6 +57,23 @@ def pg_dsn() -> Iterator[str]:
         pytest.skip(problem)
     with pg_server.fresh_database() as dsn:
         yield dsn
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of the test's own (``tests/pg_private.py``), for tests that
+    restart or crash it; stopped, and its directory removed, after the test.
+
+    Skips where it cannot be started (failing instead under
+    ``SESSIONVISOR_REQUIRE_SERVICES=1``), with what to install.
+    """
+    problem = pg_private.private_server_problem()
+    if problem is not None:
+        if os.environ.get("SESSIONVISOR_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"SESSIONVISOR_REQUIRE_SERVICES=1, but {problem}", pytrace=False)
+        pytest.skip(problem)
+    with pg_private.private_server() as server:
+        yield server
 
 
 _schemas = itertools.count()

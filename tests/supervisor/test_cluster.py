@@ -9,7 +9,9 @@ tests (SIGKILL, SIGSTOP) are in ``test_cluster_failover.py``.
 from __future__ import annotations
 
 import threading
+import time
 
+import psycopg
 import pytest
 
 from actors import Snapshot, StepKey
@@ -26,6 +28,7 @@ from supervisor import (
 )
 from supervisor.cluster import ClusterNode, NodeConfig
 from tests.actors.snapshot_helpers import session_state
+from tests.pg_private import PrivateServer, ShutdownMode
 from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, sql, whereami
 from tests.supervisor.host_helpers import EventWaiter, host_options, pairs, template
 
@@ -293,3 +296,67 @@ def test_node_needs_a_postgres_store() -> None:
 def test_node_config_names_what_is_wrong(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         NodeConfig(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_a_node_keeps_its_sessions_across_a_server_restart_shorter_than_its_ttl(
+    private_pg: PrivateServer, mode: ShutdownMode
+) -> None:
+    """Issue 17: the database restarts while a node's fenced save is in flight (blocked
+    in the server on a table lock), and its heartbeat fails while the server is down.
+    Back within the TTL, the node is not fenced, keeps its sessions at the same epochs,
+    and its saves go on."""
+    clock = FakeClock()
+    cluster = Cluster(private_pg.dsn, "restart")
+    try:
+        a = cluster.node("a", ttl=8.0, clock=clock)
+        assert a.node is not None
+        for sid in ("s1", "s2"):
+            a.start_session(template(), sid)
+            a.send(sid, "one")
+        answers: list[str] = []
+        errors: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                answers.append(a.send("s1", "two").content or "")
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        gate = psycopg.connect(private_pg.dsn)  # the restart ends its transaction
+        sender = threading.Thread(target=send)
+        try:
+            gate.execute('LOCK TABLE "restart".checkpoints IN EXCLUSIVE MODE')
+            sender.start()
+            deadline = time.monotonic() + 10
+            while not _waiting_on_a_lock(private_pg.dsn):  # a bounded poll of the server
+                assert time.monotonic() < deadline, "the turn's save never blocked"
+                time.sleep(0.005)
+            private_pg.stop(mode)
+            assert not a.node.renew()  # the heartbeat fails while the server is down
+            clock.advance(3.0)  # less than ttl - margin (6 s) since the last renewal
+            private_pg.start()
+        finally:
+            gate.close()
+            sender.join(30)
+        assert not sender.is_alive()
+        assert errors == []
+        assert answers == ["echo: two"]  # the save was retried on a new connection
+        assert a.node.fenced is None
+        assert a.node.renew()
+        assert a.send("s2", "two").content == "echo: two"
+        assert a.node.leases() == {"s1": 1, "s2": 1}  # kept, at the same epochs
+        for sid in ("s1", "s2"):
+            assert [text for text, _ in pairs(a.history(sid))] == ["one", "two"]
+            assert a.store.load(sid).state["turns"] == 2
+    finally:
+        cluster.close()
+
+
+def _waiting_on_a_lock(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'sessionvisor' AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return row is not None and row[0] > 0

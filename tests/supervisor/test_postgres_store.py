@@ -5,7 +5,9 @@ Needs the PostgreSQL server of ``tests/pg_server.py`` (skipped without one).
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +25,7 @@ from supervisor import (
 )
 from supervisor._pg_schema import MIGRATIONS, migrate
 from tests.actors.snapshot_helpers import session_state
+from tests.pg_private import PrivateServer, ShutdownMode
 from tests.pg_server import terminate_connections
 from tests.supervisor.store_contract import CheckpointStoreContract, MakeStore, snap
 
@@ -270,5 +273,155 @@ def test_saves_survive_terminated_connections_or_fail_clearly_and_retry_idempote
             ]
             for snapshot in snapshots:
                 assert store.load(sid, snapshot.checkpoint_id) == snapshot
+    finally:
+        store.close()
+
+
+class _Saves:
+    """Savers' shared record of a restart test: how many saves returned, what failed, and
+    which threads are inside ``save`` right now. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.progress = threading.Condition()
+        self.returned = 0
+        self.inside = 0
+        self.unreachable: list[StoreUnreachable] = []
+        self.other_errors: list[BaseException] = []
+        self.returned_at: list[float] = []
+        self.longest = 0.0
+
+    def wait_returned(self, count: int, timeout: float = 30) -> None:
+        with self.progress:
+            reached = self.progress.wait_for(lambda: self.returned >= count, timeout)
+        assert reached, f"only {self.returned} of {count} saves returned within {timeout} s"
+
+
+def _in_lock_wait(server_dsn: str) -> int:
+    """Store connections waiting for a lock (a save blocked inside the server)."""
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'sessionvisor' AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_saves_across_server_restarts_return_or_fail_clearly_and_retry_idempotently(
+    private_pg: PrivateServer, mode: ShutdownMode
+) -> None:
+    """Issue 17: PostgreSQL restarted (``fast``: sessions ended; ``immediate``: a crash
+    and recovery) while saves are in flight: with every saver blocked inside the server
+    on a table lock, while they run freely, and stopped until every saver had a save
+    fail. Each save returns or raises ``StoreUnreachable`` naming the database; the same
+    snapshot saved again is stored once; the same store instance goes on saving."""
+    store = PostgresCheckpointStore(
+        private_pg.dsn, keep_last=None, pool_size=4, connect_timeout=2, transaction_timeout=5
+    )
+    record = _Saves()
+    stop = threading.Event()
+    saved: dict[str, list[Snapshot]] = {}
+    threads = 4
+
+    def save_turns(sid: str) -> None:
+        try:
+            for turn in itertools.count():
+                if stop.is_set():
+                    return
+                snapshot = Snapshot.new(session_id=sid, state=session_state(turn, session_id=sid))
+                for _attempt in range(10):
+                    with record.progress:
+                        record.inside += 1
+                        record.progress.notify_all()
+                    started = time.monotonic()
+                    try:
+                        store.save(snapshot)
+                    except StoreUnreachable as exc:
+                        with record.progress:
+                            record.unreachable.append(exc)
+                        continue  # the same snapshot again: a save is idempotent
+                    finally:
+                        took = time.monotonic() - started
+                        with record.progress:
+                            record.inside -= 1
+                            record.longest = max(record.longest, took)
+                    with record.progress:
+                        record.returned += 1
+                        record.returned_at.append(time.monotonic())
+                        record.progress.notify_all()
+                    break
+                else:
+                    raise AssertionError(f"{sid} turn {turn}: 10 saves failed in a row")
+                saved.setdefault(sid, []).append(snapshot)
+        except BaseException as exc:  # reported below
+            with record.progress:
+                record.other_errors.append(exc)
+                record.progress.notify_all()
+
+    savers = [threading.Thread(target=save_turns, args=(f"r{i}",)) for i in range(threads)]
+    restarts: list[tuple[str, float, float]] = []  # (how, pg_ctl began, pg_ctl returned)
+    try:
+        for thread in savers:
+            thread.start()
+        record.wait_returned(20)
+        # 1: every saver inside a save, at least one of them blocked in the server
+        gate = psycopg.connect(private_pg.dsn)  # the restart ends its transaction
+        try:
+            gate.execute(f'LOCK TABLE "{store.schema}".checkpoints IN EXCLUSIVE MODE')
+            with record.progress:
+                assert record.progress.wait_for(lambda: record.inside == threads, 10)
+            deadline = time.monotonic() + 10
+            while _in_lock_wait(private_pg.dsn) == 0:  # a bounded poll of the server's view
+                assert time.monotonic() < deadline, "no save blocked on the gate's lock"
+                time.sleep(0.005)
+            began = time.monotonic()
+            private_pg.restart(mode)
+            restarts.append(("gated", began, time.monotonic()))
+        finally:
+            gate.close()
+        # 2: while the savers run freely, once 20 more saves returned after the first
+        record.wait_returned(record.returned + 20)
+        began = time.monotonic()
+        private_pg.restart(mode)
+        restarts.append(("free", began, time.monotonic()))
+        record.wait_returned(record.returned + 20)
+        # 3: down for longer than a save retries: saves fail, and are retried once it is up
+        began = time.monotonic()
+        private_pg.stop(mode)
+        with record.progress:
+            assert record.progress.wait_for(lambda: len(record.unreachable) >= threads, 30)
+        private_pg.start()
+        restarts.append(("outage", began, time.monotonic()))
+        record.wait_returned(record.returned + 20)
+    finally:
+        stop.set()
+        for thread in savers:
+            thread.join(60)
+    try:
+        assert not any(t.is_alive() for t in savers), "a saver hung"
+        assert record.other_errors == []
+        for exc in record.unreachable:
+            assert exc.where == store.where == f"127.0.0.1:{private_pg.port}/postgres"
+            assert str(exc).startswith(
+                f"checkpoint database {store.where} unreachable during a save ("
+            ), str(exc)
+        for how, _began, ended in restarts:  # the same store saved again after each
+            assert any(t > ended for t in record.returned_at), how
+        for sid, snapshots in saved.items():
+            assert [i.checkpoint_id for i in store.list(sid)] == [
+                s.checkpoint_id for s in reversed(snapshots)
+            ]
+            for snapshot in snapshots:
+                assert store.load(sid, snapshot.checkpoint_id) == snapshot
+        recoveries = [
+            round(min(t for t in record.returned_at if t > ended) - ended, 3)
+            for _how, _began, ended in restarts
+        ]
+        print(
+            f"{mode}: {record.returned} saves returned, {len(record.unreachable)} failed"
+            f" ({sorted({str(e).split(' (', 1)[1][:60] for e in record.unreachable})}),"
+            f" pg_ctl restarts {[round(e - b, 3) for _h, b, e in restarts]} s,"
+            f" first save after each {recoveries} s, longest save {record.longest:.3f} s"
+        )
     finally:
         store.close()

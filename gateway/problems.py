@@ -41,6 +41,7 @@ from supervisor import (
     SessionNotFound,
     SessionOwnedElsewhere,
     SnapshotTooLarge,
+    StoreBusy,
     StoreUnavailable,
     StoreUnreachable,
     WorkerStartError,
@@ -131,6 +132,8 @@ def problem_for(error: BaseException, session_id: str | None = None) -> Problem:
             )
         case SessionCrashed() | NotDelivered() | Killed():
             return _retry(503, "session-crashed", "Session crashed; send again", str(error))
+        case StoreBusy():  # a TimeoutError of the store's, not the session's
+            return _retry(503, "unavailable", "Temporarily unavailable", "StoreBusy")
         case TimeoutError():
             return _retry(503, "timeout", "No answer in time", "the session did not answer in time")
         case WorkerStartError() | StoreUnavailable() | StoreUnreachable() | OwnershipLost():

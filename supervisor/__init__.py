@@ -58,6 +58,7 @@ from supervisor.errors import SessionFailed as SessionFailed
 from supervisor.errors import SessionNotFound as SessionNotFound
 from supervisor.errors import SessionOwnedElsewhere as SessionOwnedElsewhere
 from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
+from supervisor.errors import StoreBusy as StoreBusy
 from supervisor.errors import StoreCorrupted as StoreCorrupted
 from supervisor.errors import StoreEncrypted as StoreEncrypted
 from supervisor.errors import StoreNotEncrypted as StoreNotEncrypted
@@ -139,6 +140,7 @@ __all__ = [
     "SessionStatus",
     "SessionStore",
     "SnapshotTooLarge",
+    "StoreBusy",
     "StoreCorrupted",
     "StoreEncrypted",
     "StoreNotEncrypted",

@@ -32,6 +32,7 @@ __all__ = [
     "SessionNotFound",
     "SessionOwnedElsewhere",
     "SnapshotTooLarge",
+    "StoreBusy",
     "StoreCorrupted",
     "StoreEncrypted",
     "StoreNotEncrypted",
@@ -608,6 +609,27 @@ class StoreUnreachable(SupervisorError, ConnectionError):
         )
 
 
+class StoreBusy(SupervisorError, TimeoutError):
+    """The database server answered, but the operation waited past the store's
+    ``transaction_timeout`` for a lock another connection held (a slow or frozen
+    writer of the same session, a migration, an administrator's ``LOCK TABLE``),
+    and the server cancelled it.
+
+    Nothing was written: the transaction was rolled back, so retrying the same
+    save is safe. ``where`` names the server (without password); the driver's
+    error is the ``__cause__``.
+    """
+
+    def __init__(self, where: str, action: str, error: BaseException) -> None:
+        self.where = where
+        self.action = action
+        super().__init__(
+            f"checkpoint database {where} cancelled {action}: it waited too long for a "
+            f"lock another connection holds ({error}); nothing was written. Retry it; if "
+            "this persists, look for a long transaction in pg_stat_activity"
+        )
+
+
 for _cls in (
     SupervisorError,
     OwnershipLost,
@@ -615,6 +637,7 @@ for _cls in (
     NodeFenced,
     NodeIdInUse,
     StoreUnreachable,
+    StoreBusy,
     StoreCorrupted,
     StoreUnavailable,
     StoreEncrypted,

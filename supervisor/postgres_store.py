@@ -45,6 +45,7 @@ from supervisor.errors import (
     CheckpointNotFound,
     OwnershipLost,
     SnapshotTooLarge,
+    StoreBusy,
     StoreUnreachable,
     SupervisorError,
 )
@@ -65,6 +66,10 @@ _NONE_LOG = (None, None, None, None, None, None)
 """The expectation and append columns of a save without a message log."""
 # SQLSTATEs of a connection that is gone: class 08, and the server shutting it down.
 _CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+_CANCELLED_WAITING = frozenset({"55P03", "57014"})
+"""SQLSTATEs of a statement the server cancelled while it waited: after ``lock_timeout``
+(lock not available), or by a timeout or ``pg_cancel_backend`` (query canceled).
+Its transaction rolled back: nothing was written."""
 
 _SAVE = (
     "SELECT out_status, out_chunks, out_epoch FROM {s}.save_checkpoint("
@@ -179,7 +184,9 @@ class PostgresCheckpointStore(ClosingContext):
     saving the same snapshot again is safe (idempotent). Store connections
     run with ``idle_in_transaction_session_timeout`` and ``lock_timeout`` of
     ``transaction_timeout`` seconds, so a frozen process cannot hold a
-    session's row (and so its failover) longer than that.
+    session's row (and so its failover) longer than that; an operation that
+    waits that long for a lock is cancelled and raises ``StoreBusy`` (nothing
+    written; retrying is safe).
 
     Thread-safe: a pool of connections (up to ``pool_size``) is shared by all
     threads; encoding and decoding run outside it. Do not share one instance
@@ -328,6 +335,8 @@ class PostgresCheckpointStore(ClosingContext):
                 if self._closed:
                     raise ValueError(f"{self!r} is closed") from exc
                 state = exc.sqlstate or ""
+                if state in _CANCELLED_WAITING:
+                    raise StoreBusy(self.where, action, exc) from exc
                 lost = not state or state.startswith(_CONNECTION_LOST)
                 if not lost:
                     raise
@@ -350,6 +359,8 @@ class PostgresCheckpointStore(ClosingContext):
                 nothing was stored.
             StoreUnreachable: the connection failed twice; whether it was stored is
                 unknown, and saving it again is safe.
+            StoreBusy: it waited past ``transaction_timeout`` for a lock another
+                connection held; nothing was stored, and saving it again is safe.
             SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
         """
         if not isinstance(snapshot, Snapshot):

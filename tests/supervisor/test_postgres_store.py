@@ -20,6 +20,7 @@ from supervisor import (
     Fence,
     OwnershipLost,
     PostgresCheckpointStore,
+    StoreBusy,
     StoreUnreachable,
     SupervisorError,
 )
@@ -425,3 +426,29 @@ def test_saves_across_server_restarts_return_or_fail_clearly_and_retry_idempoten
         )
     finally:
         store.close()
+
+
+def test_a_save_kept_waiting_on_a_lock_is_store_busy_and_writes_nothing(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    with PostgresCheckpointStore(
+        pg_dsn, schema=pg_schema, keep_last=None, transaction_timeout=0.2
+    ) as store:
+        first = snap("s", 1)
+        store.save(first)
+        waiting = snap("s", 2)
+        with psycopg.connect(store.conninfo) as holder:  # a transaction holding the table
+            holder.execute(f'LOCK TABLE "{store.schema}".checkpoints IN EXCLUSIVE MODE')
+            with pytest.raises(StoreBusy) as caught:
+                store.save(waiting)
+            holder.rollback()
+
+        assert caught.value.where == store.where
+        assert str(caught.value).startswith(
+            f"checkpoint database {store.where} cancelled a save: it waited too long for a "
+            "lock another connection holds ("
+        )
+        assert isinstance(caught.value, TimeoutError)
+        assert [i.checkpoint_id for i in store.list("s")] == [first.checkpoint_id]
+        store.save(waiting)  # the same snapshot again, once the lock is gone
+        assert store.load("s") == waiting

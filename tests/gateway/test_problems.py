@@ -1,0 +1,32 @@
+"""Which answer a store's errors get: both are retryable 503s, and a store that waited
+too long for a lock is not mistaken for a session that did not answer in time."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.problems import Problem, problem_for
+from supervisor import StoreBusy, StoreUnreachable
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            StoreBusy("db:5432/x", "a save", TimeoutError("lock timeout")),
+            Problem(503, "unavailable", "Temporarily unavailable", "StoreBusy", retry_after=1),
+        ),
+        (
+            StoreUnreachable("db:5432/x", "a save", OSError("refused")),
+            Problem(
+                503, "unavailable", "Temporarily unavailable", "StoreUnreachable", retry_after=1
+            ),
+        ),
+        (
+            TimeoutError(),
+            Problem(503, "timeout", "No answer in time", "the session did not answer in time", 1),
+        ),
+    ],
+)
+def test_store_errors_are_retryable_unavailability(error: Exception, expected: Problem) -> None:
+    assert problem_for(error) == expected

@@ -49,6 +49,42 @@ def _writer_held(db: Path) -> Iterator[None]:
             other.execute("ROLLBACK")
 
 
+Rows = tuple[sqlite3.Connection, threading.Lock, GroupCommit]
+
+
+@pytest.fixture
+def rows(tmp_path: Path) -> Iterator[Rows]:
+    """A table of ints on its own connection, the lock its writers take, and a
+    ``GroupCommit`` writing to it."""
+    lock = threading.Lock()
+    with closing(
+        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    ) as conn:
+        conn.execute("CREATE TABLE rows (n INTEGER)")
+        yield conn, lock, GroupCommit(lock, lambda: conn)
+
+
+def _insert(
+    n: int, gate: threading.Event | None = None, entered: threading.Event | None = None
+) -> Callable[[sqlite3.Connection], int]:
+    """A write of row ``n`` that returns ``n``; it sets ``entered`` when it runs, then
+    waits for ``gate`` before its insert."""
+
+    def run(db: sqlite3.Connection) -> int:
+        if entered is not None:
+            entered.set()
+        if gate is not None:
+            assert gate.wait(TIMEOUT)
+        db.execute("INSERT INTO rows VALUES (?)", (n,))
+        return n
+
+    return run
+
+
+def _stored(conn: sqlite3.Connection) -> list[int]:
+    return sorted(n for (n,) in conn.execute("SELECT n FROM rows"))
+
+
 def _save_together(
     store: SQLiteCheckpointStore,
     db: Path,
@@ -109,39 +145,26 @@ def test_a_failed_batch_fails_every_save_in_it_and_the_store_goes_on(tmp_path: P
         assert store.load("before").session_id == "before"
 
 
-def test_a_write_that_raises_fails_alone_and_the_batch_commits(tmp_path: Path) -> None:
-    lock = threading.Lock()
-    with closing(
-        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
-    ) as conn:
-        conn.execute("CREATE TABLE rows (n INTEGER)")
-        commits = GroupCommit(lock, lambda: conn)
-        gate = threading.Event()
+def test_a_write_that_raises_fails_alone_and_the_batch_commits(rows: Rows) -> None:
+    conn, lock, commits = rows
+    gate = threading.Event()  # the leader waits while the others queue
 
-        def write(n: int) -> Callable[[sqlite3.Connection], int]:
-            def run(db: sqlite3.Connection) -> int:
-                if n == 0:
-                    assert gate.wait(TIMEOUT)  # the leader waits while the others queue
-                db.execute("INSERT INTO rows VALUES (?)", (n,))
-                if n == 3:
-                    raise ValueError("write 3 is refused after its insert")
-                return n
+    def refused(db: sqlite3.Connection) -> int:
+        _insert(3)(db)
+        raise ValueError("write 3 is refused after its insert")
 
-            return run
-
-        with ThreadPoolExecutor(8) as pool:
-            first = pool.submit(commits.run, write(0))
-            _wait_for(lock.locked, "the leader")
-            rest = [pool.submit(commits.run, write(n)) for n in range(1, 8)]
-            _wait_for(lambda: len(commits._queued) == 7, "the writes to queue")
-            gate.set()
-            assert first.result(TIMEOUT) == 0
-            with pytest.raises(ValueError, match="write 3 is refused"):
-                rest[2].result(TIMEOUT)
-            assert [f.result(TIMEOUT) for i, f in enumerate(rest) if i != 2] == [1, 2, 4, 5, 6, 7]
-        rows = sorted(n for (n,) in conn.execute("SELECT n FROM rows"))
-        assert rows == [0, 1, 2, 4, 5, 6, 7]  # 3's insert was undone with it
-        assert commits.commits == 2
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(commits.run, _insert(0, gate))
+        _wait_for(lock.locked, "the leader")
+        rest = [pool.submit(commits.run, refused if n == 3 else _insert(n)) for n in range(1, 8)]
+        _wait_for(lambda: len(commits._queued) == 7, "the writes to queue")
+        gate.set()
+        assert first.result(TIMEOUT) == 0
+        with pytest.raises(ValueError, match="write 3 is refused"):
+            rest[2].result(TIMEOUT)
+        assert [f.result(TIMEOUT) for i, f in enumerate(rest) if i != 2] == [1, 2, 4, 5, 6, 7]
+    assert _stored(conn) == [0, 1, 2, 4, 5, 6, 7]  # 3's insert was undone with it
+    assert commits.commits == 2
 
 
 def test_every_acknowledged_save_of_many_threads_survives_kill_9(
@@ -167,81 +190,54 @@ def test_every_acknowledged_save_of_many_threads_survives_kill_9(
                 store.load(sid, info.checkpoint_id)
 
 
-def test_a_save_returns_once_its_batch_commits_not_after_the_next_one(tmp_path: Path) -> None:
+def test_a_save_returns_once_its_batch_commits_not_after_the_next_one(rows: Rows) -> None:
     """A caller whose batch is done returns at once, even while the next batch (queued
     meanwhile) is being committed; the lead passes to that batch's first save."""
-    lock = threading.Lock()
-    with closing(
-        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
-    ) as conn:
-        conn.execute("CREATE TABLE rows (n INTEGER)")
-        commits = GroupCommit(lock, lambda: conn)
-        entered = {n: threading.Event() for n in range(4)}
-        gates = {n: threading.Event() for n in (0, 1, 3)}
+    conn, lock, commits = rows
+    entered = {n: threading.Event() for n in range(4)}
+    gates = {n: threading.Event() for n in (0, 1, 3)}
 
-        def write(n: int) -> Callable[[sqlite3.Connection], int]:
-            def run(db: sqlite3.Connection) -> int:
-                entered[n].set()
-                if n in gates:
-                    assert gates[n].wait(TIMEOUT)
-                db.execute("INSERT INTO rows VALUES (?)", (n,))
-                return n
+    def write(n: int) -> Callable[[sqlite3.Connection], int]:
+        return _insert(n, gates.get(n), entered[n])
 
-            return run
-
-        with ThreadPoolExecutor(4) as pool:
-            first = pool.submit(commits.run, write(0))  # leads a batch of its own
-            assert entered[0].wait(TIMEOUT)
-            second = pool.submit(commits.run, write(1))
-            third = pool.submit(commits.run, write(2))
-            _wait_for(lambda: len(commits._queued) == 2, "two saves to queue")
-            gates[0].set()  # 0 commits; the lead passes to 1, whose batch holds 1 and 2
-            assert entered[1].wait(TIMEOUT)
-            fourth = pool.submit(commits.run, write(3))
-            _wait_for(lambda: len(commits._queued) == 1, "the fourth save to queue")
-            gates[1].set()  # 1 and 2 commit; 3 leads the next batch and waits in it
-            assert entered[3].wait(TIMEOUT)
-            assert (first.result(TIMEOUT), second.result(TIMEOUT)) == (0, 1)
-            assert third.result(TIMEOUT) == 2  # while 3's batch still holds the store
-            assert not fourth.done()
-            assert lock.locked()
-            gates[3].set()
-            assert fourth.result(TIMEOUT) == 3
-        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3]
-        assert commits.commits == 3
-        assert not commits._leading  # the last leader gave the lead up
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(commits.run, write(0))  # leads a batch of its own
+        assert entered[0].wait(TIMEOUT)
+        second = pool.submit(commits.run, write(1))
+        third = pool.submit(commits.run, write(2))
+        _wait_for(lambda: len(commits._queued) == 2, "two saves to queue")
+        gates[0].set()  # 0 commits; the lead passes to 1, whose batch holds 1 and 2
+        assert entered[1].wait(TIMEOUT)
+        fourth = pool.submit(commits.run, write(3))
+        _wait_for(lambda: len(commits._queued) == 1, "the fourth save to queue")
+        gates[1].set()  # 1 and 2 commit; 3 leads the next batch and waits in it
+        assert entered[3].wait(TIMEOUT)
+        assert (first.result(TIMEOUT), second.result(TIMEOUT)) == (0, 1)
+        assert third.result(TIMEOUT) == 2  # while 3's batch still holds the store
+        assert not fourth.done()
+        assert lock.locked()
+        gates[3].set()
+        assert fourth.result(TIMEOUT) == 3
+    assert _stored(conn) == [0, 1, 2, 3]
+    assert commits.commits == 3
+    assert not commits._leading  # the last leader gave the lead up
 
 
 def test_a_batch_takes_at_most_max_batch_saves_and_the_rest_follow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: Rows, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_group_commit, "MAX_BATCH", 2)
-    lock = threading.Lock()
-    with closing(
-        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
-    ) as conn:
-        conn.execute("CREATE TABLE rows (n INTEGER)")
-        commits = GroupCommit(lock, lambda: conn)
-        gate = threading.Event()
-
-        def write(n: int) -> Callable[[sqlite3.Connection], int]:
-            def run(db: sqlite3.Connection) -> int:
-                if n == 0:
-                    assert gate.wait(TIMEOUT)
-                db.execute("INSERT INTO rows VALUES (?)", (n,))
-                return n
-
-            return run
-
-        with ThreadPoolExecutor(6) as pool:
-            first = pool.submit(commits.run, write(0))
-            _wait_for(lock.locked, "the leader")
-            rest = [pool.submit(commits.run, write(n)) for n in range(1, 6)]
-            _wait_for(lambda: len(commits._queued) == 5, "the writes to queue")
-            gate.set()
-            assert [f.result(TIMEOUT) for f in (first, *rest)] == [0, 1, 2, 3, 4, 5]
-        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 1, 2, 3, 4, 5]
-        assert commits.commits == 4  # 0 alone, then 5 queued saves in batches of 2, 2 and 1
+    conn, lock, commits = rows
+    gate = threading.Event()
+    with ThreadPoolExecutor(6) as pool:
+        first = pool.submit(commits.run, _insert(0, gate))
+        _wait_for(lock.locked, "the leader")
+        rest = [pool.submit(commits.run, _insert(n)) for n in range(1, 6)]
+        _wait_for(lambda: len(commits._queued) == 5, "the writes to queue")
+        gate.set()
+        assert [f.result(TIMEOUT) for f in (first, *rest)] == [0, 1, 2, 3, 4, 5]
+    assert _stored(conn) == [0, 1, 2, 3, 4, 5]
+    assert commits.commits == 4  # 0 alone, then 5 queued saves in batches of 2, 2 and 1
 
 
 class _InterruptedWait:
@@ -265,37 +261,22 @@ class _InterruptedWait:
 
 
 def test_a_save_interrupted_while_it_waits_is_withdrawn_and_the_others_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: Rows, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lock = threading.Lock()
-    with closing(
-        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
-    ) as conn:
-        conn.execute("CREATE TABLE rows (n INTEGER)")
-        commits = GroupCommit(lock, lambda: conn)
-        gate = threading.Event()
-
-        def write(n: int) -> Callable[[sqlite3.Connection], int]:
-            def run(db: sqlite3.Connection) -> int:
-                if n == 0:
-                    assert gate.wait(TIMEOUT)
-                db.execute("INSERT INTO rows VALUES (?)", (n,))
-                return n
-
-            return run
-
-        with ThreadPoolExecutor(3) as pool:
-            first = pool.submit(commits.run, write(0))
-            _wait_for(lock.locked, "the leader")
-            monkeypatch.setattr(_group_commit, "_new_wake", _InterruptedWait)
-            interrupted = pool.submit(commits.run, write(1))
-            with pytest.raises(KeyboardInterrupt):
-                interrupted.result(TIMEOUT)
-            assert commits._queued == []  # withdrawn: it never runs
-            monkeypatch.undo()
-            last = pool.submit(commits.run, write(2))
-            _wait_for(lambda: len(commits._queued) == 1, "the last save to queue")
-            gate.set()
-            assert (first.result(TIMEOUT), last.result(TIMEOUT)) == (0, 2)  # 2 was handed the lead
-        assert sorted(n for (n,) in conn.execute("SELECT n FROM rows")) == [0, 2]
-        assert not commits._leading
+    conn, lock, commits = rows
+    gate = threading.Event()
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(commits.run, _insert(0, gate))
+        _wait_for(lock.locked, "the leader")
+        monkeypatch.setattr(_group_commit, "_new_wake", _InterruptedWait)
+        interrupted = pool.submit(commits.run, _insert(1))
+        with pytest.raises(KeyboardInterrupt):
+            interrupted.result(TIMEOUT)
+        assert commits._queued == []  # withdrawn: it never runs
+        monkeypatch.undo()
+        last = pool.submit(commits.run, _insert(2))
+        _wait_for(lambda: len(commits._queued) == 1, "the last save to queue")
+        gate.set()
+        assert (first.result(TIMEOUT), last.result(TIMEOUT)) == (0, 2)  # 2 was handed the lead
+    assert _stored(conn) == [0, 2]
+    assert not commits._leading

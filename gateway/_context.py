@@ -8,7 +8,6 @@ tells a tenant that another tenant's session exists.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -37,8 +36,8 @@ __all__ = [
 
 @dataclass
 class Gateway:
-    """The parts a running gateway serves from. Thread-safe parts (host, keys) and a
-    lock used only on the server's event loop.
+    """The parts a running gateway serves from. Thread-safe parts (host, keys), and the
+    turns' owners, used only on the server's event loop.
 
     Attributes:
         ahost: The host, driven without a thread per waiting request.
@@ -54,7 +53,6 @@ class Gateway:
     keys: ApiKeys
     limits: Limits
     metrics: HostMetrics
-    create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     turns: TurnOwners = field(default_factory=TurnOwners)
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:

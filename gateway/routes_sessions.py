@@ -13,14 +13,18 @@ from gateway.problems import Problem, ProblemError
 from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
 from supervisor import SessionAlreadyExists, SessionInfo, SessionOwnedElsewhere
 
-__all__ = ["router"]
+__all__ = ["router", "session_body", "session_out"]
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
     """The response body of one session."""
-    row = gateway.keys.session_row(info.session_id)
+    return session_body(info, gateway.keys.session_row(info.session_id))
+
+
+def session_body(info: SessionInfo, row: tuple[str, str] | None) -> SessionOut:
+    """The response body of one session, given its key store row (``session_row``)."""
     template, metadata = (None, {}) if row is None else (row[0], json.loads(row[1]))
     return SessionOut(
         session_id=public_id(info.session_id),

@@ -11,6 +11,9 @@ The route of a request naming a session (``/v1/sessions/{id}...``) on a node::
               the claim lost a race ── again: the winner is now the live owner
         never claimed ───────────────────────────────────────────────▶ served here (404)
 
+``GET /v1/sessions`` (not forwarded) is answered here too, with the tenant's
+sessions on every node (``gateway._listing``); a forwarded one gets this node's own.
+
 At most ``MAX_ROUTES`` rounds, then a retryable 503. A forwarded request carries
 ``X-Sessionvisor-Forwarded-By`` and is never forwarded again: the node it
 reaches serves it or answers 409, so a loop is impossible. Every answer names

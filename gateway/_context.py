@@ -8,8 +8,7 @@ tells a tenant that another tenant's session exists.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -36,8 +35,8 @@ __all__ = [
 
 @dataclass
 class Gateway:
-    """The parts a running gateway serves from. Thread-safe parts (host, keys) and a
-    lock used only on the server's event loop.
+    """The parts a running gateway serves from, all thread-safe (host, keys, limits,
+    metrics).
 
     Attributes:
         ahost: The host, driven without a thread per waiting request.
@@ -52,7 +51,6 @@ class Gateway:
     keys: ApiKeys
     limits: Limits
     metrics: HostMetrics
-    create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The host's row of the tenant's session ``session_id`` (a public id).

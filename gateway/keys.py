@@ -10,6 +10,7 @@ commands may change them while a server reads them.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import os
@@ -22,7 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-__all__ = ["KEY_PREFIX", "ApiKey", "ApiKeys", "KeyNotFound", "KeyStore", "NewKey"]
+__all__ = [
+    "KEY_PREFIX",
+    "ApiKey",
+    "ApiKeys",
+    "KeyNotFound",
+    "KeyStore",
+    "NewKey",
+    "RememberedSession",
+    "Reservation",
+]
 
 KEY_PREFIX: Final = "sv_"
 """Every key starts with it, so a leaked one is easy to recognise (secret scanners)."""
@@ -45,6 +55,7 @@ CREATE TABLE IF NOT EXISTS gateway_sessions (
     metadata TEXT NOT NULL,
     created_at INTEGER NOT NULL
 );
+CREATE INDEX IF NOT EXISTS gateway_sessions_tenant ON gateway_sessions (tenant_id);
 """
 
 
@@ -81,6 +92,43 @@ class NewKey:
     info: ApiKey
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What ``reserve_session`` decided. Immutable, thread-safe.
+
+    Attributes:
+        count: The tenant's other recorded sessions when it was decided.
+        admitted: False when ``count`` had reached the limit (nothing was written).
+        new: A record was written for the id, so the caller forgets it if the start
+            fails. False when the id was recorded already (a session that exists, or
+            the stale record of one that does not): the start decides, and the caller
+            records the session again if it succeeds.
+    """
+
+    count: int
+    admitted: bool
+    new: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RememberedSession:
+    """One gateway session as the key store records it. Immutable, thread-safe.
+
+    Attributes:
+        session_id: The host's id (``<tenant>/<id>``).
+        tenant_id: Its tenant.
+        template: The template name it was created from.
+        metadata_json: The user's metadata, as JSON.
+        created_at: When it was recorded, ms since the Unix epoch.
+    """
+
+    session_id: str
+    tenant_id: str
+    template: str
+    metadata_json: str
+    created_at: int
+
+
 class ApiKeys(Protocol):
     """What the gateway asks of its key store: ``KeyStore`` (one node, SQLite) or
     ``gateway.keys_pg.PostgresKeyStore`` (a cluster's nodes, sharing PostgreSQL).
@@ -106,6 +154,18 @@ class ApiKeys(Protocol):
         self, session_id: str, tenant_id: str, template: str, metadata_json: str
     ) -> None:
         """Record which template (and user metadata) a gateway session was created with."""
+        ...
+
+    def reserve_session(
+        self, session_id: str, tenant_id: str, template: str, metadata_json: str, limit: int
+    ) -> Reservation:
+        """Count the tenant's recorded sessions other than ``session_id`` and, below
+        ``limit``, record this one unless it is recorded already: one atomic step against
+        every other ``reserve_session`` of the tenant (every node's, in a cluster)."""
+        ...
+
+    def tenant_sessions(self, tenant_id: str) -> builtins.list[RememberedSession]:
+        """Every recorded session of ``tenant_id``, oldest first."""
         ...
 
     def session_row(self, session_id: str) -> tuple[str, str] | None:
@@ -276,6 +336,43 @@ class KeyStore:
                 "INSERT OR REPLACE INTO gateway_sessions VALUES (?, ?, ?, ?, ?)",
                 (session_id, tenant_id, template, metadata_json, now_ms()),
             )
+
+    def reserve_session(
+        self, session_id: str, tenant_id: str, template: str, metadata_json: str, limit: int
+    ) -> Reservation:
+        """Admit a new session of ``tenant_id`` under ``limit`` and record it (see
+        ``ApiKeys.reserve_session``): one write transaction, so it holds against the
+        other processes on this file too."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                (count,) = self._db.execute(
+                    "SELECT COUNT(*) FROM gateway_sessions WHERE tenant_id = ? AND session_id <> ?",
+                    (tenant_id, session_id),
+                ).fetchone()
+                if count >= limit:
+                    self._db.execute("ROLLBACK")
+                    return Reservation(count, admitted=False, new=False)
+                cursor = self._db.execute(
+                    "INSERT OR IGNORE INTO gateway_sessions VALUES (?, ?, ?, ?, ?)",
+                    (session_id, tenant_id, template, metadata_json, now_ms()),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return Reservation(count, admitted=True, new=cursor.rowcount == 1)
+
+    def tenant_sessions(self, tenant_id: str) -> builtins.list[RememberedSession]:
+        """Every recorded session of ``tenant_id``, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT session_id, tenant_id, template, metadata, created_at"
+                " FROM gateway_sessions WHERE tenant_id = ? ORDER BY created_at, session_id",
+                (tenant_id,),
+            ).fetchall()
+        return [RememberedSession(*row) for row in rows]
 
     def session_row(self, session_id: str) -> tuple[str, str] | None:
         """``(template name, metadata JSON)`` of a recorded session, or ``None``."""

@@ -14,6 +14,7 @@ node (``sessionvisor serve`` creates it on the first node).
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import os
@@ -27,6 +28,8 @@ from gateway.keys import (
     ApiKey,
     KeyNotFound,
     NewKey,
+    RememberedSession,
+    Reservation,
     now_ms,
     read_or_create_secret,
 )
@@ -47,7 +50,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {s}.gateway_sessions ("
     " session_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, template TEXT NOT NULL,"
     " metadata TEXT NOT NULL, created_at BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS gateway_sessions_tenant ON {s}.gateway_sessions (tenant_id)",
 )
+_TENANT_LOCK = "SELECT pg_advisory_xact_lock(hashtext('sessionvisor.tenant:' || %s || ':' || %s))"
+"""Taken by ``reserve_session``: its count and insert, one tenant's at a time cluster-wide."""
 _COLUMNS = "key_id, tenant_id, created_at, revoked_at"
 
 
@@ -86,6 +92,15 @@ class PostgresKeyStore:
                 " ON CONFLICT (session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id,"
                 " template = EXCLUDED.template, metadata = EXCLUDED.metadata,"
                 " created_at = EXCLUDED.created_at",
+                "count": "SELECT count(*) FROM {s}.gateway_sessions g"
+                " LEFT JOIN {s}.sessions s ON s.session_id = g.session_id"
+                " WHERE g.tenant_id = %s AND g.session_id <> %s"
+                " AND s.state IS DISTINCT FROM 'stopped'",
+                "reserve": "INSERT INTO {s}.gateway_sessions VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (session_id) DO NOTHING",
+                "tenant": "SELECT session_id, tenant_id, template, metadata, created_at"
+                " FROM {s}.gateway_sessions WHERE tenant_id = %s"
+                " ORDER BY created_at, session_id",
                 "session": "SELECT template, metadata FROM {s}.gateway_sessions"
                 " WHERE session_id = %s",
                 "forget": "DELETE FROM {s}.gateway_sessions WHERE session_id = %s",
@@ -158,6 +173,43 @@ class PostgresKeyStore:
         """Record a session the gateway created (its template name and user metadata)."""
         params = (session_id, tenant_id, template, metadata_json, now_ms())
         self._rows("recording a session's template", "remember", params)
+
+    def reserve_session(
+        self, session_id: str, tenant_id: str, template: str, metadata_json: str, limit: int
+    ) -> Reservation:
+        """Admit a new session of ``tenant_id`` under ``limit`` and record it (see
+        ``ApiKeys.reserve_session``), on every node at once: one transaction holding a
+        per-tenant advisory lock, so two nodes creating at the limit cannot both pass.
+
+        The count leaves out sessions the cluster marked stopped (a node died before
+        their first checkpoint; a delete cut short), and counts those recorded but not
+        claimed yet (a create in flight on another node).
+        """
+        count_sql, insert_sql = self._sql["count"], self._sql["reserve"]
+        schema = self._store.schema
+
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> Reservation:
+            with conn.transaction():
+                conn.execute(_TENANT_LOCK, (schema, tenant_id))
+                # a statement of its own after the lock: it sees every reservation
+                # committed before the lock was granted (READ COMMITTED)
+                row = conn.execute(count_sql, (tenant_id, session_id)).fetchone()
+                count = 0 if row is None else int(row[0])
+                if count >= limit:
+                    return Reservation(count, admitted=False, new=False)
+                params = (session_id, tenant_id, template, metadata_json, now_ms())
+                inserted = conn.execute(insert_sql, params).rowcount == 1
+            return Reservation(count, admitted=True, new=inserted)
+
+        return self._store.run("reserving a session", work)
+
+    def tenant_sessions(self, tenant_id: str) -> builtins.list[RememberedSession]:
+        """Every recorded session of ``tenant_id`` in the cluster, oldest first."""
+        rows = self._rows("listing a tenant's sessions", "tenant", (tenant_id,))
+        return [
+            RememberedSession(str(sid), str(tenant), str(template), str(metadata), int(created))
+            for sid, tenant, template, metadata, created in rows
+        ]
 
     def session_row(self, session_id: str) -> tuple[str, str] | None:
         """``(template name, metadata JSON)`` of a recorded session, or ``None``."""

@@ -13,14 +13,18 @@ from gateway.problems import Problem, ProblemError
 from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
 from supervisor import SessionAlreadyExists, SessionInfo, SessionOwnedElsewhere
 
-__all__ = ["router"]
+__all__ = ["router", "session_body", "session_out"]
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
     """The response body of one session."""
-    row = gateway.keys.session_row(info.session_id)
+    return session_body(info, gateway.keys.session_row(info.session_id))
+
+
+def session_body(info: SessionInfo, row: tuple[str, str] | None) -> SessionOut:
+    """The response body of one session, given its key store row (``session_row``)."""
     template, metadata = (None, {}) if row is None else (row[0], json.loads(row[1]))
     return SessionOut(
         session_id=public_id(info.session_id),
@@ -45,17 +49,27 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
     tenant = key.tenant_id
     session_id = body.session_id or uuid.uuid4().hex
     internal = host_id(tenant, session_id)
-    async with gateway.create_lock:  # the count and the start, as one step per server
-        count = len(gateway.ahost.host.list_sessions(tenant))
-        limit = gateway.limits.max_sessions_per_tenant
-        if count >= limit:
-            detail = f"tenant has {count} sessions, the most allowed; delete one first"
-            raise ProblemError(Problem(409, "session-limit", "Too many sessions", detail))
-        try:
-            await gateway.ahost.start_session(template, internal, tenant)
-        except SessionOwnedElsewhere:  # a cluster: another node runs this id
+    metadata = json.dumps(body.metadata)
+    limit = gateway.limits.max_sessions_per_tenant
+    # the count and the record in one atomic step of the key store, against every other
+    # create of the tenant (every node's, in a cluster); the start comes after it
+    keys = gateway.keys
+    reserved = await asyncio.to_thread(
+        keys.reserve_session, internal, tenant, body.template, metadata, limit
+    )
+    if not reserved.admitted:
+        detail = f"tenant has {reserved.count} sessions, the most allowed; delete one first"
+        raise ProblemError(Problem(409, "session-limit", "Too many sessions", detail))
+    try:
+        await gateway.ahost.start_session(template, internal, tenant)
+    except Exception as exc:  # (cancelled: it may have started; the record stays)
+        if reserved.new:  # not started: its record goes (a session of that id keeps its own)
+            await asyncio.to_thread(keys.forget_session, internal)
+        if isinstance(exc, SessionOwnedElsewhere):  # a cluster: another node runs this id
             raise SessionAlreadyExists(internal) from None
-    gateway.keys.remember_session(internal, tenant, body.template, json.dumps(body.metadata))
+        raise
+    if not reserved.new:  # the id had a stale record: this session's replaces it
+        await asyncio.to_thread(keys.remember_session, internal, tenant, body.template, metadata)
     return session_out(gateway, gateway.owned(tenant, session_id))
 
 

@@ -11,6 +11,9 @@ The route of a request naming a session (``/v1/sessions/{id}...``) on a node::
               the claim lost a race ── again: the winner is now the live owner
         never claimed ───────────────────────────────────────────────▶ served here (404)
 
+``GET /v1/sessions`` (not forwarded) is answered here too, with the tenant's
+sessions on every node (``gateway._listing``); a forwarded one gets this node's own.
+
 At most ``MAX_ROUTES`` rounds, then a retryable 503. A forwarded request carries
 ``X-Sessionvisor-Forwarded-By`` and is never forwarded again: the node it
 reaches serves it or answers 409, so a loop is impossible. Every answer names
@@ -33,10 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import httpx
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors import AgentTemplate
 from gateway._context import AUTHENTICATED, host_id
+from gateway._listing import ClusterListing
 from gateway.keys import ApiKeys
 from gateway.limits import _bearer
 from gateway.problems import Problem, problem_response
@@ -136,6 +141,8 @@ class ClusterRouting:
         keys: The cluster's shared key store (the caller's tenant names the session).
         templates: Template name -> template, to take a session over on.
         connect_timeout: Seconds to connect to an owner's gateway.
+        list_timeout: Seconds a listing (``GET /v1/sessions``) waits for another node
+            (``None``: ``gateway._listing.LIST_TIMEOUT``).
     """
 
     def __init__(
@@ -144,7 +151,9 @@ class ClusterRouting:
         host: AgentHost,
         keys: ApiKeys,
         templates: dict[str, AgentTemplate],
+        *,
         connect_timeout: float = 5.0,
+        list_timeout: float | None = None,
     ) -> None:
         node = host.node
         if node is None:
@@ -158,6 +167,11 @@ class ClusterRouting:
         self._timeout = httpx.Timeout(connect=connect_timeout, read=None, write=30, pool=30)
         self._client: httpx.AsyncClient | None = None
         self._routes: dict[str, Route] = {}
+        forwarded = (FORWARDED_HEADER, node.node_id)
+        self.listing = ClusterListing(
+            host, node, keys, templates, http=self._http, forwarded_header=forwarded,
+            timeout=list_timeout,
+        )  # fmt: skip
 
     # -- the ASGI entry ------------------------------------------------------------------------
 
@@ -176,13 +190,17 @@ class ClusterRouting:
             return
         if key is not None:  # checked here, off the event loop: the routes use it
             scope.setdefault("state", {})[AUTHENTICATED] = key
+        headers = dict(scope.get("headers", ()))
+        forwarded = FORWARDED_HEADER.encode() in headers
+        if key is not None and not forwarded and _is_listing(scope):
+            await self._list(scope, receive, send, key.tenant_id, headers)
+            return
         session_id = _session_in(scope)
         if session_id is None or key is None:  # not a session's request, or the app's 401
-            await self.app(scope, receive, self._named(send))
+            await self.app(scope, receive, self._named(send))  # a forwarded listing: our own
             return
         internal = host_id(key.tenant_id, session_id)
-        headers = dict(scope.get("headers", ()))
-        if FORWARDED_HEADER.encode() in headers:
+        if forwarded:
             await self._serve_forwarded(scope, receive, send, internal, headers)
             return
         await self._route(scope, receive, send, internal)
@@ -230,6 +248,25 @@ class ClusterRouting:
         await self.app(scope, receive, self._named(send))
 
     # -- the receiving node's side -----------------------------------------------------------
+
+    async def _list(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        tenant_id: str,
+        headers: dict[bytes, bytes],
+    ) -> None:
+        """``GET /v1/sessions``: the tenant's sessions on every node (``ClusterListing``)."""
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        try:
+            listing = await self.listing.sessions(tenant_id, authorization)
+        except StoreUnreachable:
+            await self._unreachable(scope, receive, send)
+            return
+        body = listing.model_dump_json().encode()
+        response = Response(body, media_type="application/json")
+        await response(scope, receive, self._named(send))
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, internal: str) -> None:
         body: bytes | None = None
@@ -438,6 +475,11 @@ class ClusterRouting:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+
+def _is_listing(scope: Scope) -> bool:
+    """Whether the request is ``GET /v1/sessions`` (the tenant's listing)."""
+    return scope.get("method") == "GET" and str(scope.get("path", "")).rstrip("/") == "/v1/sessions"
 
 
 def _session_in(scope: Scope) -> str | None:

@@ -73,6 +73,12 @@ _OWNER = (
     " FROM {s}.sessions s LEFT JOIN {s}.nodes n ON n.node_id = s.owner_node"
     " WHERE s.session_id = %s"
 )
+_OWNERS = (
+    "SELECT s.session_id, s.owner_node, s.owner_incarnation, s.epoch, s.state, n.address,"
+    f" COALESCE(n.incarnation = s.owner_incarnation AND {_LIVE}, false)"
+    " FROM {s}.sessions s LEFT JOIN {s}.nodes n ON n.node_id = s.owner_node"
+    " WHERE s.session_id = ANY(%s)"
+)
 _OWNED = (
     "SELECT session_id, epoch FROM {s}.sessions WHERE owner_node = %s AND owner_incarnation = %s"
 )
@@ -154,6 +160,7 @@ class LeaseTable:
         self._renew = q(_RENEW)
         self._claim = q(_CLAIM)
         self._owner = q(_OWNER)
+        self._owners = q(_OWNERS)
         self._owned = q(_OWNED)
         self._set_state = q(_SET_STATE)
         self._release = q(_RELEASE)
@@ -217,6 +224,17 @@ class LeaseTable:
             return None
         node_id, incarnation, epoch, state, address, live = row
         return Owner(node_id, incarnation, int(epoch), str(state), address or "", bool(live))
+
+    def owners(self, session_ids: list[str]) -> dict[str, Owner]:
+        """The rows of ``session_ids`` (one statement); ids never claimed are absent."""
+        rows = self.store.run(
+            "looking up owners",
+            lambda conn: conn.execute(self._owners, (session_ids,)).fetchall(),
+        )
+        return {
+            str(sid): Owner(node_id, inc, int(epoch), str(state), address or "", bool(live))
+            for sid, node_id, inc, epoch, state, address, live in rows
+        }
 
     def owned(self, node_id: str, incarnation: int) -> dict[str, int]:
         """Every session this incarnation of ``node_id`` owns, with its epoch."""

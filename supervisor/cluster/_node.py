@@ -274,6 +274,15 @@ class ClusterNode:
         """
         return self._table.owner(session_id)
 
+    def owners(self, session_ids: list[str]) -> dict[str, Owner]:
+        """The owners of ``session_ids`` as the database has them now, in one read; an id
+        no node ever claimed is absent. What a gateway lists a tenant's sessions by.
+
+        Raises:
+            StoreUnreachable: the database cannot be reached.
+        """
+        return self._table.owners(session_ids)
+
     def locate(self, session_id: str) -> AgentTemplate | None:
         """For a session this host does not run: the template to take it over on here, or
         ``None`` (no template configured, or it was stopped).

@@ -21,6 +21,7 @@ import uvicorn
 
 from gateway import create_app, load_templates
 from gateway.keys import ApiKeys
+from gateway.limits import Limits
 from gateway.server import ClusterOptions, cluster_host
 from supervisor import AgentHost, AsyncAgentHost
 
@@ -57,14 +58,19 @@ class GatewayNode:
             base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=WAIT
         )
 
+    def stop_serving(self) -> None:
+        """Stop the HTTP server only: the node keeps its leases (it heartbeats on) but no
+        longer answers, as a node cut off from the other nodes would."""
+        self._server.should_exit = True
+        self._thread.join(WAIT)
+        assert not self._thread.is_alive(), f"node {self.node_id} did not stop"
+
     def stop(self) -> None:
         """Stop the server, then shut the host down (final checkpoints, drain). Idempotent."""
         if self.stopped:
             return
         self.stopped = True
-        self._server.should_exit = True
-        self._thread.join(WAIT)
-        assert not self._thread.is_alive(), f"node {self.node_id} did not stop"
+        self.stop_serving()
         self._stack.close()
 
 
@@ -77,7 +83,9 @@ class Nodes:
         self.data_dir = data_dir
         self.made: list[GatewayNode] = []
 
-    def start(self, node_id: str, *, ttl: float = 30.0, port: int = 0) -> GatewayNode:
+    def start(
+        self, node_id: str, *, ttl: float = 30.0, port: int = 0, limits: Limits | None = None
+    ) -> GatewayNode:
         sock = listening_socket(port)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         options = ClusterOptions(
@@ -89,7 +97,7 @@ class Nodes:
         host, keys = stack.enter_context(
             cluster_host(options, self.data_dir, templates, call_timeout=WAIT)
         )
-        app = create_app(AsyncAgentHost(host), templates, keys)
+        app = create_app(AsyncAgentHost(host), templates, keys, limits)
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -126,6 +126,27 @@ def test_a_dead_nodes_session_moves_and_its_late_save_is_refused(
     assert b.node.leases() == {"s": 2}
 
 
+def test_owners_reads_many_sessions_owners_at_once(cluster: Cluster) -> None:
+    a, b = cluster.node("a"), cluster.node("b")
+    a.start_session(template(), "on-a")
+    b.start_session(template(), "on-b")
+    assert a.node is not None
+    expire(a.store, "b")
+    owners = a.node.owners(["on-a", "on-b", "never"])
+    assert sorted(owners) == ["on-a", "on-b"]  # never claimed: absent
+    assert (owners["on-a"].node_id, owners["on-a"].live, owners["on-a"].address) == (
+        "a",
+        True,
+        "http://a",
+    )
+    assert (owners["on-b"].node_id, owners["on-b"].live, owners["on-b"].state) == (
+        "b",
+        False,
+        "active",
+    )
+    assert a.node.owners([]) == {}
+
+
 def test_a_fenced_node_takes_no_turns_until_it_renews(cluster: Cluster) -> None:
     clock = FakeClock()
     a = cluster.node("a", ttl=8.0, clock=clock)

@@ -243,6 +243,16 @@ def _answered_again(
     return max(answered.values()) - stopped
 
 
+def _described(attempt: Attempt, stops: dict[str, tuple[float, float]]) -> str:
+    """Where ``attempt`` went and when, against the last SIGTERM before it."""
+    where = f"{attempt.text} to {attempt.node_id}: {attempt.status} from {attempt.served_by!r}"
+    before = [(start, n) for n, (start, _) in stops.items() if start <= attempt.sent]
+    if not before:
+        return where
+    start, node_id = max(before)
+    return f"{where}, sent {attempt.sent - start:.2f} s after {node_id}'s SIGTERM"
+
+
 def _owned_by(dsn: str, schema: str, node_id: str) -> list[str]:
     """The sessions ``node_id`` owns now (the gateway's ids: without the tenant's prefix),
     read from the cluster's ``sessions`` table."""
@@ -344,7 +354,8 @@ def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_tt
         for node_id, sessions in moved.items()
     }
     gaps = _longest_turns(attempts)
-    longest_request = max(a.ended - a.sent for a in attempts)
+    slowest = max(attempts, key=lambda a: a.ended - a.sent)
+    longest_request = slowest.ended - slowest.sent
     longest_gap = max(gaps.values())
     retried = [a for a in attempts if not a.acknowledged]
     acknowledged = sum(a.acknowledged for a in attempts)
@@ -358,7 +369,8 @@ def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_tt
         + "; a drained node's sessions all answered again "
         + ", ".join(f"{n} {s:.2f} s" for n, s in moved_in.items())
         + " after its SIGTERM"
-        + f"; longest request {longest_request:.2f} s, longest wait of a session "
+        + f"; longest request {longest_request:.2f} s ({_described(slowest, stops)})"
+        + ", longest wait of a session "
         f"{longest_gap:.2f} s (TTL {TTL:.0f} s)"
     )
     assert all(len(owned) > 0 for owned in moved.values()), moved  # each drain moved sessions

@@ -1,7 +1,8 @@
 """Issue 17's rolling restart: three ``sessionvisor serve`` nodes on one PostgreSQL
 schema are restarted one at a time (SIGTERM: drain; exit 0; a new process under the
-same node id) while clients send turns without pause. No acknowledged turn may be
-lost, and a drained node's sessions must move at once, not after its lease's TTL.
+same node id, at the same address) while clients send turns without pause. No
+acknowledged turn may be lost, and a drained node's sessions must move at once, not
+after its lease's TTL.
 
 The clients play a load balancer's part: they spread their requests over the nodes
 in rotation, and a node leaves the rotation before it is sent SIGTERM and joins it
@@ -280,8 +281,8 @@ def processes() -> Iterator[list[ServeProcess]]:
 def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_ttl(
     pg_dsn: str, pg_schema: str, tmp_path: Path, processes: list[ServeProcess]
 ) -> None:
-    def start(node_id: str) -> ServeProcess:
-        node = ServeProcess(pg_dsn, pg_schema, tmp_path, node_id, TTL, TEMPLATES)
+    def start(node_id: str, port: int | None = None) -> ServeProcess:
+        node = ServeProcess(pg_dsn, pg_schema, tmp_path, node_id, TTL, TEMPLATES, port)
         processes.append(node)
         return node
 
@@ -325,7 +326,8 @@ def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_tt
             stops[node_id] = (stopped_at, time.monotonic())
             assert exits[node_id] == 0, f"node {node_id} exited {exits[node_id]} on SIGTERM"
             floor = load.acked_now()
-            new = nodes[node_id] = start(node_id)  # a new incarnation, on a new port
+            port = int(old.url.rsplit(":", 1)[1])
+            new = nodes[node_id] = start(node_id, port)  # a new incarnation, same address
             rejoined = time.monotonic()
             rotation.add(node_id, new.url)
             assert load.wait_acked(floor, TURNS_BETWEEN_RESTARTS, WAIT), load.failures

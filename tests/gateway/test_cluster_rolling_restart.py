@@ -5,16 +5,18 @@ acknowledged turn may be lost, and a drained node's sessions must move at once, 
 after its lease's TTL.
 
 The clients play a load balancer's part: they spread their requests over the nodes
-in rotation, and a node leaves the rotation before it is sent SIGTERM and joins it
-again once its new process answers. A retryable 503 (``Retry-After``) is retried,
-after the time it asks for, as a new turn with a text of its own (a 503 after the
-request reached the owner may mean the turn ran), and so is a request whose
-connection broke; both are recorded. Every other answer fails the test.
+in rotation (half of them stream their turns, ``stream: true``), and a node leaves
+the rotation before it is sent SIGTERM and joins it again once its new process
+answers. A retryable 503 (``Retry-After``, or a streamed ``error`` frame) is
+retried, after the time it asks for, as a new turn with a text of its own (a 503
+after the request reached the owner may mean the turn ran), and so is a request
+whose connection broke; both are recorded. Every other answer fails the test.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
@@ -29,7 +31,7 @@ import pytest
 
 from gateway.routing import NODE_HEADER
 from tests.gateway.cluster_nodes import WAIT, ServeProcess
-from tests.gateway.serve_process import cli, descendants, wait_gone
+from tests.gateway.serve_process import cli, descendants, frames, wait_gone
 
 TTL = 30.0  # far beyond the run: a session that waited out a lease would show at once
 TEMPLATES = ["slow=tests.gateway.agents:make_slow"]  # turns of ~0.1 s: some are in flight
@@ -155,7 +157,7 @@ def _turns_until_stopped(client: int, key: str, rotation: Rotation, load: Load) 
                     return
                 text = f"{session_id}-t{turn}.{retry}"
                 node_id, url = rotation.pick()
-                attempt = _attempt(http, url, node_id, session_id, text)
+                attempt = _attempt(http, url, node_id, session_id, text, client % 2 == 1)
                 load.record(client, attempt)
                 if attempt.acknowledged:
                     break
@@ -167,22 +169,50 @@ def _turns_until_stopped(client: int, key: str, rotation: Rotation, load: Load) 
                 load.stop.wait(attempt.retry_after)  # as the client is told
 
 
-def _attempt(http: httpx.Client, url: str, node_id: str, session_id: str, text: str) -> Attempt:
-    """Send one turn to the node at ``url``; what came back."""
+def _attempt(  # noqa: PLR0917 (one request's particulars)
+    http: httpx.Client, url: str, node_id: str, session_id: str, text: str, stream: bool
+) -> Attempt:
+    """Send one turn to the node at ``url`` (``stream``: as ``stream: true``); what came
+    back. A streamed turn is acknowledged by its ``answer`` frame; an ``error`` frame in
+    its place counts as that error's status (a retryable 503 is sent again in 1 s)."""
     sent = time.monotonic()
+    path = f"{url}/v1/sessions/{session_id}/messages"
     try:
-        answer = http.post(f"{url}/v1/sessions/{session_id}/messages", json={"text": text})
+        if stream:
+            status, content, served_by, retry_after = _streamed(http, path, text)
+        else:
+            answer = http.post(path, json={"text": text})
+            status, served_by = answer.status_code, answer.headers.get(NODE_HEADER, "")
+            content = answer.json()["message"]["content"] if status == 200 else answer.text
+            retry_after = answer.headers.get("Retry-After")
     except httpx.TransportError as exc:
         return Attempt(session_id, text, node_id, sent, time.monotonic(), None, detail=repr(exc))
-    ended = time.monotonic()
-    if answer.status_code == 200 and answer.json()["message"]["content"] != f"echo: {text}":
-        raise AssertionError(f"{text!r} answered {answer.text}")
-    retry_after = answer.headers.get("Retry-After")
+    if status == 200 and content != f"echo: {text}":
+        raise AssertionError(f"{text!r} answered {content!r}")
     return Attempt(
-        session_id, text, node_id, sent, ended, answer.status_code,
-        served_by=answer.headers.get(NODE_HEADER, ""), detail=answer.text[:300],
-        retry_after=None if retry_after is None else float(retry_after),
+        session_id, text, node_id, sent, time.monotonic(), status, served_by=served_by,
+        detail=content[:300], retry_after=None if retry_after is None else float(retry_after),
     )  # fmt: skip
+
+
+def _streamed(http: httpx.Client, path: str, text: str) -> tuple[int | None, str, str, str | None]:
+    """A streamed turn's status (``None``: the stream ended without an answer or an
+    error), its answer or problem, the node that served it, and the Retry-After."""
+    with http.stream("POST", path, json={"text": text, "stream": True}) as response:
+        served_by = response.headers.get(NODE_HEADER, "")
+        if response.status_code != 200:
+            response.read()
+            return (
+                response.status_code, response.text, served_by,
+                response.headers.get("Retry-After"),
+            )  # fmt: skip
+        for kind, data in frames(response.iter_lines()):
+            if kind == "answer":
+                return 200, str(data["message"]["content"]), served_by, None
+            if kind == "error":
+                retry_after = "1" if data["status"] == 503 else None
+                return int(data["status"]), json.dumps(data), served_by, retry_after
+    return None, "the stream ended without an answer", served_by, None
 
 
 def _history(http: httpx.Client, url: str, session_id: str) -> list[str]:

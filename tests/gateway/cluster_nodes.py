@@ -112,7 +112,8 @@ class Nodes:
 
 
 class ServeProcess:
-    """``sessionvisor serve --postgres ...`` in a process of its own."""
+    """``sessionvisor serve --postgres ...`` in a process of its own, on ``port`` (a free
+    one if ``None``; a restarted node is given its predecessor's)."""
 
     def __init__(  # noqa: PLR0917 (what a node is started with)
         self,
@@ -122,9 +123,11 @@ class ServeProcess:
         node_id: str,
         ttl: float,
         templates: list[str] | None = None,
+        port: int | None = None,
     ) -> None:
-        with listening_socket() as probe:  # a free port, released for the server to bind
-            port = probe.getsockname()[1]
+        if port is None:
+            with listening_socket() as probe:  # a free port, released for the server to bind
+                port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         command = [
             str(Path(sys.executable).parent / "sessionvisor"),

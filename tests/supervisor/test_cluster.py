@@ -72,7 +72,7 @@ def test_a_second_process_under_a_live_node_id_is_refused(cluster: Cluster) -> N
 def test_exactly_one_node_wins_each_race_to_resume(cluster: Cluster) -> None:
     seeder = cluster.store()
     a, b = cluster.node("a"), cluster.node("b")
-    rounds = 60
+    rounds = 200  # as issue 17 asks
     for index in range(rounds):
         seeder.save(Snapshot.new(session_id=f"r{index}", state=session_state(1)))
     barrier = threading.Barrier(2)

@@ -39,6 +39,8 @@ class HostShutdown:
         sessions: The host's incarnations (final checkpoints, root supervisor).
         runtime: What runs the sessions; closed after they stopped.
         sweeper: The hibernation sweeper, if any.
+        stop_adopting: Stops the node taking sessions over, first (a closed table
+            cannot run them).
         drain: Gives up the host's ownership of its sessions (a node's drain).
         close_store: Closes the store the host owns, if it owns one.
         close_calls: Ends the host's non-blocking calls (``NonBlockingCalls.close``).
@@ -54,6 +56,7 @@ class HostShutdown:
         runtime: SessionRuntime,
         *,
         sweeper: Sweeper | None,
+        stop_adopting: Callable[[], None],
         drain: Callable[[], None],
         close_store: Callable[[], None] | None,
         close_calls: Callable[[], None] | None = None,
@@ -64,6 +67,7 @@ class HostShutdown:
         self._sessions = sessions
         self._runtime = runtime
         self._sweeper = sweeper
+        self._stop_adopting = stop_adopting
         self._drain = drain
         self._close_store = close_store
         self._close_calls = close_calls
@@ -73,6 +77,7 @@ class HostShutdown:
 
     def run(self) -> None:
         """Shut down now, unless another call did or does."""
+        self._stop_adopting()  # before the table closes: no take-over may start on it
         records = self._table.close()
         if records is None:
             return
@@ -82,6 +87,7 @@ class HostShutdown:
     def at_exit(self) -> None:
         """``run`` at interpreter exit, on the main thread; if another thread is already
         shutting the host down, wait for it, up to ``timeout``."""
+        self._stop_adopting()
         if self._table.close() is None:
             logger.debug("waiting for another thread's shutdown of a host at exit")
             self._done.wait(self._timeout)

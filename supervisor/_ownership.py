@@ -81,6 +81,10 @@ class Ownership(Protocol):
         and ``lose(session_id)`` for one found owned by another node."""
         ...
 
+    def stop_adopting(self) -> None:
+        """Take no more sessions over (at shutdown, before the final checkpoints)."""
+        ...
+
     def drain(self) -> None:
         """Give every session up for other hosts and stop background work (at shutdown,
         after the final checkpoints)."""
@@ -117,6 +121,9 @@ class SoleOwnership:
         return None
 
     def start(self, adopt: Callable[[str], object], lose: Callable[[str], None]) -> None:
+        pass
+
+    def stop_adopting(self) -> None:
         pass
 
     def drain(self) -> None:

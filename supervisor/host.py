@@ -203,6 +203,7 @@ class AgentHost:
             self._sessions,
             self._runtime,
             sweeper=self._sweeper,
+            stop_adopting=self._ownership.stop_adopting,
             drain=self._ownership.drain,
             close_store=backing.close_store,
             close_calls=calls.close,

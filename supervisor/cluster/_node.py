@@ -77,6 +77,7 @@ class ClusterNode:
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
         self._stopping = threading.Event()
+        self._no_adoption = threading.Event()  # the host is shutting down: take nothing over
         self._wake = threading.Event()  # the housekeeping thread has sessions to lose
         self._to_lose: list[str] = []
         self._threads: list[threading.Thread] = []
@@ -343,23 +344,39 @@ class ClusterNode:
                 except Exception:
                     logger.exception("node %r: sweep for orphaned sessions failed", self.node_id)
 
+    @property
+    def adopting(self) -> bool:
+        """Whether the sweeper still takes sessions over (until ``stop_adopting``)."""
+        return not self._no_adoption.is_set()
+
+    def stop_adopting(self) -> None:
+        """Take no more sessions over: the host is shutting down (it calls this before its
+        final checkpoints) and could not run them. Sessions other nodes release meanwhile
+        are left to the nodes that stay. Idempotent."""
+        self._no_adoption.set()
+
     def sweep(self) -> list[str]:
         """Claim the active sessions of dead nodes, a batch at a time, and adopt them;
-        returns their ids. Does nothing while the node is fenced."""
+        returns their ids. Does nothing while the node is fenced, or once it stopped
+        adopting."""
         adopted: list[str] = []
         batch = self.config.sweep_batch
-        while self.fenced is None and not self._stopping.is_set():
+        while self.fenced is None and self.adopting and not self._stopping.is_set():
             sent = self._clock()
             claimed = self._table.claim_orphans(self.node_id, self.incarnation, batch)
             with self._lock:
                 for session_id, epoch in claimed:
                     self._leases[session_id] = _Lease(epoch, sent)
             for session_id, _ in claimed:
+                if not self.adopting:
+                    break  # claimed as the host began shutting down: its drain releases them
                 if self._adopt is not None:
                     try:
                         if self._adopt(session_id) is None:
                             continue  # nothing to take over (no checkpoint): released
                     except Exception:
+                        if not self.adopting:  # the host shut down under it: drain releases it
+                            break
                         logger.exception(
                             "node %r: could not resume orphaned session %r; it stays owned "
                             "here and is resumed on its next request",

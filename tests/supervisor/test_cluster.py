@@ -381,3 +381,31 @@ def _waiting_on_a_lock(dsn: str) -> bool:
             " WHERE application_name = 'sessionvisor' AND wait_event_type = 'Lock'"
         ).fetchone()
     return row is not None and row[0] > 0
+
+
+def test_a_node_that_stopped_adopting_leaves_released_sessions_to_the_others(
+    cluster: Cluster,
+) -> None:
+    a, b, c = cluster.node("a"), cluster.node("b"), cluster.node("c")
+    a.start_session(template(), "s1")
+    a.send("s1", "before")
+    assert b.node is not None
+    assert c.node is not None
+    b.node.stop_adopting()
+    a.shutdown()  # released: claimable at once
+    assert (b.node.adopting, c.node.adopting) == (False, True)
+    assert b.node.sweep() == []
+    assert b.node.leases() == {}
+    assert c.node.sweep() == ["s1"]
+    assert [text for text, _ in pairs(c.history("s1"))] == ["before"]
+
+
+def test_shutdown_stops_adopting_before_its_final_checkpoints(cluster: Cluster) -> None:
+    b = cluster.node("b")
+    b.start_session(template(), "mine")
+    node = b.node
+    assert node is not None
+    adopting_at_save: list[bool] = []
+    b._checkpoints.observe(lambda info, seconds: adopting_at_save.append(node.adopting))
+    b.shutdown()
+    assert adopting_at_save == [False]  # the final checkpoint came after the stop

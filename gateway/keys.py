@@ -181,6 +181,25 @@ class ApiKeys(Protocol):
         ...
 
 
+def key_fingerprint(secret: bytes, key: str) -> str:
+    """HMAC-SHA256 of ``key`` under ``secret``, hex: what a key store keeps of a key."""
+    return hmac.new(secret, key.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def mint_key(tenant_id: str, secret: bytes) -> tuple[NewKey, str]:
+    """A new random key of ``tenant_id`` with its row, and its fingerprint under ``secret``
+    (store the row and the fingerprint, never the key).
+
+    Raises:
+        ValueError: ``tenant_id`` is empty.
+    """
+    if not tenant_id:
+        raise ValueError("tenant_id must be a non-empty str")
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, now_ms(), None)
+    return NewKey(key, info), key_fingerprint(secret, key)
+
+
 def read_or_create_secret(path: Path) -> bytes:
     """The fingerprint secret: created once with 0600 (never widened), read ever after."""
     try:
@@ -250,7 +269,7 @@ class KeyStore:
 
     def fingerprint(self, key: str) -> str:
         """HMAC-SHA256 of ``key`` under the data directory's secret, hex."""
-        return hmac.new(self._secret, key.encode("utf-8"), hashlib.sha256).hexdigest()
+        return key_fingerprint(self._secret, key)
 
     def create(self, tenant_id: str) -> NewKey:
         """A new key for ``tenant_id``; the key itself is not stored, so show it now.
@@ -258,16 +277,14 @@ class KeyStore:
         Raises:
             ValueError: ``tenant_id`` is empty.
         """
-        if not tenant_id:
-            raise ValueError("tenant_id must be a non-empty str")
-        key = KEY_PREFIX + secrets.token_urlsafe(32)
-        info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, now_ms(), None)
+        made, fingerprint = mint_key(tenant_id, self._secret)
+        info = made.info
         with self._lock:
             self._db.execute(
                 "INSERT INTO api_keys VALUES (?, ?, ?, ?, NULL)",
-                (info.key_id, self.fingerprint(key), tenant_id, info.created_at),
+                (info.key_id, fingerprint, tenant_id, info.created_at),
             )
-        return NewKey(key, info)
+        return made
 
     def authenticate(self, key: str) -> ApiKey | None:
         """The valid (not revoked) key ``key`` is, or ``None``."""

@@ -15,10 +15,7 @@ node (``sessionvisor serve`` creates it on the first node).
 from __future__ import annotations
 
 import builtins
-import hashlib
-import hmac
 import os
-import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +27,8 @@ from gateway.keys import (
     NewKey,
     RememberedSession,
     Reservation,
+    key_fingerprint,
+    mint_key,
     now_ms,
     read_or_create_secret,
 )
@@ -126,7 +125,7 @@ class PostgresKeyStore:
 
     def fingerprint(self, key: str) -> str:
         """HMAC-SHA256 of ``key`` under the cluster's secret, hex."""
-        return hmac.new(self._secret, key.encode("utf-8"), hashlib.sha256).hexdigest()
+        return key_fingerprint(self._secret, key)
 
     def create(self, tenant_id: str) -> NewKey:
         """A new key for ``tenant_id``; the key itself is not stored, so show it now.
@@ -134,13 +133,10 @@ class PostgresKeyStore:
         Raises:
             ValueError: ``tenant_id`` is empty.
         """
-        if not tenant_id:
-            raise ValueError("tenant_id must be a non-empty str")
-        key = KEY_PREFIX + secrets.token_urlsafe(32)
-        info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, now_ms(), None)
-        params = (info.key_id, self.fingerprint(key), tenant_id, info.created_at)
+        made, fingerprint = mint_key(tenant_id, self._secret)
+        params = (made.info.key_id, fingerprint, tenant_id, made.info.created_at)
         self._rows("creating an API key", "insert_key", params)
-        return NewKey(key, info)
+        return made
 
     def authenticate(self, key: str) -> ApiKey | None:
         """The valid (not revoked) key ``key`` is, or ``None``."""

@@ -14,7 +14,13 @@ The route of a request naming a session (``/v1/sessions/{id}...``) on a node::
 ``GET /v1/sessions`` (not forwarded) is answered here too, with the tenant's
 sessions on every node (``gateway._listing``); a forwarded one gets this node's own.
 
-At most ``MAX_ROUTES`` rounds, then a retryable 503. A forwarded request carries
+At most ``MAX_ROUTES`` rounds, then a retryable 503. An owner that refuses the
+connection while it still holds the lease is asked again, backing off, for up to
+``REFUSED_WAIT`` seconds before those rounds count: a draining node closes its
+socket a moment before it releases its sessions, and a request that arrives in
+between is then served by the node that takes the session over, not answered
+503. (A killed owner's lease lapses only after its TTL; past ``REFUSED_WAIT``
+the request gets the retryable 503.) A forwarded request carries
 ``X-Sessionvisor-Forwarded-By`` and is never forwarded again: the node it
 reaches serves it or answers 409, so a loop is impossible. Every answer names
 the node that served it in ``X-Sessionvisor-Node`` (as does every other answer).
@@ -61,6 +67,7 @@ __all__ = [
     "FORWARDED_HEADER",
     "MAX_ROUTES",
     "NODE_HEADER",
+    "REFUSED_WAIT",
     "ClusterRouting",
     "Route",
 ]
@@ -74,6 +81,9 @@ EPOCH_HEADER: Final = "x-sessionvisor-epoch"
 NODE_HEADER: Final = "x-sessionvisor-node"
 """On every answer about a session: the id of the node that served it."""
 MAX_ROUTES: Final = 3
+REFUSED_WAIT: Final = 2.0
+"""Seconds a request waits, asking again, on an owner that refuses connections."""
+_REFUSED_BACKOFF: Final = (0.025, 0.05, 0.1, 0.2, 0.25)
 """Rounds of look-up and forward (or take-over) before a retryable 503."""
 MAX_CACHED: Final = 100_000
 
@@ -110,6 +120,29 @@ class Route:
 class _Stale(Exception):
     """The forward target no longer holds the epoch (409), or it could not be reached
     before anything was sent: look the owner up again."""
+
+
+class _Refused(_Stale):
+    """The owner refused the connection: nothing was sent (dead, or draining)."""
+
+
+class _Refusals:
+    """One request's waits on owners that refuse connections, from ``since`` (loop time)."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+        self.count = 0
+
+    async def wait(self) -> bool:
+        """Back off before asking again; False once ``REFUSED_WAIT`` has passed."""
+        loop = asyncio.get_running_loop()
+        left = self.since + REFUSED_WAIT - loop.time()
+        if left <= 0:
+            return False
+        delay = _REFUSED_BACKOFF[min(self.count, len(_REFUSED_BACKOFF) - 1)]
+        self.count += 1
+        await asyncio.sleep(min(delay, left))
+        return True
 
 
 class _OwnerMoved(Exception):
@@ -270,7 +303,10 @@ class ClusterRouting:
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, internal: str) -> None:
         body: bytes | None = None
-        for _ in range(MAX_ROUTES):
+        refusals: _Refusals | None = None
+        rounds = 0
+        while rounds < MAX_ROUTES:
+            rounds += 1
             if self.node.epoch(internal) is not None:
                 await self._local(scope, receive, send, body)
                 return
@@ -287,6 +323,11 @@ class ClusterRouting:
             try:
                 await self._forward(scope, send, internal, route, body)
                 return
+            except _Refused:
+                self._routes.pop(internal, None)
+                refusals = refusals or _Refusals(asyncio.get_running_loop().time())
+                if await refusals.wait():
+                    rounds -= 1  # the owner may be draining: this round does not count
             except _Stale:
                 self._routes.pop(internal, None)
         detail = "the session's owner could not be reached, or changed, meanwhile; send again"
@@ -384,7 +425,10 @@ class ClusterRouting:
         request = client.build_request(scope["method"], url, headers=headers, content=body)
         try:
             response = await self._watched(client.send(request, stream=True), internal, route)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing sent: route again
+        except httpx.ConnectError as exc:  # refused, nothing sent: route again, maybe later
+            logger.info("owner %s of %r refused the connection: %s", route.node_id, internal, exc)
+            raise _Refused from exc
+        except httpx.ConnectTimeout as exc:  # nothing sent: route again
             logger.info("owner %s of %r unreachable: %s", route.node_id, internal, exc)
             raise _Stale from exc
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:

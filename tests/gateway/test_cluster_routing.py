@@ -8,10 +8,12 @@ owns are forwarded to it over HTTP (``gateway.routing``).
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -20,7 +22,7 @@ from click.testing import CliRunner
 
 from actors import Snapshot
 from cli import main
-from gateway.routing import EPOCH_HEADER, FORWARDED_HEADER, NODE_HEADER
+from gateway.routing import EPOCH_HEADER, FORWARDED_HEADER, NODE_HEADER, REFUSED_WAIT
 from tests.actors.snapshot_helpers import session_state
 from tests.gateway.cluster_nodes import WAIT, Nodes, ServeProcess, created
 from tests.supervisor.cluster_helpers import sql
@@ -136,7 +138,7 @@ def test_a_forwarded_request_is_never_forwarded_again(nodes: Nodes) -> None:
 def test_a_killed_owner_is_a_retryable_503_then_the_receiving_node_answers(
     pg_dsn: str, pg_schema: str, tmp_path: Path, nodes: Nodes
 ) -> None:
-    ttl = 1.5
+    ttl = REFUSED_WAIT + 2.0  # the lease outlives a request's wait on the refusing owner
     owner = ServeProcess(pg_dsn, pg_schema, tmp_path, "a", ttl)
     try:
         b = nodes.start("b", ttl=ttl)
@@ -159,6 +161,7 @@ def test_a_killed_owner_is_a_retryable_503_then_the_receiving_node_answers(
                 time.sleep(float(answer.headers["Retry-After"]))  # as a client is told to
         first, last = seen[0], seen[-1]
         assert first.status_code == 503, first.text  # the lease is still fresh: no claim yet
+        assert first.elapsed.total_seconds() >= REFUSED_WAIT * 0.9  # asked again meanwhile
         assert first.json()["retryable"] is True
         assert first.headers["Retry-After"] == "1"
         assert (last.status_code, last.headers[NODE_HEADER]) == (200, "b"), last.text
@@ -365,3 +368,35 @@ def test_a_forwarded_event_stream_ends_with_an_error_frame_when_the_owner_dies(
         assert (error["status"], error["type"]) == (503, "/problems/owner-unavailable")
     finally:
         owner.close()
+
+
+def test_a_request_arriving_while_the_owner_drains_is_served_by_the_next_owner(
+    nodes: Nodes,
+) -> None:
+    a, b = nodes.start("a"), nodes.start("b")
+    key = a.keys.create("acme").key
+    created(a, key, "s")
+    refused = threading.Event()
+
+    class Refusals(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "refused the connection" in record.getMessage():
+                refused.set()
+
+    handler = Refusals(logging.INFO)
+    routing_log = logging.getLogger("gateway.routing")
+    routing_log.addHandler(handler)
+    level = routing_log.level
+    routing_log.setLevel(logging.INFO)
+    try:
+        a.stop_serving()  # its socket is closed; it still holds the lease, as when draining
+        with ThreadPoolExecutor(1) as pool, b.client(key) as client:
+            answer = pool.submit(client.post, "/v1/sessions/s/messages", json={"text": "two"})
+            assert refused.wait(WAIT)  # b was refused and is asking again
+            a.stop()  # the drain releases the session
+            got = answer.result(WAIT)
+    finally:
+        routing_log.removeHandler(handler)
+        routing_log.setLevel(level)
+    assert (got.status_code, got.headers[NODE_HEADER]) == (200, "b"), got.text
+    assert got.json()["message"]["content"] == "echo: two"

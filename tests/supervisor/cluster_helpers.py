@@ -173,7 +173,10 @@ class NodeProcess:
         self._ids = itertools.count(1)
         self._reader = threading.Thread(target=self._read, name=f"read-{node_id}")
         self._reader.start()
-        assert self.wait_for(lambda line: line.get("ready") == node_id), "node did not start"
+        if not self.wait_for(lambda line: line.get("ready") == node_id):
+            self.process.kill()  # no process or reader thread outlives a failed start
+            self.close()
+            raise AssertionError(f"node {node_id} did not start (exit code {self.process.poll()})")
 
     def _read(self) -> None:
         assert self.process.stdout is not None

@@ -4,7 +4,10 @@ sessions answering a turn on another node.
 Three node processes (``tests/supervisor/cluster_node_worker.py``) share one
 PostgreSQL database, TTL 2 s: two stay up (``b``, ``c``); each round a fresh
 owner node starts ``BENCH_FAILOVER_SESSIONS`` sessions (default 200), answers
-one turn on each (their first checkpoints), and is SIGKILLed. From the kill,
+one turn on each (their first checkpoints), and is SIGKILLed at a random
+moment of its heartbeat period (a seeded uniform delay of up to TTL/3, so the
+time until its lease lapses is sampled over the whole period rather than
+locked to how long the setup took). From the kill,
 a client sends one turn to each session, half through ``b`` and half through
 ``c`` at the same time (a load balancer's spread), and to the other node for
 those a node says it owns (``SessionOwnedElsewhere``: the library's answer
@@ -22,6 +25,7 @@ to start it and skips. The run works in a database of its own, dropped at the en
 from __future__ import annotations
 
 import os
+import random
 import signal
 import statistics
 import threading
@@ -96,6 +100,7 @@ def failover_answers(dsn: str) -> list[tuple[str, str]]:
     detection: list[float] = []  # from the kill until the database counts the node dead
     spread: list[str] = []
     started = time.monotonic()
+    phases = random.Random(17)
     try:
         for kill in range(1, kills + 1):
             owner = NodeProcess(dsn, SCHEMA, f"owner{kill}", TTL)
@@ -103,6 +108,7 @@ def failover_answers(dsn: str) -> list[tuple[str, str]]:
                 sids = [f"k{kill}-{index}" for index in range(sessions)]
                 owner.request("start", sids=sids)
                 owner.request("send_all", sids=sids, text="before")  # a first checkpoint each
+                time.sleep(phases.uniform(0, TTL / 3))  # a random point of the heartbeat period
                 owner.signal(signal.SIGKILL)
                 killed = time.monotonic()
                 owner.process.wait(5)

@@ -79,6 +79,10 @@ _OWNERS = (
     " FROM {s}.sessions s LEFT JOIN {s}.nodes n ON n.node_id = s.owner_node"
     " WHERE s.session_id = ANY(%s)"
 )
+_NEXT_LAPSE = (
+    "SELECT EXTRACT(EPOCH FROM min(n.heartbeat + n.ttl) - clock_timestamp())"
+    f" FROM {{s}}.nodes n WHERE n.node_id <> %s AND {_LIVE}"
+)
 _OWNED = (
     "SELECT session_id, epoch FROM {s}.sessions WHERE owner_node = %s AND owner_incarnation = %s"
 )
@@ -162,6 +166,7 @@ class LeaseTable:
         self._owner = q(_OWNER)
         self._owners = q(_OWNERS)
         self._owned = q(_OWNED)
+        self._next_lapse = q(_NEXT_LAPSE)
         self._set_state = q(_SET_STATE)
         self._release = q(_RELEASE)
         self._drain_sessions = q(_DRAIN_SESSIONS)
@@ -307,6 +312,15 @@ class LeaseTable:
             incarnation,
         )
         return {str(row[0]) for row in conn.execute(self._advance_marks, params).fetchall()}
+
+    def next_lapse(self, node_id: str) -> float | None:
+        """Seconds (by the database's clock) until the first lease of a live node other than
+        ``node_id`` lapses, unless it renews first; ``None`` if no other node is live."""
+        row = self.store.run(
+            "reading the nodes' leases",
+            lambda conn: conn.execute(self._next_lapse, (node_id,)).fetchone(),
+        )
+        return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     def claim_orphans(self, node_id: str, incarnation: int, limit: int) -> list[tuple[str, int]]:
         """Claim up to ``limit`` active sessions whose owner is gone (rows locked by another

@@ -6,6 +6,7 @@ The data flow, all rules decided in PostgreSQL (``_leases``)::
     host ── save(snapshot) ──────▶ save_checkpoint(..., fence = me, epoch) ─▶ OwnershipLost?
     heartbeat thread, every ttl/3 ─▶ nodes: heartbeat = now()   (on the database clock)
     sweeper thread, every sweep ──▶ claim orphans (FOR UPDATE SKIP LOCKED) ─▶ adopt(sid)
+        (every ttl/4, or sooner: at the moment another node's lease lapses)
     shutdown ── drain() ─────────▶ sessions: owner = NULL; nodes: heartbeat = NULL
 
 Self-fencing: the node counts, on its own monotonic clock, from the moment it
@@ -37,6 +38,7 @@ from supervisor.errors import (
     NodeIdInUse,
     OwnershipLost,
     SessionOwnedElsewhere,
+    StoreBusy,
     StoreUnreachable,
 )
 from supervisor.postgres_store import Fence, PostgresCheckpointStore
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
 __all__ = ["ClusterNode"]
 
 logger = logging.getLogger("supervisor.cluster")
+
+_AFTER_LAPSE = 0.01
+"""Seconds a sweep waits past a lease's lapse, so the database sees it lapsed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +329,7 @@ class ClusterNode:
 
     def _housekeep(self) -> None:
         while True:
-            self._wake.wait(self.config.sweep_every)
+            self._wake.wait(self._until_next_sweep())
             self._wake.clear()
             if self._stopping.is_set():
                 return
@@ -343,6 +348,21 @@ class ClusterNode:
                     self.sweep()
                 except Exception:
                     logger.exception("node %r: sweep for orphaned sessions failed", self.node_id)
+
+    def _until_next_sweep(self) -> float:
+        """Seconds until the next sweep: ``sweep_every``, or less when another node's lease
+        lapses sooner, so its sessions are taken over the moment they can be, not up to a
+        sweep interval later (a dead node's lease no longer moves; a live node's renews
+        before it lapses, so it never brings a sweep forward)."""
+        every = self.config.sweep_every
+        if self.config.template is None or not self.adopting or self._stopping.is_set():
+            return every
+        try:
+            lapse = self._table.next_lapse(self.node_id)
+        except (StoreUnreachable, StoreBusy) as exc:
+            logger.debug("node %r: reading the leases failed: %s", self.node_id, exc)
+            return every
+        return every if lapse is None else min(every, lapse + _AFTER_LAPSE)
 
     @property
     def adopting(self) -> bool:

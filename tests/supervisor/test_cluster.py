@@ -27,10 +27,11 @@ from supervisor import (
     SessionOwnedElsewhere,
 )
 from supervisor.cluster import ClusterNode, NodeConfig
+from supervisor.cluster._leases import LeaseTable
 from tests.actors.snapshot_helpers import session_state
 from tests.pg_private import PrivateServer, ShutdownMode
 from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, sql, whereami
-from tests.supervisor.host_helpers import EventWaiter, host_options, pairs, template
+from tests.supervisor.host_helpers import EventWaiter, host_options, pairs, poll_until, template
 
 FIVE_MINUTES_NS = 300 * 10**9
 
@@ -409,3 +410,41 @@ def test_shutdown_stops_adopting_before_its_final_checkpoints(cluster: Cluster) 
     b._checkpoints.observe(lambda info, seconds: adopting_at_save.append(node.adopting))
     b.shutdown()
     assert adopting_at_save == [False]  # the final checkpoint came after the stop
+
+
+def test_next_lapse_is_the_first_other_live_nodes_lease(cluster: Cluster) -> None:
+    a, b = cluster.node("a", ttl=60.0), cluster.node("b", ttl=60.0)
+    assert a.node is not None
+    assert b.node is not None
+    table = LeaseTable(cluster.store())
+    lapse = table.next_lapse("a")
+    assert lapse is not None
+    assert 55.0 < lapse <= 60.0  # b's, renewed just now
+    sql(table.store, "UPDATE {s}.nodes SET heartbeat = heartbeat - interval '50 seconds'"
+        " WHERE node_id = 'b'")  # fmt: skip
+    lapse = table.next_lapse("a")
+    assert lapse is not None
+    assert 5.0 < lapse <= 10.0
+    expire(table.store, "b")
+    assert table.next_lapse("a") is None  # no other live node
+    assert table.next_lapse("b") is not None  # a's
+
+
+def test_the_sweeper_takes_a_dead_nodes_sessions_when_its_lease_lapses_not_a_sweep_later(
+    cluster: Cluster,
+) -> None:
+    ttl = 40.0  # a sweep every 10 s
+    a = cluster.node("a", ttl=ttl)
+    a.start_session(template(), "s")
+    a.send("s", "before")
+    lapses_in = 0.5
+    sql(cluster.store(), "UPDATE {s}.nodes SET heartbeat = clock_timestamp()"
+        " - %s * interval '1 second' WHERE node_id = 'a'", (ttl - lapses_in,))  # fmt: skip
+    started = time.monotonic()
+    b = cluster.node("b", ttl=ttl)  # its sweeper starts now (a's heartbeat renews in ~13 s)
+    node = b.node
+    assert node is not None
+    taken = poll_until(lambda: "s" in node.leases(), timeout=ttl / 4 - 1.0)
+    assert taken, "not taken over before the next regular sweep"
+    assert time.monotonic() - started >= lapses_in * 0.5  # not before the lapse (roughly)
+    assert [text for text, _ in pairs(b.history("s"))] == ["before"]

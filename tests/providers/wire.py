@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -489,6 +490,13 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False  # joined by server_close: a test leaves no thread behind
     block_on_close = True
     wire: WireServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its connection (an SDK dropping a pooled one, a stream cut
+        off) is not an error of the server's; anything else is printed as before."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class WireServer:

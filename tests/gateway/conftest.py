@@ -14,6 +14,7 @@ import uvicorn
 from gateway import KeyStore, Limits, create_app, load_templates
 from gateway.server import bind
 from supervisor import AgentHost, AsyncAgentHost
+from tests.gateway.cluster_nodes import Nodes
 
 TEMPLATES = ["echo=tests.gateway.agents:echo", "streaming=tests.gateway.agents:make_streaming"]
 
@@ -65,3 +66,13 @@ def served(tmp_path: Path, limits: Limits) -> Iterator[Served]:
         stop_server(server, thread)
         host.shutdown()
         keys.close()
+
+
+@pytest.fixture
+def nodes(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Nodes]:
+    """Gateway nodes of one cluster on the test's PostgreSQL schema, stopped at the end."""
+    made = Nodes(pg_dsn, pg_schema, tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +25,6 @@ from tests.gateway.cluster_nodes import (
 from tests.supervisor.cluster_helpers import sql
 
 LIMIT_DETAIL = "tenant has {} sessions, the most allowed; delete one first"
-
-
-@pytest.fixture
-def nodes(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Nodes]:
-    made = Nodes(pg_dsn, pg_schema, tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def listed(node: GatewayNode, key: str) -> list[dict[str, Any]]:

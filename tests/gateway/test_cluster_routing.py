@@ -12,7 +12,6 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,18 +27,18 @@ from tests.gateway.cluster_nodes import WAIT, Nodes, ServeProcess, created
 from tests.supervisor.cluster_helpers import sql
 
 
-@pytest.fixture
-def nodes(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Nodes]:
-    made = Nodes(pg_dsn, pg_schema, tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def _texts(history: httpx.Response) -> list[str]:
     assert history.status_code == 200, history.text
     return [m["content"] for m in history.json()["messages"]]
+
+
+def _session_with_a_turn(owner: ServeProcess, key: str) -> None:
+    """Create session ``s`` on ``owner`` and have it answer ``one``: it owns ``s`` now."""
+    with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
+        made = a.post("/v1/sessions", json={"template": "echo", "session_id": "s"})
+        assert made.status_code == 201, made.text
+        answer = a.post("/v1/sessions/s/messages", json={"text": "one"})
+        assert answer.status_code == 200, answer.text
 
 
 def test_any_node_serves_any_session(nodes: Nodes) -> None:
@@ -143,12 +142,7 @@ def test_a_killed_owner_is_a_retryable_503_then_the_receiving_node_answers(
     try:
         b = nodes.start("b", ttl=ttl)
         key = b.keys.create("acme").key
-        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
-            assert (
-                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
-                == 201
-            )
-            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        _session_with_a_turn(owner, key)
         owner.kill()
         killed_at = time.monotonic()
         seen: list[httpx.Response] = []
@@ -228,12 +222,7 @@ def test_sigterm_drains_a_serve_node_and_its_sessions_move_without_the_ttl(
     try:
         b = nodes.start("b", ttl=ttl)
         key = b.keys.create("acme").key
-        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
-            assert (
-                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
-                == 201
-            )
-            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        _session_with_a_turn(owner, key)
         owner.process.terminate()
         assert owner.process.wait(WAIT) == 0  # it shut down: final checkpoints, then the drain
         rows = sql(b.host.store, "SELECT owner_node, state FROM {s}.sessions")  # type: ignore[arg-type]
@@ -255,12 +244,7 @@ def test_a_frozen_owner_ends_the_forwarded_wait_with_a_503_then_the_session_move
     try:
         b = nodes.start("b", ttl=ttl)
         key = b.keys.create("acme").key
-        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
-            assert (
-                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
-                == 201
-            )
-            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        _session_with_a_turn(owner, key)
         owner.process.send_signal(signal.SIGSTOP)  # it accepts connections, answers nothing
         try:
             frozen_at = time.monotonic()
@@ -343,12 +327,7 @@ def test_a_forwarded_event_stream_ends_with_an_error_frame_when_the_owner_dies(
     try:
         b = nodes.start("b")
         key = b.keys.create("acme").key
-        with httpx.Client(base_url=owner.url, headers={"Authorization": f"Bearer {key}"}) as a:
-            assert (
-                a.post("/v1/sessions", json={"template": "echo", "session_id": "s"}).status_code
-                == 201
-            )
-            assert a.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+        _session_with_a_turn(owner, key)
         with (
             b.client(key) as client,
             client.stream("GET", "/v1/sessions/s/events", params={"since": "0"}) as stream,

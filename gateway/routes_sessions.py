@@ -5,17 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Final
 
 from fastapi import APIRouter, Response
 
 from gateway._context import Caller, Gateway, GatewayDep, host_id, public_id
+from gateway.keys import now_ms
 from gateway.problems import Problem, ProblemError
 from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
-from supervisor import SessionAlreadyExists, SessionInfo, SessionOwnedElsewhere
+from supervisor import SessionAlreadyExists, SessionInfo, SessionNotFound, SessionOwnedElsewhere
 
 __all__ = ["router", "session_body", "session_out"]
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+STALE_RECORD_SECONDS: Final = 60.0
+"""A recorded session that no host runs, older than this, was left by a create that
+died between recording it and starting it: deleting it drops the record (it was
+listed as ``starting`` and counted against the tenant's limit). A younger one may
+be a create still in flight, and is left to it."""
 
 
 def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
@@ -90,8 +98,27 @@ async def get_session(session_id: str, gateway: GatewayDep, key: Caller) -> Sess
 async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> Response:
     """Stop the session and delete its checkpoints: it is gone for good."""
     internal = host_id(key.tenant_id, session_id)
-    gateway.owned(key.tenant_id, session_id)
+    try:
+        gateway.owned(key.tenant_id, session_id)
+    except SessionNotFound:
+        if not await asyncio.to_thread(_forget_stale_record, gateway, key.tenant_id, internal):
+            raise
+        return Response(status_code=204)
     await gateway.ahost.stop_session(internal, tenant_id=key.tenant_id)
     await asyncio.to_thread(gateway.ahost.host.store.delete, internal)
     gateway.keys.forget_session(internal)
     return Response(status_code=204)
+
+
+def _forget_stale_record(gateway: Gateway, tenant_id: str, internal: str) -> bool:
+    """Drop the stale record of ``internal`` (see ``STALE_RECORD_SECONDS``), and any
+    checkpoints of it; whether there was one."""
+    cutoff = now_ms() - int(STALE_RECORD_SECONDS * 1000)
+    stale = any(
+        record.session_id == internal and record.created_at <= cutoff
+        for record in gateway.keys.tenant_sessions(tenant_id)
+    )
+    if stale:
+        gateway.ahost.host.store.delete(internal)
+        gateway.keys.forget_session(internal)
+    return stale

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 import pykka
 
@@ -30,7 +30,7 @@ from actors._strip import strip_live
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
-from actors.model import Model, ModelResponse, RespondModel
+from actors.model import GenerateModel, Model, ModelResponse
 from actors.plugins import Plugin
 from actors.providers import ProviderRegistry
 from actors.request import Credentials, ModelRequest
@@ -224,9 +224,11 @@ class AgentSession(pykka.ThreadingActor):
         self._message_list: list[Message] | None = None  # see ``_messages``
         self._history = HistoryCodec()
         self._start_error: BaseException | None = None
-        # Set by ``on_start`` once it is over; ``_start_ok`` when the hooks all succeeded
+        # Held until ``on_start`` is over (a one-shot signal to ``start``, the one waiter:
+        # a lock costs a tenth of an Event); ``_start_ok`` when the hooks all succeeded
         # (see ``start``: a start that succeeded needs no round trip through the inbox).
-        self._start_done = threading.Event()
+        self._start_done = threading.Lock()
+        self._start_done.acquire()
         self._start_ok = False
         self._steered: list[str] = []
         self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
@@ -260,11 +262,16 @@ class AgentSession(pykka.ThreadingActor):
 
     def _model_call(self, model: Model) -> Callable[[Sequence[Message], list[Tool]], ModelResponse]:
         """How this session calls its model, chosen once: ``respond`` with a request, or
-        ``generate`` (see ``actors.model``)."""
-        if isinstance(model, RespondModel):
-            self._respond_to = model.respond
+        ``generate`` (see ``actors.model``).
+
+        ``isinstance(model, RespondModel)`` asks exactly whether ``model.respond`` is
+        there and not ``None``; asked here directly, since the runtime protocol check
+        walks the protocol's attributes on every call: a quarter of a new session's constructor."""
+        respond = getattr(model, "respond", None)
+        if respond is not None:
+            self._respond_to: Callable[[ModelRequest], ModelResponse] = respond
             return self._respond
-        return model.generate
+        return cast(GenerateModel, model).generate
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
@@ -308,7 +315,7 @@ class AgentSession(pykka.ThreadingActor):
                 self._tool_list.append(item)
             self._start_ok = True
         finally:  # a BaseException too: ``start`` stops waiting and asks what happened
-            self._start_done.set()
+            self._start_done.release()
 
     def _wrap_tool(self, tool: Tool) -> Tool:
         """How this session runs ``tool``: here, as it is. The plugins' tools pass through it at
@@ -660,12 +667,12 @@ def _started_well(ref: pykka.ActorRef[Any], timeout: float) -> bool:
     """Whether the session of ``ref`` ran its own ``on_start`` to success; waits up to
     ``timeout`` for it to be over (then raises ``pykka.Timeout``, as the ask would).
 
-    Waits on the thread-safe event ``on_start`` sets when it is over (Pykka's
-    ``ActorRef`` keeps a weak reference to its actor; a collected actor has ended).
+    Waits for the lock ``on_start`` releases when it is over (Pykka's ``ActorRef``
+    keeps a weak reference to its actor; a collected actor has ended).
     """
     actor = ref._actor_weakref()
     if not isinstance(actor, AgentSession):
         return False
-    if not actor._start_done.wait(timeout):
+    if not actor._start_done.acquire(timeout=timeout):
         raise pykka.Timeout(f"{ref} did not finish its start within {timeout} s")
     return actor._start_ok

@@ -10,11 +10,12 @@ buffer are the two parts shared with other threads, and both are thread-safe.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 import pykka
 
@@ -29,7 +30,7 @@ from actors._strip import strip_live
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
-from actors.model import Model, ModelResponse, RespondModel
+from actors.model import GenerateModel, Model, ModelResponse
 from actors.plugins import Plugin
 from actors.providers import ProviderRegistry
 from actors.request import Credentials, ModelRequest
@@ -223,6 +224,12 @@ class AgentSession(pykka.ThreadingActor):
         self._message_list: list[Message] | None = None  # see ``_messages``
         self._history = HistoryCodec()
         self._start_error: BaseException | None = None
+        # Held until ``on_start`` is over (a one-shot signal to ``start``, the one waiter:
+        # a lock costs a tenth of an Event); ``_start_ok`` when the hooks all succeeded
+        # (see ``start``: a start that succeeded needs no round trip through the inbox).
+        self._start_done = threading.Lock()
+        self._start_done.acquire()
+        self._start_ok = False
         self._steered: list[str] = []
         self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
         self._system: Message | None = None
@@ -255,11 +262,16 @@ class AgentSession(pykka.ThreadingActor):
 
     def _model_call(self, model: Model) -> Callable[[Sequence[Message], list[Tool]], ModelResponse]:
         """How this session calls its model, chosen once: ``respond`` with a request, or
-        ``generate`` (see ``actors.model``)."""
-        if isinstance(model, RespondModel):
-            self._respond_to = model.respond
+        ``generate`` (see ``actors.model``).
+
+        ``isinstance(model, RespondModel)`` asks exactly whether ``model.respond`` is
+        there and not ``None``; asked here directly, since the runtime protocol check
+        walks the protocol's attributes on every call: a quarter of a new session's constructor."""
+        respond = getattr(model, "respond", None)
+        if respond is not None:
+            self._respond_to: Callable[[ModelRequest], ModelResponse] = respond
             return self._respond
-        return model.generate
+        return cast(GenerateModel, model).generate
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
@@ -267,18 +279,22 @@ class AgentSession(pykka.ThreadingActor):
 
         Without plugins (and with this class's own ``on_start``) nothing at start
         can fail, so it does not wait for the actor's thread: a call asked at once
-        is queued behind the start as any other.
+        is queued behind the start as any other. With them it waits until
+        ``on_start`` is over; a start that failed (or an ``on_start`` of a
+        subclass) is then asked about through the inbox, which raises what failed.
 
         Raises:
             PluginError: a ``session_start`` hook raised; the actor was stopped.
             pykka.Timeout: the hooks took longer than ``start_timeout``.
         """
         ref = super().start(*args, **kwargs)
+        own_start = cls.on_start is AgentSession.on_start
         template = kwargs["template"] if "template" in kwargs else args[0] if args else None
-        if cls.on_start is AgentSession.on_start and not getattr(template, "plugins", True):
+        if own_start and not getattr(template, "plugins", True):
             return ref  # no hook to wait for: that round trip would only cost the caller
         try:
-            ref.ask(_StartCheck(), timeout=cls.start_timeout)
+            if not (own_start and _started_well(ref, cls.start_timeout)):
+                ref.ask(_StartCheck(), timeout=cls.start_timeout)
         except BaseException:
             ref.stop(block=False)
             raise
@@ -288,14 +304,18 @@ class AgentSession(pykka.ThreadingActor):
 
     def on_start(self) -> None:
         try:
-            offered = self.plugins.start(self.tools)
-        except Exception as exc:
-            self._start_error = exc
-            self.plugins.end("error")
-            return
-        for item in offered:  # the plugins' tools, alongside the template's
-            self.tools[item.name] = self._wrap_tool(item)
-            self._tool_list.append(item)
+            try:
+                offered = self.plugins.start(self.tools)
+            except Exception as exc:
+                self._start_error = exc
+                self.plugins.end("error")
+                return
+            for item in offered:  # the plugins' tools, alongside the template's
+                self.tools[item.name] = self._wrap_tool(item)
+                self._tool_list.append(item)
+            self._start_ok = True
+        finally:  # a BaseException too: ``start`` stops waiting and asks what happened
+            self._start_done.release()
 
     def _wrap_tool(self, tool: Tool) -> Tool:
         """How this session runs ``tool``: here, as it is. The plugins' tools pass through it at
@@ -641,3 +661,18 @@ class AgentSession(pykka.ThreadingActor):
 AgentSession.__module__ = "actors"
 for _cls in (Send, TakeSnapshot, GetHistory):
     _cls.__module__ = "actors"
+
+
+def _started_well(ref: pykka.ActorRef[Any], timeout: float) -> bool:
+    """Whether the session of ``ref`` ran its own ``on_start`` to success; waits up to
+    ``timeout`` for it to be over (then raises ``pykka.Timeout``, as the ask would).
+
+    Waits for the lock ``on_start`` releases when it is over (Pykka's ``ActorRef``
+    keeps a weak reference to its actor; a collected actor has ended).
+    """
+    actor = ref._actor_weakref()
+    if not isinstance(actor, AgentSession):
+        return False
+    if not actor._start_done.acquire(timeout=timeout):
+        raise pykka.Timeout(f"{ref} did not finish its start within {timeout} s")
+    return actor._start_ok

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -1192,3 +1193,34 @@ def test_send_message_form_runs_a_turn(start: Starter) -> None:
     with pytest.raises(TypeError, match="does not understand"):
         ref.ask("hello", timeout=WAIT)
     assert history(ref.proxy()) == [Message.user("hello"), answer]
+
+
+def test_start_of_a_subclass_with_its_own_on_start_waits_through_the_inbox() -> None:
+    """``start`` waits on ``on_start``'s own event only for this class's ``on_start``; a
+    subclass's (which may never set it) is asked about through the inbox instead."""
+    ran = threading.Event()
+
+    class Own(AgentSession):
+        def on_start(self) -> None:
+            ran.set()  # neither super().on_start() nor the event: plugins not started
+
+    class Counts(Plugin):
+        pass
+
+    ref = Own.start(AgentTemplate(plugins=[Counts()]))
+    try:
+        assert ran.is_set()
+        assert ref.is_alive()
+    finally:
+        ref.stop(timeout=WAIT)
+
+
+def test_a_failed_start_raises_at_once_not_after_start_timeout() -> None:
+    class Fails(Plugin):
+        def session_start(self, ctx: PluginContext) -> None:
+            raise OSError("no disk")
+
+    started = time.monotonic()
+    with pytest.raises(PluginError, match="no disk"):
+        AgentSession.start(AgentTemplate(plugins=[Fails()]))
+    assert time.monotonic() - started < AgentSession.start_timeout / 2

@@ -309,8 +309,13 @@ class PostgresCheckpointStore(ClosingContext):
     def _borrow(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
-        with self._pool.connection() as conn:
+        # getconn/putconn rather than connection(): its ``with conn`` would only commit an
+        # autocommit connection (a no-op); putconn rolls back a transaction left open.
+        conn = self._pool.getconn()
+        try:
             yield conn
+        finally:
+            self._pool.putconn(conn)
 
     def run(self, action: str, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
         """Run ``work`` on a pooled autocommit connection; once more on a fresh one if the

@@ -305,55 +305,55 @@ _V3 = (
             END IF;
             out_epoch := COALESCE(out_epoch, 0);
         END IF;
-        IF p_log_gen IS NULL THEN  -- no messages: count the checkpoint if the session has a log
-            UPDATE {s}.message_logs l SET saves = l.saves + 1
-             WHERE l.session_id = p_session
-            RETURNING l.saves INTO v_saves;
-        ELSIF p_expect_gen IS NULL THEN  -- the session's first log: unless one came first
-            out_chunks := CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END;
-            INSERT INTO {s}.message_logs AS l (session_id, gen, length, digest, chunks, saves)
-                 VALUES (p_session, p_log_gen, p_log_bytes, p_stored_digest, out_chunks,
-                    (SELECT count(*) FROM {s}.checkpoints k WHERE k.session_id = p_session) + 1)
-                ON CONFLICT (session_id) DO NOTHING
-            RETURNING l.saves INTO v_saves;
-            IF NOT FOUND THEN
+        IF p_log_gen = p_expect_gen AND p_append_at > 0 THEN
+            -- The usual save: it appends to the log it expects. One statement: the log's row
+            -- (only if it is still that log), the appended chunk, the checkpoint.
+            WITH l AS (
+                UPDATE {s}.message_logs l
+                   SET length = p_log_bytes, digest = p_stored_digest,
+                       chunks = l.chunks + CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END,
+                       saves = l.saves + 1
+                 WHERE l.session_id = p_session AND l.gen = p_expect_gen
+                   AND l.length = p_expect_length AND l.digest = p_expect_digest
+                RETURNING l.chunks, l.saves
+            ), c AS (
+                INSERT INTO {s}.message_chunks AS c
+                     SELECT p_session, p_log_gen, p_append_at, p_append FROM l
+                      WHERE length(p_append) > 0
+                    ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data
+            ), k AS (
+                INSERT INTO {s}.checkpoints AS k (session_id, checkpoint_id, epoch, saved_at_us,
+                        label, size, body, log_gen, log_bytes, log_count, log_digest, body_check)
+                     SELECT p_session, p_checkpoint, out_epoch, p_saved_at_us, p_label, p_size,
+                        p_body, p_log_gen, p_log_bytes, p_log_count, p_log_digest, p_check FROM l
+                    ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET epoch = EXCLUDED.epoch,
+                        saved_at_us = EXCLUDED.saved_at_us, label = EXCLUDED.label,
+                        size = EXCLUDED.size, body = EXCLUDED.body, log_gen = EXCLUDED.log_gen,
+                        log_bytes = EXCLUDED.log_bytes, log_count = EXCLUDED.log_count,
+                        log_digest = EXCLUDED.log_digest, body_check = EXCLUDED.body_check
+            )
+            SELECT l.chunks, l.saves INTO out_chunks, v_saves FROM l;
+            IF NOT FOUND THEN  -- not the log expected: nothing was written
                 out_status := 2;
                 RETURN;
             END IF;
-            IF out_chunks > 0 THEN
-                INSERT INTO {s}.message_chunks AS c VALUES (p_session, p_log_gen, 0, p_append)
-                    ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
-            END IF;
-            DELETE FROM {s}.message_chunks c  -- generations no checkpoint uses any more
-             WHERE c.session_id = p_session AND c.gen <> p_log_gen
-               AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
-                                WHERE k.session_id = p_session AND k.log_gen = c.gen);
-        ELSE  -- the log must still be the one the client extends: else nothing is written
-            UPDATE {s}.message_logs l
-               SET gen = p_log_gen, length = p_log_bytes, digest = p_stored_digest,
-                   chunks = CASE WHEN p_log_gen = p_expect_gen AND p_append_at > 0
-                                 THEN l.chunks ELSE 0 END
-                            + CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END,
-                   saves = l.saves + 1
-             WHERE l.session_id = p_session AND l.gen = p_expect_gen
-               AND l.length = p_expect_length AND l.digest = p_expect_digest
-            RETURNING l.chunks, l.saves INTO out_chunks, v_saves;
-            IF NOT FOUND THEN
-                out_status := 2;
-                RETURN;
-            END IF;
-            IF p_log_gen = p_expect_gen THEN
-                IF p_append_at = 0 THEN  -- rewritten whole, as one chunk
-                    DELETE FROM {s}.message_chunks c
-                     WHERE c.session_id = p_session AND c.gen = p_log_gen;
+        ELSE
+            IF p_log_gen IS NULL THEN  -- no messages: count the checkpoint if the session has a log
+                UPDATE {s}.message_logs l SET saves = l.saves + 1
+                 WHERE l.session_id = p_session
+                RETURNING l.saves INTO v_saves;
+            ELSIF p_expect_gen IS NULL THEN  -- the session's first log: unless one came first
+                out_chunks := CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END;
+                INSERT INTO {s}.message_logs AS l (session_id, gen, length, digest, chunks, saves)
+                     VALUES (p_session, p_log_gen, p_log_bytes, p_stored_digest, out_chunks,
+                        (SELECT count(*) FROM {s}.checkpoints k WHERE k.session_id = p_session) + 1)
+                    ON CONFLICT (session_id) DO NOTHING
+                RETURNING l.saves INTO v_saves;
+                IF NOT FOUND THEN
+                    out_status := 2;
+                    RETURN;
                 END IF;
-                IF length(p_append) > 0 THEN
-                    INSERT INTO {s}.message_chunks AS c
-                         VALUES (p_session, p_log_gen, p_append_at, p_append)
-                        ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
-                END IF;
-            ELSE  -- a new generation
-                IF length(p_append) > 0 THEN
+                IF out_chunks > 0 THEN
                     INSERT INTO {s}.message_chunks AS c VALUES (p_session, p_log_gen, 0, p_append)
                         ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
                 END IF;
@@ -361,17 +361,52 @@ _V3 = (
                  WHERE c.session_id = p_session AND c.gen <> p_log_gen
                    AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
                                     WHERE k.session_id = p_session AND k.log_gen = c.gen);
+            ELSE  -- the log must still be the one the client extends: else nothing is written
+                UPDATE {s}.message_logs l
+                   SET gen = p_log_gen, length = p_log_bytes, digest = p_stored_digest,
+                       chunks = CASE WHEN p_log_gen = p_expect_gen AND p_append_at > 0
+                                     THEN l.chunks ELSE 0 END
+                                + CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END,
+                       saves = l.saves + 1
+                 WHERE l.session_id = p_session AND l.gen = p_expect_gen
+                   AND l.length = p_expect_length AND l.digest = p_expect_digest
+                RETURNING l.chunks, l.saves INTO out_chunks, v_saves;
+                IF NOT FOUND THEN
+                    out_status := 2;
+                    RETURN;
+                END IF;
+                IF p_log_gen = p_expect_gen THEN
+                    IF p_append_at = 0 THEN  -- rewritten whole, as one chunk
+                        DELETE FROM {s}.message_chunks c
+                         WHERE c.session_id = p_session AND c.gen = p_log_gen;
+                    END IF;
+                    IF length(p_append) > 0 THEN
+                        INSERT INTO {s}.message_chunks AS c
+                             VALUES (p_session, p_log_gen, p_append_at, p_append)
+                            ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                    END IF;
+                ELSE  -- a new generation
+                    IF length(p_append) > 0 THEN
+                        INSERT INTO {s}.message_chunks AS c
+                             VALUES (p_session, p_log_gen, 0, p_append)
+                            ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                    END IF;
+                    DELETE FROM {s}.message_chunks c  -- generations no checkpoint uses any more
+                     WHERE c.session_id = p_session AND c.gen <> p_log_gen
+                       AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
+                                        WHERE k.session_id = p_session AND k.log_gen = c.gen);
+                END IF;
             END IF;
+            INSERT INTO {s}.checkpoints AS k (session_id, checkpoint_id, epoch, saved_at_us, label,
+                    size, body, log_gen, log_bytes, log_count, log_digest, body_check)
+                 VALUES (p_session, p_checkpoint, out_epoch, p_saved_at_us, p_label, p_size, p_body,
+                    p_log_gen, p_log_bytes, p_log_count, p_log_digest, p_check)
+                ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET epoch = EXCLUDED.epoch,
+                    saved_at_us = EXCLUDED.saved_at_us, label = EXCLUDED.label,
+                    size = EXCLUDED.size, body = EXCLUDED.body, log_gen = EXCLUDED.log_gen,
+                    log_bytes = EXCLUDED.log_bytes, log_count = EXCLUDED.log_count,
+                    log_digest = EXCLUDED.log_digest, body_check = EXCLUDED.body_check;
         END IF;
-        INSERT INTO {s}.checkpoints AS k (session_id, checkpoint_id, epoch, saved_at_us, label,
-                size, body, log_gen, log_bytes, log_count, log_digest, body_check)
-             VALUES (p_session, p_checkpoint, out_epoch, p_saved_at_us, p_label, p_size, p_body,
-                p_log_gen, p_log_bytes, p_log_count, p_log_digest, p_check)
-            ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET epoch = EXCLUDED.epoch,
-                saved_at_us = EXCLUDED.saved_at_us, label = EXCLUDED.label,
-                size = EXCLUDED.size, body = EXCLUDED.body, log_gen = EXCLUDED.log_gen,
-                log_bytes = EXCLUDED.log_bytes, log_count = EXCLUDED.log_count,
-                log_digest = EXCLUDED.log_digest, body_check = EXCLUDED.body_check;
         -- Prune only when the session may hold more than keep_last checkpoints (no log row:
         -- no bound, always).
         IF p_keep_last IS NOT NULL AND (v_saves IS NULL OR v_saves > p_keep_last) THEN

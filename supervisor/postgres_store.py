@@ -157,7 +157,8 @@ class PostgresCheckpointStore(ClosingContext):
     bounds the checkpoints kept per session.
 
     Speed: a save is one round trip (a PL/pgSQL function does the fence check,
-    the log append, the upsert and the pruning). The instance remembers the
+    the log append and the upsert, and prunes when the session may hold more
+    than ``keep_last`` checkpoints). The instance remembers the
     log it last wrote per session (64 MiB in all) so that a save sends only
     the new messages; the function checks that the log is still that one, and
     a save finding it changed (written by another instance) reads it first.

@@ -282,27 +282,27 @@ _V3 = (
     LANGUAGE plpgsql AS $$
     DECLARE
         v_owner text;
+        v_incarnation bigint;
         v_saves bigint;
         v_count integer;
     BEGIN
         out_chunks := NULL;
+        -- The fence: the session's row by its key alone (the owner's index would have the
+        -- lookup walk every session of the node), locked even when it refuses the save.
+        SELECT s.epoch, s.owner_node, s.owner_incarnation
+          INTO out_epoch, v_owner, v_incarnation
+          FROM {s}.sessions s WHERE s.session_id = p_session
+           FOR SHARE;
         IF p_node IS NOT NULL THEN
-            SELECT s.epoch INTO out_epoch FROM {s}.sessions s
-             WHERE s.session_id = p_session AND s.owner_node = p_node
-               AND s.owner_incarnation = p_incarnation AND s.epoch = p_epoch
-             FOR SHARE;
-            IF NOT FOUND THEN
+            IF NOT FOUND OR v_owner IS DISTINCT FROM p_node
+               OR v_incarnation IS DISTINCT FROM p_incarnation OR out_epoch <> p_epoch THEN
                 out_status := 1;
                 RETURN;
             END IF;
+        ELSIF v_owner IS NOT NULL THEN
+            out_status := 1;
+            RETURN;
         ELSE
-            SELECT s.epoch, s.owner_node INTO out_epoch, v_owner FROM {s}.sessions s
-             WHERE s.session_id = p_session
-             FOR SHARE;
-            IF v_owner IS NOT NULL THEN
-                out_status := 1;
-                RETURN;
-            END IF;
             out_epoch := COALESCE(out_epoch, 0);
         END IF;
         IF p_log_gen = p_expect_gen AND p_append_at > 0 THEN

@@ -112,8 +112,8 @@ def store_figures(dsn: str) -> list[tuple[str, str]]:
                 _timed(functools.partial(store.save, theirs), plain)
                 _timed(functools.partial(_bare_insert, bare, bare_snap, data), raw)
                 last = {"fenced": mine, "bare": bare_snap}
-        session_rows = _session_figures(store, node, bare)  # before the pool grows
         load_rows = _load_figures(store, bare, last["fenced"], last["bare"])
+        session_rows = _session_figures(store, node, bare)  # before the pool grows
         commit_rows = _group_commit_figures(store)
     finally:
         node.drain()
@@ -140,6 +140,7 @@ def _session_figures(
     store: PostgresCheckpointStore, node: ClusterNode, bare: psycopg.Connection[Any]
 ) -> list[tuple[str, str]]:
     """Fenced saves of a running session's snapshots against the bare insert of their bytes."""
+    bare.autocommit = False  # as in the first figure: INSERT, then COMMIT
     ours: list[float] = []
     raw: list[float] = []
     for round_ in range(ROUNDS):

@@ -66,6 +66,8 @@ _NONE_LOG = (None, None, None, None, None, None)
 """The expectation and append columns of a save without a message log."""
 # SQLSTATEs of a connection that is gone: class 08, and the server shutting it down.
 _CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+_SAVE_CURSOR = "_sessionvisor_save_cursor"
+"""The attribute of a pooled connection holding its cursor for saves (``_save_cursor``)."""
 _CANCELLED_WAITING = frozenset({"55P03", "57014"})
 """SQLSTATEs of a statement the server cancelled while it waited: after ``lock_timeout``
 (lock not available), or by a timeout or ``pg_cancel_backend`` (query canceled).
@@ -460,7 +462,7 @@ class PostgresCheckpointStore(ClosingContext):
     def _call(
         self, conn: psycopg.Connection[tuple[Any, ...]], params: tuple[Any, ...]
     ) -> tuple[int, int, int]:
-        row = conn.execute(self._q_save, params).fetchone()
+        row = _save_cursor(conn).execute(self._q_save, params).fetchone()
         assert row is not None
         status, chunks, epoch = row
         return status, chunks, epoch
@@ -570,6 +572,22 @@ class PostgresCheckpointStore(ClosingContext):
         self._closed = True
         self._pool.close()
         self._logs.clear()
+
+
+def _save_cursor(conn: psycopg.Connection[tuple[Any, ...]]) -> psycopg.Cursor[tuple[Any, ...]]:
+    """The cursor the connection's save calls run on, made at its first save and kept on it.
+
+    A cursor caches the dumpers of its parameters' types and the loaders of its
+    result's: ``conn.execute`` makes a new cursor, and finds them again, every
+    time (with the save's 21 parameters, a save's p50 was 0.03-0.07 ms longer). Used
+    only while the connection is borrowed (by one thread), for a result of three
+    numbers, so keeping it holds nothing big.
+    """
+    cursor: psycopg.Cursor[tuple[Any, ...]] | None = getattr(conn, _SAVE_CURSOR, None)
+    if cursor is None:
+        cursor = conn.cursor()
+        setattr(conn, _SAVE_CURSOR, cursor)
+    return cursor
 
 
 def _describe(psycopg: Any, conninfo: str) -> str:

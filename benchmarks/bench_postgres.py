@@ -5,6 +5,9 @@
    the same snapshot's ``serialize()`` bytes (goal: p50 ratio <= 1.5), and what
    the fence adds: the fenced save's p50 minus the same store's unfenced save's
    (goal: <= 0.3 ms).
+   The same ratio for the snapshots of a running session (``AgentSession.snapshot()``
+   after each turn of an ``EchoModel`` session with a tool, as a host saves them: their
+   messages come encoded already), for comparison only.
 2. ``load`` latest against a bare ``SELECT`` of the same rows (the checkpoint
    row and its message chunks; goal: p50 ratio <= 2.0), and against that
    ``SELECT`` plus ``Snapshot.deserialize`` of the snapshot's bytes.
@@ -34,8 +37,9 @@ from typing import Any
 
 import psycopg
 
-from actors import Snapshot
+from actors import AgentSession, Snapshot
 from benchmarks._common import percentile, print_table
+from benchmarks.bench_checkpoint_step import TEMPLATE
 from benchmarks.bench_snapshot_store import conversation
 from supervisor import Fence, PostgresCheckpointStore
 from supervisor.cluster import ClusterNode, NodeConfig
@@ -109,6 +113,7 @@ def store_figures(dsn: str) -> list[tuple[str, str]]:
                 _timed(functools.partial(_bare_insert, bare, bare_snap, data), raw)
                 last = {"fenced": mine, "bare": bare_snap}
         load_rows = _load_figures(store, bare, last["fenced"], last["bare"])
+        session_rows = _session_figures(store, node, bare)  # before the pool grows
         commit_rows = _group_commit_figures(store)
     finally:
         node.drain()
@@ -125,8 +130,35 @@ def store_figures(dsn: str) -> list[tuple[str, str]]:
         ("save / bare, p50 (goal <= 1.5)", f"{ratio:.2f}x ({_verdict(ratio <= 1.5)})"),
         ("fence cost at p50 (goal <= 0.3 ms)",
          f"{_ms(fence_cost)} ({_verdict(fence_cost <= 0.0003)})"),
+        *session_rows,
         *load_rows,
         *commit_rows,
+    ]  # fmt: skip
+
+
+def _session_figures(
+    store: PostgresCheckpointStore, node: ClusterNode, bare: psycopg.Connection[Any]
+) -> list[tuple[str, str]]:
+    """Fenced saves of a running session's snapshots against the bare insert of their bytes."""
+    bare.autocommit = False  # as in the first figure: INSERT, then COMMIT
+    ours: list[float] = []
+    raw: list[float] = []
+    for round_ in range(ROUNDS):
+        session = AgentSession(TEMPLATE, session_id=f"live{round_}")
+        session.on_start()
+        fence = Fence(node.node_id, node.incarnation, node.claim(session.session_id))
+        for turn in range(FIRST_TURN + TURNS_PER_ROUND):
+            session.send(f'/lookup {{"key": "topic-{turn}"}}')  # 4 messages a turn
+            if turn < FIRST_TURN:
+                continue
+            snapshot = session.snapshot()
+            data = snapshot.serialize()
+            _timed(functools.partial(store.save, snapshot, fence=fence), ours)
+            _timed(functools.partial(_bare_insert, bare, snapshot, data), raw)
+    ratio = statistics.median(ours) / statistics.median(raw)
+    return [
+        ("running session's snapshots: save p50 / bare p50",
+         f"{_ms(statistics.median(ours))} / {_ms(statistics.median(raw))} ({ratio:.2f}x)"),
     ]  # fmt: skip
 
 

@@ -8,7 +8,8 @@ it takes every save queued so far and runs them on one connection. Alone, a
 save runs as its own autocommit statements (one round trip for the usual
 save); several run inside one ``BEGIN`` ... ``COMMIT``. While every lane is
 busy, arrivals queue, and the next leader takes them all: under load the
-batches grow by themselves, and with idle lanes nothing waits.
+batches grow by themselves, and with idle lanes nothing waits (a save that
+finds nothing queued and a lane free runs at once, without queueing itself).
 
 A save whose write raises a Python error (``OwnershipLost``: the fence
 refused it, which writes nothing) fails alone and the batch goes on. A
@@ -80,6 +81,13 @@ class PoolCommit:
             Exception: what ``write`` raised (its changes undone), or what failed the
                 batch's connection (nothing of the batch may have been committed).
         """
+        with self._queue_lock:  # nothing queued and a lane free: run it alone, at once
+            alone = not self._queued and self._lanes.acquire(blocking=False)
+        if alone:
+            try:
+                return self._run_alone(write)
+            finally:
+                self._lanes.release()
         pending: _Pending[T] = _Pending(write)
         with self._queue_lock:
             self._queued.append(pending)
@@ -97,6 +105,26 @@ class PoolCommit:
             raise pending.error
         return pending.result  # type: ignore[return-value]  # set by the batch that ran it
 
+    def _run_alone(self, write: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
+        """A batch of one, without queueing it: ``_commit`` of ``[write]``, on the caller's lane."""
+        with self._connection() as conn:
+            try:
+                result = write(conn)
+            except self._database_error:
+                if conn.broken or conn.closed:
+                    raise  # not committed
+                self._count()
+                raise
+            except Exception:
+                self._count()
+                raise
+        self._count()
+        return result
+
+    def _count(self) -> None:
+        with self._count_lock:
+            self.commits += 1
+
     def _commit(self, batch: list[_Pending[Any]]) -> None:
         try:
             with self._connection() as conn:
@@ -106,8 +134,7 @@ class PoolCommit:
                     for pending in batch:  # a statement failed: each alone, to find which
                         pending.error = None
                         self._run_one(conn, pending)
-            with self._count_lock:
-                self.commits += 1
+            self._count()
         except BaseException as exc:
             for pending in batch:
                 if pending.error is None:

@@ -9,7 +9,10 @@ is told otherwise), so one database can hold several independent stores:
   descending: a checkpoint of a later owner is newer than any of an earlier
   one, whatever their clocks said.
 * ``message_chunks`` / ``message_logs``: each session's messages, stored once
-  in an append-only log (see ``_message_log``).
+  in an append-only log (see ``_message_log``). ``message_logs.saves``
+  (version 3) is an upper bound on the session's checkpoints: every save that
+  finds the row adds one (a save of an existing checkpoint too), deletes leave
+  it, and a prune that finds nothing to delete sets it to the true count.
 * ``nodes``: the cluster's nodes (``node_id``, ``incarnation``, ``address``,
   ``ttl``, ``heartbeat`` on the database clock; ``heartbeat`` NULL once drained).
 * ``sessions``: who owns each session (``owner_node``, ``owner_incarnation``),
@@ -25,9 +28,11 @@ is told otherwise), so one database can hold several independent stores:
 ``save_checkpoint`` (PL/pgSQL) writes one checkpoint in one round trip: it
 checks the fence (the session's owner and epoch, under a ``FOR SHARE`` lock
 that a claim must wait for), checks that the message log is still the one the
-client extends (else nothing is written and it says so: status 2), appends to
-the log or starts a new generation, upserts the checkpoint and prunes to
-``keep_last``. Status 1 means the fence refused it; nothing was written.
+client extends while it updates the log's row (else nothing is written and it
+says so: status 2), appends to the log or starts a new generation, upserts the
+checkpoint and prunes to ``keep_last`` when the session may hold more (its
+``saves`` bound says so, or it has no log row). Status 1 means the fence
+refused it; nothing was written.
 
 Migrations: ``MIGRATIONS`` lists, per schema version, the statements that
 bring the previous version to it. ``migrate`` runs the missing ones in one
@@ -255,7 +260,177 @@ _V2 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
+_V3 = (
+    # An upper bound on the session's checkpoints, so that a save prunes only when the
+    # session may hold more than keep_last. Every save that writes the log adds one
+    # (an idempotent re-save too: still a bound), deletes only lower the true count.
+    "ALTER TABLE {s}.message_logs ADD COLUMN saves bigint",
+    "UPDATE {s}.message_logs l SET saves ="
+    " (SELECT count(*) FROM {s}.checkpoints k WHERE k.session_id = l.session_id)",
+    "ALTER TABLE {s}.message_logs ALTER COLUMN saves SET NOT NULL",
+    # The same signature as version 2's, so a node still running that code calls this one.
+    """
+    CREATE OR REPLACE FUNCTION {s}.save_checkpoint(
+        p_session text, p_checkpoint text,
+        p_node text, p_incarnation bigint, p_epoch bigint,
+        p_saved_at_us bigint, p_label text, p_size integer, p_body bytea, p_check bytea,
+        p_log_gen integer, p_log_bytes integer, p_log_count integer, p_log_digest bytea,
+        p_expect_gen integer, p_expect_length integer, p_expect_digest bytea,
+        p_append_at integer, p_append bytea, p_stored_digest bytea,
+        p_keep_last integer,
+        OUT out_status integer, OUT out_chunks integer, OUT out_epoch bigint)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        v_owner text;
+        v_incarnation bigint;
+        v_saves bigint;
+        v_count integer;
+    BEGIN
+        out_chunks := NULL;
+        -- The fence: the session's row by its key alone (the owner's index would have the
+        -- lookup walk every session of the node), locked even when it refuses the save.
+        SELECT s.epoch, s.owner_node, s.owner_incarnation
+          INTO out_epoch, v_owner, v_incarnation
+          FROM {s}.sessions s WHERE s.session_id = p_session
+           FOR SHARE;
+        IF p_node IS NOT NULL THEN
+            IF NOT FOUND OR v_owner IS DISTINCT FROM p_node
+               OR v_incarnation IS DISTINCT FROM p_incarnation OR out_epoch <> p_epoch THEN
+                out_status := 1;
+                RETURN;
+            END IF;
+        ELSIF v_owner IS NOT NULL THEN
+            out_status := 1;
+            RETURN;
+        ELSE
+            out_epoch := COALESCE(out_epoch, 0);
+        END IF;
+        IF p_log_gen = p_expect_gen AND p_append_at > 0 THEN
+            -- The usual save: it appends to the log it expects. One statement: the log's row
+            -- (only if it is still that log), the appended chunk, the checkpoint.
+            WITH l AS (
+                UPDATE {s}.message_logs l
+                   SET length = p_log_bytes, digest = p_stored_digest,
+                       chunks = l.chunks + CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END,
+                       saves = l.saves + 1
+                 WHERE l.session_id = p_session AND l.gen = p_expect_gen
+                   AND l.length = p_expect_length AND l.digest = p_expect_digest
+                RETURNING l.chunks, l.saves
+            ), c AS (
+                INSERT INTO {s}.message_chunks AS c
+                     SELECT p_session, p_log_gen, p_append_at, p_append FROM l
+                      WHERE length(p_append) > 0
+                    ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data
+            ), k AS (
+                INSERT INTO {s}.checkpoints AS k (session_id, checkpoint_id, epoch, saved_at_us,
+                        label, size, body, log_gen, log_bytes, log_count, log_digest, body_check)
+                     SELECT p_session, p_checkpoint, out_epoch, p_saved_at_us, p_label, p_size,
+                        p_body, p_log_gen, p_log_bytes, p_log_count, p_log_digest, p_check FROM l
+                    ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET epoch = EXCLUDED.epoch,
+                        saved_at_us = EXCLUDED.saved_at_us, label = EXCLUDED.label,
+                        size = EXCLUDED.size, body = EXCLUDED.body, log_gen = EXCLUDED.log_gen,
+                        log_bytes = EXCLUDED.log_bytes, log_count = EXCLUDED.log_count,
+                        log_digest = EXCLUDED.log_digest, body_check = EXCLUDED.body_check
+            )
+            SELECT l.chunks, l.saves INTO out_chunks, v_saves FROM l;
+            IF NOT FOUND THEN  -- not the log expected: nothing was written
+                out_status := 2;
+                RETURN;
+            END IF;
+        ELSE
+            IF p_log_gen IS NULL THEN  -- no messages: count the checkpoint if the session has a log
+                UPDATE {s}.message_logs l SET saves = l.saves + 1
+                 WHERE l.session_id = p_session
+                RETURNING l.saves INTO v_saves;
+            ELSIF p_expect_gen IS NULL THEN  -- the session's first log: unless one came first
+                out_chunks := CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END;
+                INSERT INTO {s}.message_logs AS l (session_id, gen, length, digest, chunks, saves)
+                     VALUES (p_session, p_log_gen, p_log_bytes, p_stored_digest, out_chunks,
+                        (SELECT count(*) FROM {s}.checkpoints k WHERE k.session_id = p_session) + 1)
+                    ON CONFLICT (session_id) DO NOTHING
+                RETURNING l.saves INTO v_saves;
+                IF NOT FOUND THEN
+                    out_status := 2;
+                    RETURN;
+                END IF;
+                IF out_chunks > 0 THEN
+                    INSERT INTO {s}.message_chunks AS c VALUES (p_session, p_log_gen, 0, p_append)
+                        ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                END IF;
+                DELETE FROM {s}.message_chunks c  -- generations no checkpoint uses any more
+                 WHERE c.session_id = p_session AND c.gen <> p_log_gen
+                   AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
+                                    WHERE k.session_id = p_session AND k.log_gen = c.gen);
+            ELSE  -- the log must still be the one the client extends: else nothing is written
+                UPDATE {s}.message_logs l
+                   SET gen = p_log_gen, length = p_log_bytes, digest = p_stored_digest,
+                       chunks = CASE WHEN p_log_gen = p_expect_gen AND p_append_at > 0
+                                     THEN l.chunks ELSE 0 END
+                                + CASE WHEN length(p_append) > 0 THEN 1 ELSE 0 END,
+                       saves = l.saves + 1
+                 WHERE l.session_id = p_session AND l.gen = p_expect_gen
+                   AND l.length = p_expect_length AND l.digest = p_expect_digest
+                RETURNING l.chunks, l.saves INTO out_chunks, v_saves;
+                IF NOT FOUND THEN
+                    out_status := 2;
+                    RETURN;
+                END IF;
+                IF p_log_gen = p_expect_gen THEN
+                    IF p_append_at = 0 THEN  -- rewritten whole, as one chunk
+                        DELETE FROM {s}.message_chunks c
+                         WHERE c.session_id = p_session AND c.gen = p_log_gen;
+                    END IF;
+                    IF length(p_append) > 0 THEN
+                        INSERT INTO {s}.message_chunks AS c
+                             VALUES (p_session, p_log_gen, p_append_at, p_append)
+                            ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                    END IF;
+                ELSE  -- a new generation
+                    IF length(p_append) > 0 THEN
+                        INSERT INTO {s}.message_chunks AS c
+                             VALUES (p_session, p_log_gen, 0, p_append)
+                            ON CONFLICT (session_id, gen, start) DO UPDATE SET data = EXCLUDED.data;
+                    END IF;
+                    DELETE FROM {s}.message_chunks c  -- generations no checkpoint uses any more
+                     WHERE c.session_id = p_session AND c.gen <> p_log_gen
+                       AND NOT EXISTS (SELECT 1 FROM {s}.checkpoints k
+                                        WHERE k.session_id = p_session AND k.log_gen = c.gen);
+                END IF;
+            END IF;
+            INSERT INTO {s}.checkpoints AS k (session_id, checkpoint_id, epoch, saved_at_us, label,
+                    size, body, log_gen, log_bytes, log_count, log_digest, body_check)
+                 VALUES (p_session, p_checkpoint, out_epoch, p_saved_at_us, p_label, p_size, p_body,
+                    p_log_gen, p_log_bytes, p_log_count, p_log_digest, p_check)
+                ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET epoch = EXCLUDED.epoch,
+                    saved_at_us = EXCLUDED.saved_at_us, label = EXCLUDED.label,
+                    size = EXCLUDED.size, body = EXCLUDED.body, log_gen = EXCLUDED.log_gen,
+                    log_bytes = EXCLUDED.log_bytes, log_count = EXCLUDED.log_count,
+                    log_digest = EXCLUDED.log_digest, body_check = EXCLUDED.body_check;
+        END IF;
+        -- Prune only when the session may hold more than keep_last checkpoints (no log row:
+        -- no bound, always).
+        IF p_keep_last IS NOT NULL AND (v_saves IS NULL OR v_saves > p_keep_last) THEN
+            DELETE FROM {s}.checkpoints k
+             WHERE k.session_id = p_session AND k.checkpoint_id IN (
+                   SELECT o.checkpoint_id FROM {s}.checkpoints o WHERE o.session_id = p_session
+                    ORDER BY o.epoch DESC, o.checkpoint_id DESC OFFSET p_keep_last);
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            IF v_count > 0 THEN
+                PERFORM {s}.collect_logs(p_session);
+            ELSIF v_saves IS NOT NULL THEN  -- the bound was loose (deletes): make it exact
+                UPDATE {s}.message_logs l
+                   SET saves = (SELECT count(*) FROM {s}.checkpoints k
+                                 WHERE k.session_id = p_session)
+                 WHERE l.session_id = p_session;
+            END IF;
+        END IF;
+        out_status := 0;
+    END
+    $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
 """Per schema version, in order, the statements that bring the version before it to it
 (``{s}`` is the quoted schema name)."""
 SCHEMA_VERSION = MIGRATIONS[-1][0]

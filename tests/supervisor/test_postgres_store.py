@@ -200,6 +200,67 @@ def test_migrations_run_in_order_and_a_newer_schema_is_refused(pg_dsn: str, pg_s
         PostgresCheckpointStore(pg_dsn, schema=pg_schema)
 
 
+def _bound(store: PostgresCheckpointStore, sid: str) -> int:
+    """The session's ``message_logs.saves``: the bound on its checkpoints pruning trusts."""
+    rows = _sql(store, "SELECT saves FROM {s}.message_logs WHERE session_id = %s", (sid,))
+    return int(rows[0][0])
+
+
+def test_a_version_2_database_is_migrated_and_keeps_pruning(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v2 = MIGRATIONS[:2]
+    assert v2[-1][0] == 2
+    with monkeypatch.context() as patched:  # a store of the code before version 3
+        patched.setattr(
+            "supervisor.postgres_store.migrate",
+            lambda conn, schema: migrate(conn, schema, v2),
+        )
+        with PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=3) as old:
+            for turns in range(1, 6):
+                old.save(snap("s", turns=turns))
+            assert len(old.list("s")) == 3
+    with PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=3) as store:
+        rows = _sql(store, "SELECT value FROM {s}.meta WHERE name = 'schema_version'")
+        assert rows == [("3",)]
+        assert _bound(store, "s") == 3  # counted by the migration
+        saved = [snap("s", turns=turns) for turns in range(6, 9)]
+        for one in saved:
+            store.save(one)
+            assert len(store.list("s")) == 3
+        assert [info.checkpoint_id for info in store.list("s")] == [
+            one.checkpoint_id for one in reversed(saved)
+        ]
+        assert store.load("s") == saved[-1]
+
+
+def test_a_save_prunes_when_the_session_may_hold_more_than_keep_last(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    with PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=3) as store:
+        first = [snap("s", turns=turns) for turns in range(1, 4)]
+        for one in first:
+            store.save(one)
+        assert _bound(store, "s") == 3
+        store.delete("s", first[0].checkpoint_id)
+        store.delete("s", first[1].checkpoint_id)  # 1 kept; the bound stays 3
+        store.save(snap("s", turns=4))  # the bound says 4: a prune finds nothing, counts
+        assert _bound(store, "s") == 2
+        store.save(Snapshot.new(session_id="s", state={"session_id": "s", "messages": []}))
+        assert _bound(store, "s") == 3  # a save without messages counts too
+        newest = snap("s", turns=5)
+        store.save(newest)
+        assert _bound(store, "s") == 4
+        assert len(store.list("s")) == 3
+        store.save(newest)  # saved again (idempotent): one row; the bound said 5, so it counted
+        assert len(store.list("s")) == 3
+        assert _bound(store, "s") == 3
+        for turns in range(6, 10):
+            store.save(snap("s", turns=turns))
+            assert len(store.list("s")) == 3
+        assert store.load("s").state["messages"] == snap("s", turns=9).state["messages"]
+
+
 def test_an_unreachable_server_is_a_clear_error() -> None:
     with pytest.raises(StoreUnreachable, match=r"127\.0\.0\.1:1/x unreachable during opening"):
         PostgresCheckpointStore("host=127.0.0.1 port=1 dbname=x user=x", connect_timeout=2)

@@ -44,7 +44,7 @@ ACK: +46.9 ms -> +0.95 ms p50 at 1 client, +48.7 -> +11.7 ms at 16); a SQLite
 read of the key on the event loop per request, now cached for 1 s, and a sync
 dependency run in FastAPI's thread pool, now async (server throughput under
 cProfile at 16 clients 244-320 -> 434 requests/s; +11.7 -> +9.7/+10.1 ms p50).
-uvicorn with ``httptools`` installed (not a dependency): x0.85-0.89 the h11 p50
+uvicorn with ``httptools`` (now in the server extra): x0.85-0.89 the h11 p50
 at 1 and 16 clients (5 interleaved rounds).
 """
 

@@ -10,24 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import InvalidMessage, Message, ToolCall
+from tests.actors.message_dicts import loose_message_dicts
 
 text = st.text(max_size=5)
 fields = st.one_of(st.none(), text, st.integers(0, 3), st.lists(text, max_size=1))
 arguments = st.dictionaries(text, st.one_of(text, st.integers(), st.none()), max_size=2) | fields
-calls = st.fixed_dictionaries(
-    {}, optional={"id": fields, "name": fields, "arguments": arguments, "extra": fields}
-)
-messages = st.fixed_dictionaries(
-    {},
-    optional={
-        "role": st.sampled_from(["user", "assistant", "tool", "system", "robot"]) | fields,
-        "content": fields,
-        "tool_calls": st.lists(calls, max_size=2) | fields,
-        "tool_call_id": fields,
-        "name": fields,
-        "extra": fields,
-    },
-)
+messages = loose_message_dicts(fields, arguments)
 
 
 def _outcome(data: Any) -> Message | str:

@@ -23,6 +23,7 @@ from actors import (
 )
 from actors._codec import pack_plain
 from actors._restored import RestoredMessages
+from tests.actors.message_dicts import loose_call_dicts, loose_message_dicts
 
 text = st.text(max_size=4)
 fields = st.one_of(st.none(), text, st.integers(0, 3), st.lists(text, max_size=1))
@@ -32,20 +33,8 @@ json_values = st.recursive(
     max_leaves=4,
 )
 arguments = st.dictionaries(text, json_values, max_size=2) | fields
-calls = st.fixed_dictionaries(
-    {}, optional={"id": fields, "name": fields, "arguments": arguments, "extra": fields}
-)
-loose = st.fixed_dictionaries(
-    {},
-    optional={
-        "role": st.sampled_from(["user", "assistant", "tool", "system", "robot"]) | fields,
-        "content": fields,
-        "tool_calls": st.lists(calls, max_size=2) | fields,
-        "tool_call_id": fields,
-        "name": fields,
-        "extra": fields,
-    },
-)
+calls = loose_call_dicts(fields, arguments)
+loose = loose_message_dicts(fields, arguments)
 tool_calls = st.builds(ToolCall, text, text, st.dictionaries(text, json_values, max_size=2))
 written = st.builds(
     Message,

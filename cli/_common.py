@@ -18,7 +18,6 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from supervisor import EncryptionKeys, SQLiteCheckpointStore, SupervisorError
-from supervisor._encryption_keys import KEYS_VARIABLE
 from supervisor.errors import StoreEncrypted
 from supervisor.host import DEFAULT_DATA_DIR
 
@@ -66,11 +65,11 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
     if not path.exists():
         fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
     try:
-        keys = EncryptionKeys.from_env() if os.environ.get(KEYS_VARIABLE) else None
+        keys = EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
         store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
     except StoreEncrypted:
         fail(
-            f"the store {str(path)!r} is encrypted, give keys: set {KEYS_VARIABLE} "
+            f"the store {str(path)!r} is encrypted, give keys: set {EncryptionKeys.VARIABLE} "
             "as the host has it (key_id:base64key,...)"
         )
     except SupervisorError as exc:

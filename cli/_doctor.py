@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cli import main
 from cli._common import DB_NAME, data_dir_option, emit, fail, json_option
-from supervisor._sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
+from supervisor import SQLiteCheckpointStore
 
 __all__ = ["check", "doctor"]
 
@@ -69,13 +69,14 @@ def check(data_dir: Path) -> dict[str, object]:
                 f"{db} fails PRAGMA integrity_check ({'; '.join(result[:3])}): "
                 "stop the host and restore the file from a backup"
             )
-        if app != APPLICATION_ID:
+        if app != SQLiteCheckpointStore.APPLICATION_ID:
             problems.append(f"{db} is not a sessionvisor store: point --data-dir elsewhere")
             return report
-        if version != SCHEMA_VERSION:
+        writes = SQLiteCheckpointStore.SCHEMA_VERSION
+        if version != writes:
             problems.append(
                 f"{db} has schema version {version}, this sessionvisor writes "
-                f"{SCHEMA_VERSION}: start a host of the matching version on it to migrate"
+                f"{writes}: start a host of the matching version on it to migrate"
             )
             return report
         report["sessions"] = conn.execute(

@@ -32,7 +32,6 @@ from gateway.keys import (
     now_ms,
     read_or_create_secret,
 )
-from supervisor._pg_schema import qualify
 
 if TYPE_CHECKING:
     import psycopg
@@ -77,7 +76,7 @@ class PostgresKeyStore:
         self._secret = read_or_create_secret(directory / SECRET_FILE)
         self._store = store
         self._sql = {
-            name: qualify(text, store.schema)
+            name: store.in_schema(text)
             for name, text in {
                 "insert_key": "INSERT INTO {s}.gateway_api_keys VALUES (%s, %s, %s, %s, NULL)"
                 " ON CONFLICT (key_id) DO NOTHING",
@@ -110,7 +109,7 @@ class PostgresKeyStore:
             with conn.transaction():  # nodes starting together: one creates, the others wait
                 conn.execute(_LOCK, (store.schema,))
                 for statement in _SCHEMA:
-                    conn.execute(qualify(statement, store.schema))
+                    conn.execute(store.in_schema(statement))
 
         store.run("creating the gateway's tables", create_tables)
 

@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 from supervisor.errors import InvalidEncryptionKeys
 
@@ -62,6 +62,9 @@ class EncryptionKeys:
     """
 
     __slots__ = ("_current", "_keys", "_lock", "_provider")
+
+    VARIABLE: ClassVar[str] = KEYS_VARIABLE
+    """The environment variable ``from_env`` reads by default (``SESSIONVISOR_KEYS``)."""
 
     def __init__(self, keys: KeyEntries, *, current: str | None = None) -> None:
         entries = _validated(keys)

@@ -288,6 +288,12 @@ class PostgresCheckpointStore(ClosingContext):
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.where!r}, schema={self.schema!r})"
 
+    def in_schema(self, statement: str) -> bytes:
+        """``statement`` with each ``{s}`` replaced by this store's quoted schema, as the bytes
+        psycopg sends: for code that keeps tables of its own beside the store's (the
+        gateway's keys), e.g. ``store.in_schema("SELECT * FROM {s}.my_table")``."""
+        return qualify(statement, self.schema)
+
     @property
     def commits(self) -> int:
         """Transactions this instance's saves committed (saves divided by commits is the

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
@@ -29,7 +29,12 @@ from supervisor._message_log import (
     split,
 )
 from supervisor._row_codec import RowCodec, SealedRows
-from supervisor._sqlite_schema import SYNCHRONOUS_MODES, open_database
+from supervisor._sqlite_schema import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    SYNCHRONOUS_MODES,
+    open_database,
+)
 from supervisor._state_parts import checked, part_refs, read_refs
 from supervisor._store_encryption import encrypt_rows, open_rows, reencrypt_rows, scrub
 from supervisor.checkpoint_store import (
@@ -239,6 +244,13 @@ class SQLiteCheckpointStore(ClosingContext):
         EncryptionUnavailable: ``encryption`` is given without ``cryptography``.
         StoreCorrupted, StoreUnavailable: see "Identity" above.
     """
+
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+    """The schema version (``PRAGMA user_version``) this code writes; a store of an older
+    version is migrated when a store opens it, one of a newer version is refused."""
+
+    APPLICATION_ID: ClassVar[int] = APPLICATION_ID
+    """The ``PRAGMA application_id`` that marks a SQLite file as a sessionvisor store."""
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 """The layering rules of docs/ARCHITECTURE.md, checked on the source.
 
 - ``actors/`` never imports ``supervisor/``;
+- ``gateway/`` and ``cli/`` import only public modules of the inner packages;
 - process-mode code is reached only through the runtime seam: nothing in
   ``supervisor/`` outside ``supervisor/workers/`` imports a private
   ``supervisor.workers._*`` module, and ``AgentHost`` names no worker pool;
@@ -105,6 +106,21 @@ def test_supervisor_and_actors_never_import_the_outer_layer() -> None:
         for path in (ROOT / package).rglob("*.py")
         for module in sorted(_imported_modules(path))
         if module.split(".")[0] in OUTER
+    ]
+    assert offenders == []
+
+
+def test_the_outer_layer_uses_only_the_public_api_of_the_inner_ones() -> None:
+    """``gateway/`` and ``cli/`` are written as a user's code would be: what they need
+    from ``supervisor/`` or ``actors/`` is public there (a private module may change
+    shape with any release)."""
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for package in OUTER
+        for path in (ROOT / package).rglob("*.py")
+        for module in sorted(_imported_modules(path))
+        if module.split(".")[0] in ("actors", "supervisor")
+        and any(part.startswith("_") for part in module.split("."))
     ]
     assert offenders == []
 

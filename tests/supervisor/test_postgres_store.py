@@ -513,3 +513,19 @@ def test_a_save_kept_waiting_on_a_lock_is_store_busy_and_writes_nothing(
         assert [i.checkpoint_id for i in store.list("s")] == [first.checkpoint_id]
         store.save(waiting)  # the same snapshot again, once the lock is gone
         assert store.load("s") == waiting
+
+
+def test_in_schema_runs_statements_on_tables_kept_beside_the_stores(
+    store: PostgresCheckpointStore, pg_schema: str
+) -> None:
+    assert (
+        store.in_schema("SELECT 1 FROM {s}.extra") == f'SELECT 1 FROM "{pg_schema}".extra'.encode()
+    )
+
+    def roundtrip(conn: Any) -> list[tuple[Any, ...]]:
+        conn.execute(store.in_schema("CREATE TABLE IF NOT EXISTS {s}.extra (n integer)"))
+        conn.execute(store.in_schema("DELETE FROM {s}.extra"))
+        conn.execute(store.in_schema("INSERT INTO {s}.extra VALUES (7)"))
+        return list(conn.execute(store.in_schema("SELECT n FROM {s}.extra")).fetchall())
+
+    assert store.run("a test table", roundtrip) == [(7,)]

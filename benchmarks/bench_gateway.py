@@ -16,6 +16,9 @@ machine httpx's own Python per request would be counted as the gateway's.
 
 Goal (16 clients): the HTTP layer adds no more than 1 ms at p50 and 2x at p99.
 
+Both processes run with ``tune_interpreter()`` (a 50 ms switch interval), as
+the ``serve`` command does, so the baseline host is tuned as the gateway's is.
+
 **Streams**: ``STREAMS`` clients, each on its own session of a model that
 streams two deltas over 200 ms, all sending ``stream: true`` at once; every
 stream must end with its ``answer``. Reported: the server's peak threads and
@@ -66,7 +69,7 @@ from actors import AgentTemplate, ModelRequest, ModelResponse, TextDelta, Usage
 from benchmarks._common import percentile, print_table
 from benchmarks._http_client import Connection
 from benchmarks._process_peaks import PeakSampler, process_status
-from supervisor import AgentHost, AsyncAgentHost
+from supervisor import AgentHost, AsyncAgentHost, tune_interpreter
 
 CLIENTS = (1, 16, 256)
 REQUESTS = {1: 300, 16: 1600, 256: 2560}
@@ -105,6 +108,7 @@ def _serve_child(data_dir: Path) -> None:
     from gateway.server import serve  # noqa: PLC0415
 
     limits = Limits(max_concurrent_per_key=10_000, max_sessions_per_tenant=10_000)
+    tune_interpreter()  # as the command does
     serve(
         data_dir,
         {"echo": ECHO, "slow": SLOW},
@@ -311,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve is not None:
         _serve_child(args.serve)
         return 0
+    tune_interpreter()  # the in-process baseline, tuned as the server is
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp, "served"))
         host = AgentHost(data_dir=Path(tmp, "local"))

@@ -9,6 +9,7 @@ from typing import TextIO
 import click
 
 from cli import main
+from supervisor import SWITCH_INTERVAL, tune_interpreter
 from supervisor.log_format import JsonLogFormatter
 
 __all__ = ["configure_logging", "serve"]
@@ -80,6 +81,14 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     help="Cluster mode: seconds without a heartbeat before a node's sessions move",
 )
 @click.option(
+    "--switch-interval",
+    type=click.FloatRange(min=0, min_open=True, max=1),
+    default=SWITCH_INTERVAL,
+    show_default=True,
+    help="Seconds a thread may hold Python's GIL while another waits (sys.setswitchinterval); "
+    "Python's 0.005 thrashes with thousands of session threads",
+)
+@click.option(
     "--postgres-schema",
     "schema",
     default="sessionvisor",
@@ -98,6 +107,7 @@ def serve(  # noqa: PLR0917 (the command's options)
     node_id: str | None,
     advertise: str | None,
     ttl: float,
+    switch_interval: float,
     schema: str,
 ) -> None:
     """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM; with --postgres,
@@ -134,6 +144,7 @@ def serve(  # noqa: PLR0917 (the command's options)
     elif node_id is not None or advertise is not None:
         raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
     configure_logging(log_format, log_level)
+    tune_interpreter(switch_interval)  # before the host starts: its workers take it too
     try:
         sock = bind(host, port)
     except OSError as exc:

@@ -82,6 +82,8 @@ from supervisor.session_store import SessionEntry as SessionEntry
 from supervisor.session_store import SessionStore as SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointStore
 from supervisor.supervisor import Supervisor as Supervisor
+from supervisor.tuning import SWITCH_INTERVAL as SWITCH_INTERVAL
+from supervisor.tuning import tune_interpreter as tune_interpreter
 from supervisor.workers import WorkerPool as WorkerPool
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "NOPROC",
     "NORMAL",
     "SHUTDOWN",
+    "SWITCH_INTERVAL",
     "AgentHost",
     "AsyncAgentHost",
     "Backoff",
@@ -163,5 +166,6 @@ __all__ = [
     "monitor",
     "supervised_class",
     "terminate",
+    "tune_interpreter",
     "wait_future",
 ]

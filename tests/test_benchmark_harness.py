@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from benchmarks._asyncio_floors import (
     per_turn_commits,
 )
 from benchmarks._process_peaks import PeakSampler, process_status
+from supervisor import SWITCH_INTERVAL
 
 
 @pytest.fixture
@@ -91,7 +93,14 @@ def test_concurrency_case_runs_and_checks_its_answers(case: str, tmp_path: Path)
     assert "rss" in result
 
 
-def test_concurrency_futures_case_sends_through_host_futures(tmp_path: Path) -> None:
-    result = bench_concurrency.child("futures", 3, tmp_path)
+@pytest.mark.parametrize("case", ["futures", "futures-tuned"])
+def test_concurrency_futures_case_sends_through_host_futures(case: str, tmp_path: Path) -> None:
+    before = sys.getswitchinterval()
+    try:
+        result = bench_concurrency.child(case, 3, tmp_path)
+        tuned = sys.getswitchinterval()
+    finally:
+        sys.setswitchinterval(before)
     assert result["wall"] >= bench_concurrency.DELAY
     assert result["commits"] >= 1  # three durable turns, in one or more group commits
+    assert tuned == pytest.approx(SWITCH_INTERVAL if case == "futures-tuned" else before)

@@ -186,7 +186,10 @@ class WorkerPool:
             raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
         self._io = io_named(io)
         self._setup = WorkerSetup(
-            memory_limit, _pickled_initializer(initializer, initargs), io=self._io.name
+            memory_limit,
+            _pickled_initializer(initializer, initargs),
+            io=self._io.name,
+            switch_interval=sys.getswitchinterval(),
         )
         context = _default_context() if start_method is None else None
         self._context = context or multiprocessing.get_context(start_method)

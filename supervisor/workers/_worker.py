@@ -35,6 +35,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -117,11 +118,15 @@ class WorkerSetup:
             ``worker_initializer`` and ``worker_initargs``, or ``None``.
         io: The name of the pipe backend (``supervisor.workers._io``), the
             parent's: both ends of a pipe read it the same way.
+        switch_interval: The interpreter's switch interval (``sys.setswitchinterval``)
+            in the host's process when it made its workers, or ``None`` for Python's
+            own: a worker's session threads are tuned as the host's are.
     """
 
     memory_limit: int | None = None
     initializer: bytes | None = None
     io: str = "auto"
+    switch_interval: float | None = None
 
 
 def worker_main(conn: Connection, setup: WorkerSetup) -> None:
@@ -137,6 +142,8 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     raises ``WorkerStartError``); its traceback goes to stderr.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if setup.switch_interval is not None:
+        sys.setswitchinterval(setup.switch_interval)
     if setup.memory_limit is not None:
         import resource  # noqa: PLC0415 (POSIX only; imported where it is needed)
 

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Sequence
 
-from actors import AgentTemplate, Message, ModelRequest, ModelResponse, TextDelta, Usage
+from actors import (
+    AgentTemplate,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    Tool,
+    Usage,
+)
 
 
 class StreamingEcho:
@@ -17,7 +27,16 @@ class StreamingEcho:
         return ModelResponse(request.streamed_message(), Usage(1, 1), stop_reason="stop")
 
 
+class SwitchInterval:
+    """Answers with the switch interval of the interpreter it runs in (``sys.getswitchinterval``):
+    what ``serve --switch-interval`` set, in the server's process or a worker's."""
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        return ModelResponse(Message.assistant(repr(sys.getswitchinterval())), Usage(1, 1))
+
+
 echo = AgentTemplate(model="echo")
+switch_interval = AgentTemplate(model=SwitchInterval())
 streaming = AgentTemplate(model=StreamingEcho())
 
 
@@ -29,11 +48,13 @@ __all__ = [
     "Message",
     "SlowStreamingEcho",
     "StreamingEcho",
+    "SwitchInterval",
     "echo",
     "make_slow",
     "make_slower",
     "make_streaming",
     "streaming",
+    "switch_interval",
 ]
 
 

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -85,9 +85,15 @@ class ServeProcess:
     where it listens. Its stderr (the logs) goes to ``log``. Not thread-safe."""
 
     def __init__(
-        self, data_dir: Path, templates: list[str], log: Path, *, workers: int | None = None
+        self,
+        data_dir: Path,
+        templates: list[str],
+        log: Path,
+        *,
+        workers: int | None = None,
+        options: Sequence[str] = (),
     ) -> None:
-        args = [str(SCRIPT), "serve", "--data-dir", str(data_dir), "--port", "0"]
+        args = [str(SCRIPT), "serve", "--data-dir", str(data_dir), "--port", "0", *options]
         for template in templates:
             args += ["--template", template]
         if workers is not None:

@@ -96,3 +96,41 @@ def test_bound_sockets_answer_without_nagle_delays() -> None:
         return nodelay
 
     assert asyncio.run(scenario()) != 0
+
+
+@pytest.mark.parametrize(
+    ("options", "workers", "expected"),
+    [((), None, "0.05"), (("--switch-interval", "0.02"), 1, "0.02")],
+    ids=["default-threads", "given-worker"],
+)
+def test_serve_tunes_the_switch_interval_of_its_session_threads(
+    tmp_path: Path, options: tuple[str, ...], workers: int | None, expected: str
+) -> None:
+    """Python's 5 ms thrashes with thousands of session threads (``supervisor.tuning``): the
+    command sets its own interval, and a worker process runs with the server's."""
+    data = tmp_path / "data"
+    key = create_key(data, "acme")
+    templates = ["interval=tests.gateway.agents:switch_interval"]
+    server = ServeProcess(data, templates, tmp_path / "serve.log", workers=workers, options=options)
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            made = c.post("/v1/sessions", json={"template": "interval", "session_id": "s"})
+            assert made.status_code == 201, made.text
+            sent = c.post("/v1/sessions/s/messages", json={"text": "which?"})
+            interval = float(sent.json()["message"]["content"])
+            assert interval == pytest.approx(float(expected), abs=1e-6)  # kept in microseconds
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()
+
+
+def test_serve_refuses_a_switch_interval_out_of_range(tmp_path: Path) -> None:
+    for bad in ("0", "-1", "2", "soon"):
+        done = cli(
+            "serve", "--data-dir", str(tmp_path), "--template", "e=x:y", "--switch-interval", bad
+        )
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        assert "--switch-interval" in done.stderr, done.stderr

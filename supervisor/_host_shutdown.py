@@ -1,7 +1,10 @@
 """``HostShutdown``: an ``AgentHost``'s shutdown, run once, by ``shutdown`` or at exit.
 
 The steps, in order: stop the hibernation sweeper; take every running
-session's final checkpoint (a session being restarted keeps its last one);
+session's final checkpoint (a session being restarted keeps its last one),
+on up to ``FINAL_SAVERS`` threads at once, so that the saves share group
+commits instead of paying an fsync each (3,000 sessions: 3.1 s of final
+checkpoints one by one);
 stop the sessions in reverse start order (the root supervisor's shutdown,
 bounded per child); close the runtime (workers are stopped and joined); fail
 the non-blocking calls still unresolved and stop their threads; give up
@@ -15,19 +18,24 @@ has finished and before Python joins the actors' non-daemon threads (see
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from supervisor import _at_exit
 from supervisor._hibernation import Sweeper
+from supervisor._host_record import SessionRecord
 from supervisor._incarnations import Incarnations
 from supervisor._runtime import SessionRuntime
 from supervisor._session_table import SessionTable
 
-__all__ = ["HostShutdown"]
+__all__ = ["FINAL_SAVERS", "HostShutdown"]
 
 logger = logging.getLogger("supervisor.host")
+
+FINAL_SAVERS = 8
+"""Most threads (the shutting-down one included) taking final checkpoints at once."""
 
 
 class HostShutdown:
@@ -99,16 +107,7 @@ class HostShutdown:
         try:
             if self._sweeper is not None:
                 self._sweeper.stop()
-            for record in self._table.records():
-                try:
-                    self._sessions.final_checkpoint(record)
-                except Exception:
-                    logger.exception(
-                        "final checkpoint of %r failed",
-                        record.session_id,
-                        extra={"session_id": record.session_id},
-                    )
-                self._table.set(record, "stopped", None)
+            self._final_checkpoints(self._table.records())
             abandoned = self._sessions.root.stop()
             if abandoned:
                 logger.warning("sessions that did not stop in time: %s", abandoned)
@@ -120,3 +119,42 @@ class HostShutdown:
                 self._close_store()
         finally:
             self._done.set()
+
+    def _final_checkpoints(self, records: Sequence[SessionRecord]) -> None:
+        """Take every record's final checkpoint and mark it stopped: this thread and up to
+        ``FINAL_SAVERS - 1`` more take them from one queue. At interpreter exit, where no
+        thread may start any more, this thread takes them all."""
+        queue = collections.deque(records)
+
+        def take() -> None:
+            while True:
+                try:
+                    record = queue.popleft()
+                except IndexError:
+                    return
+                self._final_checkpoint(record)
+
+        helpers: list[threading.Thread] = []
+        for index in range(min(FINAL_SAVERS, len(records)) - 1):
+            helper = threading.Thread(
+                target=take, name=f"sessionvisor-final-checkpoint-{index}", daemon=True
+            )
+            try:
+                helper.start()
+            except RuntimeError:  # the interpreter is shutting down
+                break
+            helpers.append(helper)
+        take()
+        for helper in helpers:
+            helper.join()
+
+    def _final_checkpoint(self, record: SessionRecord) -> None:
+        try:
+            self._sessions.final_checkpoint(record)
+        except Exception:
+            logger.exception(
+                "final checkpoint of %r failed",
+                record.session_id,
+                extra={"session_id": record.session_id},
+            )
+        self._table.set(record, "stopped", None)

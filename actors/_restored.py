@@ -123,9 +123,6 @@ def _exact(raw: list[Any]) -> bool:
         return False
     if not set().union(*raw) <= _MESSAGE_KEYS:
         return False
-    roles = list(map(_get, raw, repeat("role")))
-    if set(map(type, roles)) != {str} or not set(roles) <= _ROLES:
-        return False
     kinds = list(map(type, _flat(map(dict.values, raw))))
     if not set(kinds) <= _MESSAGE_VALUE_TYPES:
         return False
@@ -133,6 +130,10 @@ def _exact(raw: list[Any]) -> bool:
     if kinds.count(list) != len(lists):  # a list that is not ``tool_calls``
         return False
     if set(map(type, lists)) - {list}:  # ``tool_calls`` of another type
+        return False
+    # Every other value is now an exact ``str`` or ``None`` (hashable): the roles need no
+    # pass of their own over their types. A missing role is ``None``, not a role.
+    if not set(map(_get, raw, repeat("role"))) <= _ROLES:
         return False
     calls = list(_flat(lists))
     if not calls:

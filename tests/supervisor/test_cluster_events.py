@@ -166,10 +166,12 @@ def test_a_node_that_lost_a_session_sends_none_of_its_events(cluster: Cluster) -
     heir = cluster.node("b")
     sid = owner.start_session(template(), "s1")
     owner.send(sid, "one")
-    expire(owner.store, "a")
-    heir.send(sid, "two")  # claims it (epoch 2)
     assert owner.node is not None
     assert owner.node.events is not None
+    assert owner.node.events.flush(WAIT)  # turn one's events go out while "a" owns it
+    expire(owner.store, "a")
+    heir.send(sid, "two")  # claims it (epoch 2)
+    assert owner.node.events.flush(WAIT)  # whatever "a" sent or dropped meanwhile is counted
     before = owner.node.events.dropped
     record: Any = owner._table.get(sid)  # the stale incarnation's buffer, still on "a"
     record.events.publish("stale", note="from the old owner")

@@ -10,6 +10,7 @@ import json
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +28,15 @@ def _checkpoints(data: Path, session_id: str) -> list[dict[str, object]]:
     return listed
 
 
+def _first_answer(c: httpx.Client, template: str, text: str) -> Any:
+    """Create session ``s`` of ``template`` and send it ``text``: the answer's JSON."""
+    made = c.post("/v1/sessions", json={"template": template, "session_id": "s"})
+    assert made.status_code == 201, made.text
+    sent = c.post("/v1/sessions/s/messages", json={"text": text})
+    assert sent.status_code == 200, sent.text
+    return sent.json()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_process_lifecycle_and_clean_stop(tmp_path: Path, sig: signal.Signals) -> None:
     data = tmp_path / "data"
@@ -35,10 +45,8 @@ def test_serve_process_lifecycle_and_clean_stop(tmp_path: Path, sig: signal.Sign
     try:
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
-            made = c.post("/v1/sessions", json={"template": "streaming", "session_id": "s"})
-            assert made.status_code == 201, made.text
-            sent = c.post("/v1/sessions/s/messages", json={"text": "hello"})
-            assert sent.json() == {"message": {"role": "assistant", "content": "echo: hello"}}
+            answer = _first_answer(c, "streaming", "hello")
+            assert answer == {"message": {"role": "assistant", "content": "echo: hello"}}
             body = {"text": "there", "stream": True}
             with c.stream("POST", "/v1/sessions/s/messages", json=body) as r:
                 assert r.headers["content-type"].startswith("text/event-stream")
@@ -115,10 +123,7 @@ def test_serve_tunes_the_switch_interval_of_its_session_threads(
     try:
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
-            made = c.post("/v1/sessions", json={"template": "interval", "session_id": "s"})
-            assert made.status_code == 201, made.text
-            sent = c.post("/v1/sessions/s/messages", json={"text": "which?"})
-            interval = float(sent.json()["message"]["content"])
+            interval = float(_first_answer(c, "interval", "which?")["message"]["content"])
             assert interval == pytest.approx(float(expected), abs=1e-6)  # kept in microseconds
         server.signal(signal.SIGTERM)
         assert server.wait(30) == 0, server.log.read_text()

@@ -60,6 +60,7 @@ from supervisor.errors import (
 )
 from supervisor.handle import SupervisorHandle
 from supervisor.session_store import SessionEntry, SessionStore
+from supervisor.tuning import hint_if_untuned
 
 __all__ = ["Incarnations"]
 
@@ -167,6 +168,7 @@ class Incarnations:
         except BaseException:
             self._table.forget(record)
             raise
+        hint_if_untuned()
         return record.session_id
 
     def _spec(self, record: SessionRecord) -> ChildSpec:

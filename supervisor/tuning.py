@@ -16,18 +16,29 @@ The interval is one setting of the whole process, so a library does not
 change it behind its user's back: the ``sessionvisor serve`` command (which
 owns its process) applies ``SWITCH_INTERVAL`` by default; a program of your
 own calls ``tune_interpreter()`` once at start. Worker processes take the
-interval of the host's process when the host starts them.
+interval of the host's process when the host starts them. A host that starts
+a session while its process runs ``HINT_THREADS`` threads or more at a shorter
+interval says so in a warning, once per process.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 from typing import Final
 
-__all__ = ["SWITCH_INTERVAL", "tune_interpreter"]
+__all__ = ["HINT_THREADS", "SWITCH_INTERVAL", "hint_if_untuned", "tune_interpreter"]
+
+logger = logging.getLogger("supervisor.host")
 
 SWITCH_INTERVAL: Final = 0.05
 """Seconds a thread may hold the GIL while another waits for it, for many session threads."""
+
+HINT_THREADS = 1000
+"""Threads in the process from which a session start at a shorter interval is warned about."""
+
+_HINTED = threading.Lock()  # taken, and never released, by the one warning of the process
 
 
 def tune_interpreter(switch_interval: float = SWITCH_INTERVAL) -> float:
@@ -49,3 +60,21 @@ def tune_interpreter(switch_interval: float = SWITCH_INTERVAL) -> float:
     previous = sys.getswitchinterval()
     sys.setswitchinterval(float(switch_interval))
     return previous
+
+
+def hint_if_untuned() -> None:
+    """Warn, once per process, that ``tune_interpreter()`` is advised: called as a session
+    starts, it warns when the process runs ``HINT_THREADS`` threads or more at a switch
+    interval shorter than ``SWITCH_INTERVAL``. Thread-safe; costs a thread count."""
+    tuned = sys.getswitchinterval() > SWITCH_INTERVAL - 1e-6  # Python keeps microseconds
+    if tuned or threading.active_count() < HINT_THREADS:
+        return
+    if not _HINTED.acquire(blocking=False):
+        return
+    logger.warning(
+        "this process runs %d threads at a GIL switch interval of %.3f s: with thousands of "
+        "session threads, Python's default makes them thrash; call "
+        "supervisor.tune_interpreter() once at start (sessionvisor serve does)",
+        threading.active_count(),
+        sys.getswitchinterval(),
+    )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
 
-from supervisor import SWITCH_INTERVAL, tune_interpreter
+from actors import AgentTemplate, EchoModel
+from supervisor import SWITCH_INTERVAL, AgentHost, tune_interpreter, tuning
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +34,33 @@ def test_a_bad_interval_is_refused_and_nothing_changes(bad: object) -> None:
     with pytest.raises(ValueError, match=r"switch_interval must be seconds in \(0, 1\]"):
         tune_interpreter(bad)  # type: ignore[arg-type]
     assert sys.getswitchinterval() == pytest.approx(0.005)
+
+
+def test_a_host_with_many_threads_at_the_default_interval_says_once_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tuning, "HINT_THREADS", threading.active_count())  # "many": already
+    monkeypatch.setattr(tuning, "_HINTED", threading.Lock())
+    sys.setswitchinterval(0.005)
+    with caplog.at_level(logging.WARNING, "supervisor.host"), AgentHost() as host:
+        for _ in range(3):
+            host.start_session(AgentTemplate(model=EchoModel()))
+    hints = [r.getMessage() for r in caplog.records if "tune_interpreter" in r.getMessage()]
+    assert len(hints) == 1, hints
+    assert "GIL switch interval of 0.005 s" in hints[0]
+
+
+def test_a_tuned_or_small_host_gets_no_hint(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tuning, "_HINTED", threading.Lock())
+    with caplog.at_level(logging.WARNING, "supervisor.host"):
+        monkeypatch.setattr(tuning, "HINT_THREADS", threading.active_count())
+        tune_interpreter()
+        with AgentHost() as host:
+            host.start_session(AgentTemplate(model=EchoModel()))
+        sys.setswitchinterval(0.005)
+        monkeypatch.setattr(tuning, "HINT_THREADS", 100_000)
+        with AgentHost() as host:
+            host.start_session(AgentTemplate(model=EchoModel()))
+    assert not [r for r in caplog.records if "tune_interpreter" in r.getMessage()]

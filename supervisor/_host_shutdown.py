@@ -3,8 +3,8 @@
 The steps, in order: stop the hibernation sweeper; take every running
 session's final checkpoint (a session being restarted keeps its last one),
 on up to ``FINAL_SAVERS`` threads at once, so that the saves share group
-commits instead of paying an fsync each (3,000 sessions: 3.1 s of final
-checkpoints one by one);
+commits instead of paying an fsync each (3,000 sessions, one by one on a
+loaded machine: 2.6 s of a 3.1 s shutdown);
 stop the sessions in reverse start order (the root supervisor's shutdown,
 bounded per child); close the runtime (workers are stopped and joined); fail
 the non-blocking calls still unresolved and stop their threads; give up

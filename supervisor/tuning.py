@@ -4,10 +4,10 @@ Every running session owns a thread. When hundreds of them become runnable at
 once (their model calls return together), CPython's default switch interval of
 5 ms makes each thread waiting for the GIL wake every 5 ms and force the holder
 to hand it over: with thousands of waiters the process spends its time on
-those hand-overs (kernel time several times the Python time) and a thread
+those hand-overs (more kernel time than Python time) and a thread
 that submits work is starved for up to seconds. Session threads give the GIL
 up on their own at every model call, lock and store write, so a longer
-interval costs them nothing and removes the thrashing. Measured
+interval costs them little and removes the thrashing. Measured
 (``benchmarks/bench_concurrency.py``, 3,000 sessions, one 200 ms turn each
 submitted with ``host.futures.send``): 2.4-8.5 s at 5 ms, 0.8-1.3 s at 50 ms;
 1,000 sessions: no change.

@@ -104,3 +104,18 @@ def test_concurrency_futures_case_sends_through_host_futures(case: str, tmp_path
     assert result["wall"] >= bench_concurrency.DELAY
     assert result["commits"] >= 1  # three durable turns, in one or more group commits
     assert tuned == pytest.approx(SWITCH_INTERVAL if case == "futures-tuned" else before)
+
+
+def test_a_stalled_round_shows_beside_the_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    walls = {"floor-group": iter([0.2, 0.2, 0.2]), "futures": iter([0.4, 30.0, 0.4])}
+
+    def run_case(case: str, n: int) -> dict[str, float]:
+        return {"wall": next(walls[case]), "threads": 3, "rss": 0}
+
+    monkeypatch.setattr(bench_concurrency, "CASES", {case: case for case in walls})
+    monkeypatch.setattr(bench_concurrency, "_run_case", run_case)
+    rows, ok = bench_concurrency._size_rows(7, 3)
+    assert ok
+    futures = dict(rows)["futures"]
+    assert futures.startswith("  0.40 s (worst 30.00 s)")  # the median alone would hide it
+    assert "2.0x group floor" in futures

@@ -38,6 +38,12 @@ class MemoryCheckpointStore(ClosingContext):
     ``load`` (bytes changed in memory raise ``SnapshotDecodeError``). Nothing
     survives the process.
 
+    Each checkpoint is a whole copy, so a save's cost grows with the
+    conversation (``host.send`` with a checkpoint every turn: 0.18 ms per turn
+    at 1,500 turns, 0.49 ms at 6,000); the SQLite store appends only a turn's
+    messages. For tests and short-lived sessions, not for conversations of
+    thousands of turns.
+
     Thread-safe: one lock guards the dict; (de)serialization runs outside it.
 
     Args:

@@ -15,7 +15,7 @@ rounds interleaved, for N = 100, 1,000 and 3,000:
 (d) sessionvisor's non-blocking API: ``host.futures.send`` for all N, then wait for
     every future (no caller thread per call);
 (e) the same in a process tuned as ``supervisor.tuning`` advises (and the
-    ``serve`` command does): ``tune_interpreter()``, a 50 ms switch interval
+    ``serve`` command does): ``tune_interpreter()``, a 200 ms switch interval
     instead of Python's 5 ms, which keeps thousands of session threads from
     thrashing on the GIL.
 

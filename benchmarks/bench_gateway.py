@@ -16,7 +16,7 @@ machine httpx's own Python per request would be counted as the gateway's.
 
 Goal (16 clients): the HTTP layer adds no more than 1 ms at p50 and 2x at p99.
 
-Both processes run with ``tune_interpreter()`` (a 50 ms switch interval), as
+Both processes run with ``tune_interpreter()`` (a 200 ms switch interval), as
 the ``serve`` command does, so the baseline host is tuned as the gateway's is.
 
 **Streams**: ``STREAMS`` clients, each on its own session of a model that

@@ -1,16 +1,25 @@
 """``tune_interpreter``: the interpreter setting a process with many session threads wants.
 
 Every running session owns a thread. When hundreds of them become runnable at
-once (their model calls return together), CPython's default switch interval of
-5 ms makes each thread waiting for the GIL wake every 5 ms and force the holder
-to hand it over: with thousands of waiters the process spends its time on
-those hand-overs (more kernel time than Python time) and a thread
-that submits work is starved for up to seconds. Session threads give the GIL
-up on their own at every model call, lock and store write, so a longer
-interval costs them little and removes the thrashing. Measured
-(``benchmarks/bench_concurrency.py``, 3,000 sessions, one 200 ms turn each
-submitted with ``host.futures.send``): 2.4-8.5 s at 5 ms, 0.8-1.3 s at 50 ms;
-1,000 sessions: no change.
+once (their model calls return together), each thread waiting for the GIL
+wakes every switch interval and, if the holder has not changed meanwhile,
+forces a hand-over. At CPython's default of 5 ms, with thousands of waiters,
+the process spends its time on those wake-ups and hand-overs (more kernel time
+than Python time) and a thread that submits work is starved for up to seconds.
+Session threads give the GIL up on their own at every model call, lock and
+store write, so a longer interval costs them little.
+
+How much longer: 50 ms removed the thrashing of a typical run but not the
+stalls. With 3,000 turns in flight, the waiters' wake-ups (3,000 every 50 ms)
+take the CPU from the thread that holds the GIL, which then holds it longer,
+so more threads wait: in 7 of 62 processes a run of about 1 s took 2.2 s to
+over 40 s, nearly all of it kernel time, with every session thread in a futex
+wait. At 200 ms none of 50 stalled, and the others were a little faster
+(``benchmarks/bench_concurrency.py``'s workload: 3,000 sessions, one 200 ms
+turn each submitted with ``host.futures.send``; medians 1.03-1.04 s against
+1.10-1.11 s at 50 ms and 2.4-8.5 s at 5 ms). The price of a
+longer interval is paid by a thread that runs Python for long without
+blocking (a CPU-bound tool): it may keep the others waiting that long at a time.
 
 The interval is one setting of the whole process, so a library does not
 change it behind its user's back: the ``sessionvisor serve`` command (which
@@ -32,7 +41,7 @@ __all__ = ["HINT_THREADS", "SWITCH_INTERVAL", "hint_if_untuned", "tune_interpret
 
 logger = logging.getLogger("supervisor.host")
 
-SWITCH_INTERVAL: Final = 0.05
+SWITCH_INTERVAL: Final = 0.2
 """Seconds a thread may hold the GIL while another waits for it, for many session threads."""
 
 HINT_THREADS = 1000

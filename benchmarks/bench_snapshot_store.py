@@ -195,12 +195,14 @@ def load_and_disk_figures(directory: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def _no_seal(body: bytes, ref: LogRef, parts: bytes | None = None) -> bytes:
+def _no_seal(
+    body: bytes, ref: LogRef, parts: bytes | None = None, *, checked: bool = False
+) -> bytes:
     return b""
 
 
-def _no_verify(check: object, body: object, ref: LogRef, parts: object = None) -> None:
-    return None
+def _no_verify(check: object, body: object, ref: LogRef, parts: object = None) -> bool:
+    return False
 
 
 def checksum_figures(directory: Path) -> list[tuple[str, str]]:

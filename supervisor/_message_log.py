@@ -13,7 +13,9 @@ digests of its parts. This module is the pure part of that scheme:
   (``actors.snapshot.encoded_messages``): nothing of its history is encoded again.
 * ``seal`` and ``verify`` give each stored body its checksum, over the body,
   its message-log reference and its part references, so a damaged or edited
-  row is refused.
+  row is refused. The seal also records whether the messages are a session's
+  own encodings (``SplitSnapshot.checked``): ``join`` then vouches for them
+  (``actors.snapshot.mark_checked``), and a resume does not check them again.
 * ``join`` decodes the body, puts the parts back, decodes the log prefix under
   a fresh array header and puts the list back, then builds the snapshot
   through ``Snapshot.from_dict``, so migrations see the whole snapshot.
@@ -34,6 +36,7 @@ from typing import Any
 import msgpack
 
 from actors import (
+    SNAPSHOT_MIGRATIONS,
     MigrationRegistry,
     Snapshot,
     SnapshotDecodeError,
@@ -43,10 +46,11 @@ from actors import (
 )
 from actors._codec import array_header, check_keys, pack_plain
 from actors._history import EncodedMessages
-from actors.snapshot import encoded_messages
+from actors.snapshot import encoded_messages, mark_checked
 from supervisor._state_parts import StatePart, put_parts, take_parts
 
 __all__ = [
+    "SEAL_KINDS",
     "KnownLog",
     "LogRef",
     "MessageBytes",
@@ -65,7 +69,12 @@ LogRef = tuple[Any, Any, Any, Any]
 """A checkpoint's message-log reference as stored: ``(gen, bytes, count, digest)``, or Nones."""
 
 _SEAL_BLAKE2B = b"\x01"
-"""Tag of a seal that is an unkeyed BLAKE2b-128 checksum (the only kind so far)."""
+"""Tag of a seal that is an unkeyed BLAKE2b-128 checksum."""
+_SEAL_BLAKE2B_CHECKED = b"\x02"
+"""Tag of the same checksum over a row whose messages a session encoded itself
+(``checked``); the hash covers the claim too, so changing the tag breaks the seal."""
+SEAL_KINDS = frozenset((_SEAL_BLAKE2B, _SEAL_BLAKE2B_CHECKED))
+"""The tag bytes of plaintext seals."""
 _SEAL_PERSON = b"sv-checkpoint"
 
 
@@ -151,6 +160,9 @@ class SplitSnapshot:
         extends: Whether ``messages`` starts with the ``known`` log given to ``split``.
         parts: The plugin and provider states taken out of the body (``None`` there),
             to be stored once per content (see ``_state_parts``).
+        checked: Whether ``messages`` are the encodings a session made of its own
+            ``Message`` objects (``encoded_messages``): valid messages, as
+            ``Message.to_dict`` writes them. Not so for encodings made here.
     """
 
     body: bytes
@@ -159,6 +171,7 @@ class SplitSnapshot:
     size: int
     extends: bool = False
     parts: tuple[StatePart, ...] = ()
+    checked: bool = False
 
 
 def _array_header_length(first: int) -> int:
@@ -214,7 +227,7 @@ def _split(snapshot: Snapshot, known: KnownLog | None, take: bool) -> SplitSnaps
     else:
         log, extends = _encoded_here(messages, known)
     size = len(body) - 1 + len(array_header(count)) + log.length + parts_size
-    return SplitSnapshot(body, log, count, size, extends, parts)
+    return SplitSnapshot(body, log, count, size, extends, parts, checked=encoded is not None)
 
 
 def _reused(encoded: EncodedMessages, known: KnownLog | None) -> tuple[MessageBytes, bool]:
@@ -266,10 +279,11 @@ def digest(data: bytes | memoryview) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def seal(body: bytes, ref: LogRef, parts: bytes | None = None) -> bytes:
+def seal(body: bytes, ref: LogRef, parts: bytes | None = None, *, checked: bool = False) -> bytes:
     """The checksum stored with a checkpoint body: a tag byte, then BLAKE2b-128 of the
     message-log reference ``ref``, the state part references ``parts`` (if any) and
-    the body.
+    the body; with ``checked`` (see ``SplitSnapshot.checked``) another tag, and the
+    claim hashed with the rest.
 
     It covers everything ``load`` reads from the row to rebuild the snapshot;
     the session and checkpoint ids are inside the body. The tag says how the
@@ -277,14 +291,17 @@ def seal(body: bytes, ref: LogRef, parts: bytes | None = None) -> bytes:
     kind later, and rows of both kinds can be told apart. A row without parts
     is sealed as before parts existed.
     """
-    covered = list(ref) if parts is None else [*ref, parts]
+    covered: list[Any] = list(ref) if parts is None else [*ref, parts]
+    if checked:
+        covered.append("checked")
     hasher = hashlib.blake2b(msgpack.packb(covered), digest_size=16, person=_SEAL_PERSON)
     hasher.update(body)
-    return _SEAL_BLAKE2B + hasher.digest()
+    return (_SEAL_BLAKE2B_CHECKED if checked else _SEAL_BLAKE2B) + hasher.digest()
 
 
-def verify(check: object, body: object, ref: LogRef, parts: object = None) -> None:
-    """Check a stored body and reference against their stored ``seal``.
+def verify(check: object, body: object, ref: LogRef, parts: object = None) -> bool:
+    """Check a stored body and reference against their stored ``seal``; whether it was
+    sealed as ``checked``.
 
     Raises:
         SnapshotDecodeError: the seal is missing, of an unknown kind, or does
@@ -292,14 +309,16 @@ def verify(check: object, body: object, ref: LogRef, parts: object = None) -> No
     """
     if not isinstance(body, bytes):
         raise SnapshotDecodeError(f"stored body is {type(body).__name__}, not bytes")
-    if not isinstance(check, bytes) or check[:1] != _SEAL_BLAKE2B:
+    if not isinstance(check, bytes) or check[:1] not in SEAL_KINDS:
         raise SnapshotDecodeError("stored checksum is missing or of an unknown kind")
     if parts is not None and not isinstance(parts, bytes):
         raise SnapshotDecodeError(f"stored part references are {type(parts).__name__}, not bytes")
-    if not hmac.compare_digest(check, seal(body, ref, parts)):
+    checked = check[:1] == _SEAL_BLAKE2B_CHECKED
+    if not hmac.compare_digest(check, seal(body, ref, parts, checked=checked)):
         raise SnapshotDecodeError(
             "checksum mismatch: the stored checkpoint was damaged or edited after it was saved"
         )
+    return checked
 
 
 def assemble(chunks: Sequence[tuple[Any, Any]], length: int, expected: bytes) -> bytes:
@@ -332,11 +351,16 @@ def join(
     count: int,
     migrations: MigrationRegistry | None = None,
     parts: Sequence[tuple[str, str | None, bytes]] = (),
+    *,
+    checked: bool = False,
 ) -> Snapshot:
     """Rebuild the snapshot ``split`` cut (``messages=None``: the body holds them).
 
     ``parts`` are the state parts ``split`` took out, as ``(kind, name, data)``,
-    each checked against its digest already (``_state_parts.checked``).
+    each checked against its digest already (``_state_parts.checked``). With
+    ``checked`` (what ``verify`` found, the log bytes verified against their
+    digest) the messages are vouched for (``mark_checked``) unless a migration
+    ran, which may have changed them.
 
     Raises:
         SnapshotDecodeError: anything malformed.
@@ -352,7 +376,12 @@ def join(
             raise SnapshotDecodeError("body has no message placeholder in its state")
         header: bytes = msgpack.Packer().pack_array_header(count)
         state["messages"] = decode_plain(header + messages)
-    return Snapshot.from_dict(plain, migrations=migrations)
+    registry = SNAPSHOT_MIGRATIONS if migrations is None else migrations
+    current = isinstance(plain, dict) and plain.get("schema_version") == registry.current_version
+    snapshot = Snapshot.from_dict(plain, migrations=migrations)
+    if checked and current and messages is not None:
+        mark_checked(snapshot)
+    return snapshot
 
 
 def check_identity(snapshot: Snapshot, session_id: str, checkpoint_id: str) -> None:

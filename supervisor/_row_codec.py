@@ -56,7 +56,6 @@ SEAL_AEAD = b"\x02"
 SEAL_QUARANTINED = b"\x03"
 """``body_check`` of a row found damaged when its store was encrypted: kept, encrypted as
 it was found, and refused on load."""
-_PLAIN_SEAL_KIND = b"\x01"
 
 
 class RowCodec(Protocol):
@@ -81,15 +80,23 @@ class RowCodec(Protocol):
         ...
 
     def checkpoint(
-        self, sid: str, cid: str, body: bytes, ref: LogRef, parts: bytes | None = None
+        self,
+        sid: str,
+        cid: str,
+        body: bytes,
+        ref: LogRef,
+        parts: bytes | None = None,
+        *,
+        checked: bool = False,
     ) -> tuple[Any, Any, bytes]:
         """The stored ``(body, log_digest, body_check)`` of a checkpoint using log ``ref`` and
-        the state parts ``parts`` names (``_state_parts.part_refs``)."""
+        the state parts ``parts`` names (``_state_parts.part_refs``); ``checked`` as
+        ``SplitSnapshot.checked``, which a codec may record or drop."""
         ...
 
-    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
-        """``(body, log digest)`` from a row's ``(body, gen, bytes, count, log_digest, check,
-        parts)``.
+    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any, bool]:
+        """``(body, log digest, checked)`` from a row's ``(body, gen, bytes, count,
+        log_digest, check, parts)``; ``checked``: as recorded by ``checkpoint``.
 
         Raises:
             SnapshotDecodeError: the row is damaged, edited, or of the other kind.
@@ -140,11 +147,18 @@ class PlainRows:
         pass
 
     def checkpoint(
-        self, sid: str, cid: str, body: bytes, ref: LogRef, parts: bytes | None = None
+        self,
+        sid: str,
+        cid: str,
+        body: bytes,
+        ref: LogRef,
+        parts: bytes | None = None,
+        *,
+        checked: bool = False,
     ) -> tuple[Any, Any, bytes]:
-        return body, ref[3], _message_log.seal(body, ref, parts)
+        return body, ref[3], _message_log.seal(body, ref, parts, checked=checked)
 
-    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
+    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any, bool]:
         """As ``RowCodec.open_checkpoint``.
 
         Raises:
@@ -156,8 +170,8 @@ class PlainRows:
         key_id = envelope_key_id(body)
         if key_id is not None and check in (SEAL_AEAD, SEAL_QUARANTINED):
             raise StoreEncrypted(self._path, (key_id,))
-        _message_log.verify(check, body, (gen, length, count, digest), parts)
-        return body, digest
+        checked = _message_log.verify(check, body, (gen, length, count, digest), parts)
+        return body, digest, checked
 
     def chunk(self, sid: str, gen: int, start: int, data: bytes | memoryview) -> Any:
         return data
@@ -219,7 +233,14 @@ class SealedRows:
         )
 
     def checkpoint(
-        self, sid: str, cid: str, body: bytes, ref: LogRef, parts: bytes | None = None
+        self,
+        sid: str,
+        cid: str,
+        body: bytes,
+        ref: LogRef,
+        parts: bytes | None = None,
+        *,
+        checked: bool = False,  # not recorded: a resume checks what it decrypts
     ) -> tuple[Any, Any, bytes]:
         if parts is not None:
             raise ValueError("an encrypted store keeps state parts in the body (see the module)")
@@ -229,7 +250,7 @@ class SealedRows:
         aad = self._aad("checkpoint", sid, cid, gen, length, count)
         return self.envelopes.seal(plain, aad), None, SEAL_AEAD
 
-    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any]:
+    def open_checkpoint(self, sid: str, cid: str, stored: tuple[Any, ...]) -> tuple[Any, Any, bool]:
         body, gen, length, count, digest, check, parts = stored
         if check == SEAL_QUARANTINED:
             raise SnapshotDecodeError(
@@ -237,7 +258,7 @@ class SealedRows:
                 "encrypt_existing); it is kept, encrypted, for inspection"
             )
         if check != SEAL_AEAD:
-            if isinstance(check, bytes) and check[:1] == _PLAIN_SEAL_KIND:
+            if isinstance(check, bytes) and check[:1] in _message_log.SEAL_KINDS:
                 raise SnapshotDecodeError(
                     "it is stored in plaintext, but this store is encrypted: it was written by "
                     "a process without the keys, or edited; to encrypt plaintext rows run "
@@ -253,7 +274,7 @@ class SealedRows:
         size = plain[0] if plain else -1
         if size not in (0, 32) or (size == 0) != (gen is None):
             raise SnapshotDecodeError("decrypted body has a malformed message-log digest")
-        return plain[1 + size :], (plain[1 : 1 + size] if size else None)
+        return plain[1 + size :], (plain[1 : 1 + size] if size else None), False
 
     def chunk(self, sid: str, gen: int, start: int, data: bytes | memoryview) -> Any:
         return self.envelopes.seal(data, self._aad("chunk", sid, gen, start))

@@ -1,6 +1,6 @@
 """Opening a checkpoint database: connection settings and the versioned schema.
 
-Tables (schema version 4, recorded in ``PRAGMA user_version``):
+Tables (schema version 5, recorded in ``PRAGMA user_version``):
 
 * ``checkpoints``: one row per checkpoint: metadata columns for ``list``, the
   encoded body, which prefix of which message log it uses
@@ -32,7 +32,11 @@ found: a row damaged before the migration would go unnoticed by it (it is
 still checked by decoding and the log digest), every change after it is caught.
 Version 2 gains the two encryption tables, empty: the store stays plaintext.
 Version 3 gains ``state_parts`` and the ``parts`` column; its rows keep their
-bodies (NULL ``parts``) and their seals, which cover no parts.
+bodies (NULL ``parts``) and their seals, which cover no parts. Version 5 adds
+a second kind of ``body_check`` (a row whose messages a session encoded
+itself, see ``_message_log.seal``); rows keep theirs, so the migration only
+records the version, and an older sessionvisor refuses the store as newer
+instead of each such row as damaged.
 
 Identity: a store is marked with ``PRAGMA application_id = APPLICATION_ID``
 when created, and a marker file ``<path>.sessionvisor`` is written beside it.
@@ -61,7 +65,7 @@ __all__ = [
     "open_database",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION_ID = 0x73765331
 """``PRAGMA application_id`` of every sessionvisor checkpoint store (the bytes ``svS1``)."""
 MARKER_SUFFIX = ".sessionvisor"

@@ -183,7 +183,7 @@ def _reseal_checkpoints(
         if not needs(stored[0], stored[5]):
             continue
         try:
-            body, digest = source.open_checkpoint(sid, cid, tuple(stored))
+            body, digest, _ = source.open_checkpoint(sid, cid, tuple(stored))
             if stored[6] is not None:
                 body = _with_parts(conn, sid, body, stored[6])
         except SnapshotDecodeError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 import pykka
 
 from actors import AgentSession, Send
+from actors.snapshot import checked_messages
 from supervisor._actor import supervised_class
 from supervisor._ask_later import ask_later
 from supervisor._lifecycle import lifecycle_of
@@ -39,6 +40,7 @@ class ThreadRuntime:
             launch.template,
             session_id=launch.session_id,
             restored_state=None if snapshot is None else snapshot.state,
+            restored_checked=snapshot is not None and checked_messages(snapshot) is not None,
             stripped_fields=() if snapshot is None else snapshot.stripped_fields,
             model=launch.model,
             max_steps=launch.max_steps,

@@ -362,7 +362,7 @@ class SQLiteCheckpointStore(ClosingContext):
             log = (gen, length, cut.count, log_digest)
         self._put_parts(db, sid, snapshot.checkpoint_id, cut)
         body, stored_digest, check = self._rows.checkpoint(
-            sid, snapshot.checkpoint_id, cut.body, log, refs
+            sid, snapshot.checkpoint_id, cut.body, log, refs, checked=cut.checked
         )
         db.execute(
             "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
@@ -547,7 +547,7 @@ class SQLiteCheckpointStore(ClosingContext):
             self._rows.trust_keys(db, (stored[0], *(data for _, data in chunks)))
             found_parts = self._read_parts(db, session_id, refs)
         try:
-            body, expected = self._rows.open_checkpoint(session_id, cid, tuple(stored))
+            body, expected, vouched = self._rows.open_checkpoint(session_id, cid, tuple(stored))
             messages = None
             if gen is not None:
                 if not isinstance(length, int) or not isinstance(expected, bytes):
@@ -561,7 +561,7 @@ class SQLiteCheckpointStore(ClosingContext):
                 (kind, name, checked(kind, name, digest, found_parts.get(digest)))
                 for kind, name, digest in read_refs(refs)
             ]
-            snapshot = join(body, messages, stored[3], self._migrations, parts)
+            snapshot = join(body, messages, stored[3], self._migrations, parts, checked=vouched)
             check_identity(snapshot, session_id, cid)
         except SnapshotDecodeError as exc:
             raise in_checkpoint(exc, session_id, cid) from None

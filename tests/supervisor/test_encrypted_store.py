@@ -418,7 +418,7 @@ def test_a_schema_2_store_gains_the_encryption_tables_and_stays_plaintext(db: Pa
         assert store.load("s") == snap
         assert not store.encrypted
     with closing(_raw(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("SELECT COUNT(*) FROM store_meta").fetchone()[0] == 0
 
 

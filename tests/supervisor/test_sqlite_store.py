@@ -206,7 +206,7 @@ def test_schema_wal_and_durable_sync_on_first_use(tmp_path: Path) -> None:
         assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4  # store schema 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5  # store schema 5
     with SQLiteCheckpointStore(db, synchronous="normal") as store:
         assert store._conn is not None
         assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1

@@ -199,7 +199,7 @@ def test_a_version_3_store_migrates_and_keeps_its_checkpoints(tmp_path: Path) ->
         assert store.load("s") == new
         assert store.load("s", old.checkpoint_id) == old
     with closing(_raw(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert _count(db, "state_parts") == 1
 
 

@@ -1,0 +1,186 @@
+"""A store vouches for the messages a session encoded itself, and for nothing else.
+
+The SQLite store seals a checkpoint whose messages are a session's own
+encodings as ``checked``; its ``load`` then vouches for them
+(``actors.snapshot.checked_messages``) and a resume takes them unchecked. These
+tests pin down that the vouch is never given to messages a check could refuse,
+and that whatever else reaches the store is still checked at resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from actors import (
+    AgentTemplate,
+    EchoModel,
+    Message,
+    MigrationRegistry,
+    Snapshot,
+    SnapshotDecodeError,
+    ToolCall,
+)
+from actors._history import HistoryCodec
+from actors._restored import _canonical, _exact
+from actors.messages import checked_message
+from actors.snapshot import SCHEMA_VERSION, checked_messages, session_snapshot
+from supervisor import AgentHost, SQLiteCheckpointStore
+
+text = st.text(max_size=4)
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), text),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(text, inner, max_size=2),
+    max_leaves=4,
+)
+live = st.builds(threading.Lock)  # stripped to a marker when checkpointed
+arguments = st.dictionaries(text, json_values | live, max_size=3)
+calls = st.builds(ToolCall, text, text, arguments)
+messages = st.builds(
+    Message,
+    st.sampled_from(["user", "assistant", "tool", "system"]),
+    st.none() | text,
+    st.lists(calls, max_size=2).map(tuple),
+    st.none() | text,
+    st.none() | text,
+)
+
+
+def _session_checkpoint(history: list[Message]) -> Snapshot:
+    """The checkpoint a session with ``history`` takes (its ``HistoryCodec`` encodings)."""
+    plain, paths, encoded = HistoryCodec().snapshot_part(history)
+    return session_snapshot(
+        session_id="s", state={"messages": []}, messages=plain, message_paths=paths, encoded=encoded
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    with SQLiteCheckpointStore(tmp_path / "checked.db") as opened:
+        yield opened
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(messages, min_size=1, max_size=5))
+def test_vouched_messages_pass_the_check_they_skip(store: Any, history: list[Message]) -> None:
+    """Whatever a session wrote and the store vouches for, the resume's check would have
+    accepted as written by ``to_dict`` and built into the same messages."""
+    saved = _session_checkpoint(history)
+    store.save(saved)
+    loaded = store.load("s")
+    raw = loaded.state["messages"]
+    assert raw == saved.state["messages"]
+    if checked_messages(loaded) is None:  # no encodings: an integer past 64 bits
+        with pytest.raises(Exception, match="64|integer|int"):
+            saved.serialize()
+        return
+    assert checked_messages(loaded) is raw
+    assert _exact(raw)
+    assert _canonical(raw)
+    assert [checked_message(item) for item in raw] == [Message.from_dict(item) for item in raw]
+
+
+def test_a_snapshot_made_outside_a_session_is_not_vouched_for(store: Any) -> None:
+    history = [Message.user("hi"), Message.assistant("hello")]
+    made = Snapshot.new(session_id="s", state={"messages": [m.to_dict() for m in history]})
+    store.save(made)
+    assert checked_messages(store.load("s")) is None
+    store.save(_session_checkpoint(history))
+    assert checked_messages(store.load("s")) is not None
+
+
+def test_a_redacted_or_rebuilt_state_loses_the_vouch(store: Any) -> None:
+    store.save(_session_checkpoint([Message.user("hi")]))
+    loaded = store.load("s")
+    assert checked_messages(loaded) is not None
+    assert checked_messages(loaded.redact(lambda state: state)) is None
+    rebuilt = dataclasses.replace(loaded, state={"messages": list(loaded.state["messages"])})
+    assert checked_messages(rebuilt) is None
+    assert checked_messages(loaded.with_metadata({"k": 1})) is not None
+
+
+def test_a_migration_drops_the_vouch(tmp_path: Path) -> None:
+    registry = MigrationRegistry(current_version=SCHEMA_VERSION + 1)
+
+    @registry.register(SCHEMA_VERSION)
+    def _rename(data: dict[str, Any]) -> dict[str, Any]:
+        data["state"]["messages"][0]["content"] = "changed by a migration"
+        return data
+
+    with SQLiteCheckpointStore(tmp_path / "old.db") as store:
+        store.save(_session_checkpoint([Message.user("hi")]))
+    with SQLiteCheckpointStore(tmp_path / "old.db", migrations=registry) as store:
+        loaded = store.load("s")
+    assert loaded.state["messages"][0]["content"] == "changed by a migration"
+    assert checked_messages(loaded) is None
+
+
+def _body_check(path: Path) -> bytes:
+    with sqlite3.connect(path) as conn:
+        (check,) = conn.execute("SELECT body_check FROM checkpoints").fetchone()
+    return bytes(check)
+
+
+def test_claiming_the_vouch_breaks_the_seal(tmp_path: Path) -> None:
+    """The claim is hashed with the row: turning a row's plain seal into a ``checked`` one
+    (or back) is damage, refused as any edit is."""
+    path = tmp_path / "edited.db"
+    with SQLiteCheckpointStore(path) as store:
+        made = [Message.user("hi")]
+        store.save(Snapshot.new(session_id="s", state={"messages": [m.to_dict() for m in made]}))
+    check = _body_check(path)
+    assert check[:1] == b"\x01"
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE checkpoints SET body_check = ?", (b"\x02" + check[1:],))
+    conn.close()
+    with (
+        SQLiteCheckpointStore(path) as store,
+        pytest.raises(SnapshotDecodeError, match="checksum mismatch"),
+    ):
+        store.load("s")
+
+
+def test_a_bad_message_saved_by_hand_still_fails_the_resume(tmp_path: Path) -> None:
+    path = tmp_path / "hand.db"
+    bad = {"role": "wizard", "content": "hi"}
+    with (
+        SQLiteCheckpointStore(path) as store,
+        AgentHost(store=store) as host,
+    ):
+        store.save(Snapshot.new(session_id="s", state={"session_id": "s", "messages": [bad]}))
+        with pytest.raises(SnapshotDecodeError, match="field 'role' must be one of"):
+            host.resume("s", AgentTemplate(model=EchoModel()))
+        assert host.list_sessions() == []
+
+
+def test_a_resumed_session_is_vouched_for_again_and_answers_the_same(tmp_path: Path) -> None:
+    """Resume -> turn -> stop -> resume: every checkpoint after the first is a session's own,
+    vouched for, and the history read back equals the one written."""
+    template = AgentTemplate(model=EchoModel())
+    with (
+        SQLiteCheckpointStore(tmp_path / "again.db") as store,
+        AgentHost(store=store) as host,
+    ):
+        host.start_session(template, session_id="s")
+        host.send("s", "one")
+        host.stop_session("s")
+        first = store.load("s")
+        assert checked_messages(first) is not None
+        host.resume("s", template)
+        assert host.send("s", "two").content == "echo: two"
+        host.stop_session("s")
+        second = store.load("s")
+        assert checked_messages(second) is not None
+        host.resume("s", template)
+        texts = [m.content for m in host.history("s")]
+        assert texts == ["one", "echo: one", "two", "echo: two"]
+        host.stop_session("s")

@@ -4,7 +4,9 @@
    start + register), p50/p99, against ``SQLiteCheckpointStore.load`` alone of
    the same checkpoint (the raw floor), in the same run; and resume followed by
    the session's first turn, which builds the history's ``Message`` objects (a
-   resume only checks them) and takes the turn's durable checkpoint.
+   resume does not: it checks the dicts, or, as here, takes them unchecked when
+   the store vouches for them, ``actors.snapshot.checked_messages``) and takes
+   the turn's durable checkpoint.
 2. Reactivation latency of a hibernated session on ``send``, p50/p99.
 3. Session lifecycle (issue 14): ``start_session`` + ``hibernate`` (which takes
    the session's first checkpoint) per second, on a host with the default

@@ -12,7 +12,8 @@ Parent -> worker (requests)::
     op              payload                                             reply payload
     load_template   {"key": str, "template": bytes, "model": bytes}     None
     start           {"session": sid, "key": str,
-                     "restore": {"state": dict, "stripped": [str]} | None,
+                     "restore": {"state": dict, "stripped": [str],
+                                 "checked": bool} | None,
                      "options": {max_steps, checkpoint_every (int|None),
                      max_steering_queue, metadata, steering: [str],
                      credentials: {api_key, headers} | None,

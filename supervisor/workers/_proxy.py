@@ -36,6 +36,7 @@ from actors import (
     SteeringQueue,
     SteeringQueueFull,
 )
+from actors.snapshot import checked_messages
 from supervisor._actor import SupervisedActor
 from supervisor._outcome import OneOutcome
 from supervisor._runtime import Done, NotDelivered, SessionLaunch
@@ -445,7 +446,12 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
             # (and migrated, with its store's registry) the checkpoint.
             "restore": None
             if snapshot is None
-            else {"state": snapshot.state, "stripped": list(snapshot.stripped_fields)},
+            else {
+                "state": snapshot.state,
+                "stripped": list(snapshot.stripped_fields),
+                # The store vouched for the messages: the worker need not check them again.
+                "checked": checked_messages(snapshot) is not None,
+            },
             "options": {
                 "max_steps": launch.max_steps,
                 "checkpoint_every": launch.checkpoint_every,

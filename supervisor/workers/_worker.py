@@ -440,6 +440,7 @@ class _Worker:
             checkpoints=options["checkpoint_every"] is not None,
             session_id=session_id,
             restored_state=None if restore is None else restore["state"],
+            restored_checked=restore is not None and restore.get("checked") is True,
             stripped_fields=() if restore is None else tuple(restore["stripped"]),
             model=model,
             max_steps=options["max_steps"],

@@ -137,7 +137,7 @@ def test_doctor_healthy_while_served(served: tuple[AgentHost, Path]) -> None:
     report = json.loads(result.output)
     assert report["problems"] == []
     assert report["integrity"] == ["ok"]
-    assert report["schema_version"] == 4
+    assert report["schema_version"] == 5
     assert report["sessions"] == 2
 
 

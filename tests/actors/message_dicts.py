@@ -1,5 +1,6 @@
 """Hypothesis strategies of message dicts as a checkpoint might hold them: any keys a
-``Message.to_dict`` writes, each with a well-formed value or a wrong one."""
+``Message.to_dict`` writes, each with a well-formed value or a wrong one; and of
+well-formed ``Message`` objects."""
 
 from __future__ import annotations
 
@@ -7,7 +8,23 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["loose_call_dicts", "loose_message_dicts"]
+from actors import Message, ToolCall
+
+__all__ = ["loose_call_dicts", "loose_message_dicts", "messages"]
+
+
+def messages(
+    text: st.SearchStrategy[str], calls: st.SearchStrategy[ToolCall]
+) -> st.SearchStrategy[Message]:
+    """Valid messages of any role, texts from ``text``, up to two tool calls from ``calls``."""
+    return st.builds(
+        Message,
+        st.sampled_from(["user", "assistant", "tool", "system"]),
+        st.none() | text,
+        st.lists(calls, max_size=2).map(tuple),
+        st.none() | text,
+        st.none() | text,
+    )
 
 
 def loose_call_dicts(

@@ -25,7 +25,7 @@ from actors import (
 from actors._codec import pack_each, pack_plain
 from actors._restored import RestoredMessages
 from actors.snapshot import encoded_messages
-from tests.actors.message_dicts import loose_call_dicts, loose_message_dicts
+from tests.actors.message_dicts import loose_call_dicts, loose_message_dicts, messages
 
 text = st.text(max_size=4)
 fields = st.one_of(st.none(), text, st.integers(0, 3), st.lists(text, max_size=1))
@@ -38,14 +38,7 @@ arguments = st.dictionaries(text, json_values, max_size=2) | fields
 calls = loose_call_dicts(fields, arguments)
 loose = loose_message_dicts(fields, arguments)
 tool_calls = st.builds(ToolCall, text, text, st.dictionaries(text, json_values, max_size=2))
-written = st.builds(
-    Message,
-    st.sampled_from(["user", "assistant", "tool", "system"]),
-    st.none() | text,
-    st.lists(tool_calls, max_size=2).map(tuple),
-    st.none() | text,
-    st.none() | text,
-).map(Message.to_dict)
+written = messages(text, tool_calls).map(Message.to_dict)
 
 
 @st.composite

@@ -34,6 +34,7 @@ from actors._restored import _canonical, _exact
 from actors.messages import checked_message
 from actors.snapshot import SCHEMA_VERSION, checked_messages, encoded_messages, session_snapshot
 from supervisor import AgentHost, SQLiteCheckpointStore
+from tests.actors.message_dicts import messages
 
 text = st.text(max_size=4)
 json_values = st.recursive(
@@ -46,14 +47,7 @@ json_values = st.recursive(
 live = st.builds(threading.Lock)  # stripped to a marker when checkpointed
 arguments = st.dictionaries(text, json_values | live, max_size=3)
 calls = st.builds(ToolCall, text, text, arguments)
-messages = st.builds(
-    Message,
-    st.sampled_from(["user", "assistant", "tool", "system"]),
-    st.none() | text,
-    st.lists(calls, max_size=2).map(tuple),
-    st.none() | text,
-    st.none() | text,
-)
+histories = st.lists(messages(text, calls), min_size=1, max_size=5)
 
 
 def _session_checkpoint(history: list[Message]) -> Snapshot:
@@ -73,7 +67,7 @@ def store(tmp_path: Path) -> Any:
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(messages, min_size=1, max_size=5))
+@given(histories)
 def test_vouched_messages_pass_the_check_they_skip(store: Any, history: list[Message]) -> None:
     """Whatever a session wrote and the store vouches for, the resume's check would have
     accepted as written by ``to_dict`` and built into the same messages."""

@@ -8,10 +8,20 @@ clock stands still or steps back, and ids made in other processes collide only
 with negligible probability (ordering between processes within the same
 millisecond is arbitrary: a caller that must sort after an id made elsewhere
 passes it as ``after``).
+
+The random starts come from a generator seeded from the operating system's
+entropy once per process (and again in a forked child, which would otherwise
+repeat its parent's draws), not from a system call per millisecond: with
+thousands of sessions checkpointing at once, each such call let the other
+threads take the interpreter and cost its caller a wait to get it back. The
+starts need to be unpredictable only to the point of making collisions between
+processes unlikely, not secret.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import secrets
 import threading
 import time
@@ -23,21 +33,42 @@ _SEQ_BITS = 80
 _SEQ_START_BITS = 79  # random start below half the range leaves room to count up
 
 
+class _SeededBits:
+    """``randbits`` from a ``random.Random`` seeded from ``secrets``, reseeded in a forked
+    child. Thread-safe: ``getrandbits`` is one C call under the interpreter lock."""
+
+    def __init__(self) -> None:
+        self._random = random.Random(secrets.randbits(128))
+        if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+            os.register_at_fork(after_in_child=self._reseed)
+
+    def _reseed(self) -> None:
+        self._random.seed(secrets.randbits(128))
+
+    def __call__(self, bits: int) -> int:
+        return self._random.getrandbits(bits)
+
+
+_SEEDED_BITS = _SeededBits()
+
+
 class CheckpointIdGenerator:
     """Makes checkpoint ids. Thread-safe: one lock guards the last (time, sequence) pair.
 
     Args:
         clock_ns: Wall clock in nanoseconds since the epoch (injectable for tests).
-        randbits: Source of the random sequence start (injectable for tests).
+        randbits: Source of the random sequence start (injectable for tests); by
+            default a generator seeded once from the system's entropy (see the
+            module docstring).
     """
 
     def __init__(
         self,
         clock_ns: Callable[[], int] = time.time_ns,
-        randbits: Callable[[int], int] = secrets.randbits,
+        randbits: Callable[[int], int] | None = None,
     ) -> None:
         self._clock_ns = clock_ns
-        self._randbits = randbits
+        self._randbits = _SEEDED_BITS if randbits is None else randbits
         self._lock = threading.Lock()
         self._last_ms = -1
         self._last_seq = 0
@@ -53,8 +84,8 @@ class CheckpointIdGenerator:
         ms = now_ns // 1_000_000
         floor = _parse(after)
         # The random start is drawn before the lock (read without it, ``_last_ms`` only
-        # decides whether to draw): the default source is a system call that lets other
-        # threads run, and every thread making an id would queue on the lock meanwhile.
+        # decides whether to draw): an injected source may block, and every thread making
+        # an id would queue on the lock meanwhile.
         fresh = self._randbits(_SEQ_START_BITS) if ms > self._last_ms else None
         with self._lock:
             if floor is not None and floor > (self._last_ms, self._last_seq):

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import functools
 import io
+import os
 import socket
 import sqlite3
 import threading
@@ -300,6 +301,25 @@ def test_an_id_made_after_another_process_s_id_sorts_after_it() -> None:
     assert made == f"{5:012x}{501:020x}"
     assert gen.new()[0] == f"{5:012x}{502:020x}"  # and the count goes on from there
     assert gen.new(after="not-an-id")[0] == f"{6:012x}{10:020x}"  # ignored: the clock moved
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_draws_other_random_starts_than_its_parent() -> None:
+    """The default source is seeded once per process: a forked child, which inherits its
+    parent's generator state, is reseeded, so the two do not make the same ids."""
+    from actors._ids import _SEEDED_BITS  # noqa: PLC0415 (the private default source)
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next draw and leave at once
+        os.write(write, _SEEDED_BITS(79).to_bytes(10, "big"))
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    child = int.from_bytes(os.read(read, 10), "big")
+    os.close(read)
+    assert status == 0
+    assert child != _SEEDED_BITS(79)
 
 
 def test_ids_are_unique_across_threads() -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "array_header",
     "check_keys",
     "check_plain",
+    "cut_items",
     "decode_plain",
     "encode_plain",
     "join_path",
@@ -217,18 +218,31 @@ def pack_each(values: list[Any]) -> list[bytes] | None:
         data = _packb(values)
     except _PACK_ERRORS:
         return None
+    parts = cut_items(data, len(values), array=True)
+    assert parts is not None  # packb's own array of exactly that many items
+    return parts
+
+
+def cut_items(data: bytes, count: int, *, array: bool = False) -> list[bytes] | None:
+    """The encodings of ``count`` msgpack items back to back in ``data`` (after an array
+    header, with ``array``), each as its own ``bytes``; ``None`` unless ``data`` holds
+    exactly that: an encoding reused from elsewhere is cut only when it fits."""
     reader = msgpack.Unpacker(max_buffer_size=max(len(data), 1))
     reader.feed(data)
-    reader.read_array_header()
-    skip, tell = reader.skip, reader.tell
-    start = tell()
-    parts = []
-    for _ in range(len(values)):
-        skip()
-        end = tell()
-        parts.append(data[start:end])
-        start = end
-    return parts
+    try:
+        if array and reader.read_array_header() != count:
+            return None
+        skip, tell = reader.skip, reader.tell
+        start = tell()
+        parts = []
+        for _ in range(count):
+            skip()
+            end = tell()
+            parts.append(data[start:end])
+            start = end
+    except (msgpack.UnpackException, ValueError):  # truncated or malformed
+        return None
+    return parts if start == len(data) else None
 
 
 def pack_plain(value: object, *, root: str = "") -> bytes:

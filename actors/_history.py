@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors._codec import check_keys, pack_each, pack_plain
+from actors._codec import check_keys, cut_items, pack_each, pack_plain
 from actors._strip import strip_live
 from actors.errors import SnapshotEncodeError
 from actors.messages import Message
@@ -69,7 +69,7 @@ class HistoryCodec:
     Not thread-safe: used on the session's own thread. What it hands out is.
     """
 
-    __slots__ = ("_bad", "_parts", "_plain", "_seed", "_stripped")
+    __slots__ = ("_bad", "_parts", "_plain", "_seed", "_seed_encoding", "_stripped")
 
     def __init__(self) -> None:
         self._plain: list[dict[str, Any]] = []
@@ -77,15 +77,21 @@ class HistoryCodec:
         self._stripped: list[tuple[int, tuple[str, ...]]] = []  # (index, paths), by index
         self._bad: list[int] = []  # indices strict encoding refused, ascending
         self._seed: list[dict[str, Any]] = []
+        self._seed_encoding: bytes | None = None
 
-    def seed(self, plain: list[dict[str, Any]]) -> None:
+    def seed(self, plain: list[dict[str, Any]], encoding: bytes | None = None) -> None:
         """Take ``plain`` as ``to_dict`` of the first ``len(plain)`` messages, which are then
         never read: the dicts of a resumed checkpoint that are exactly what ``to_dict``
         writes, every value of an exact plain type (``actors._restored``), so a snapshot
-        holds them as they are, with nothing to strip. Call it before any snapshot."""
+        holds them as they are, with nothing to strip. ``encoding``, if given, is their
+        encodings back to back as a store read them, vouched for
+        (``actors.snapshot.checked_encoding``): they are cut from it instead of encoded
+        again (msgpack's encoding of what it decoded from our own bytes is those bytes).
+        Call it before any snapshot."""
         if self._plain:
             raise RuntimeError("seed() after a snapshot: the codec has seen messages already")
         self._seed = plain
+        self._seed_encoding = encoding
 
     def __len__(self) -> int:
         return len(self._plain)
@@ -121,11 +127,19 @@ class HistoryCodec:
         return plain, paths, encoded
 
     def _add_seeded(self, stop: int) -> None:
-        """Add the seed's entries up to ``stop``, encoded in one call (``pack_each``): a
-        resumed history's first snapshot costs less than half of packing them one by one. If one
-        cannot be encoded, none is added here: ``_add`` takes them one at a time and marks it."""
-        seed = self._seed[len(self._plain) : stop]
-        parts = pack_each(seed)
+        """Add the seed's entries up to ``stop``: cut from the store's bytes when ``seed`` was
+        given them (a third of encoding them again), else encoded in one call (``pack_each``),
+        less than half of packing them one by one. If one cannot be encoded, none is added
+        here: ``_add`` takes them one at a time and marks it."""
+        start = len(self._plain)
+        seed = self._seed[start:stop]
+        parts = None
+        if start == 0 and self._seed_encoding is not None:  # the store's bytes, cut
+            cut = cut_items(self._seed_encoding, len(self._seed))
+            parts = None if cut is None else cut[:stop]
+        self._seed_encoding = None  # used once: later seed entries come from its cut or not
+        if parts is None:
+            parts = pack_each(seed)
         if parts is not None:
             self._plain.extend(seed)
             self._parts.extend(parts)
@@ -168,5 +182,6 @@ class HistoryCodec:
         self._plain = self._plain[:count]
         self._parts = self._parts[:count]
         self._seed = self._seed[:count]
+        self._seed_encoding = None  # it held the longer seed
         self._stripped = [(i, p) for i, p in self._stripped if i < count]
         self._bad = [i for i in self._bad if i < count]

@@ -68,21 +68,29 @@ class RestoredMessages:
     Args:
         raw: ``state["messages"]`` of the checkpoint: a list of message dicts.
         checked: ``raw`` is vouched for (see the module docstring): taken unchecked.
+        encoding: With ``checked``, the encodings of ``raw``'s messages back to back, as
+            the store read them (see ``encoding``); ignored without.
 
     Raises:
         InvalidMessage: a message is malformed (the field named, as ``Message.from_dict``).
         TypeError: ``raw`` is not iterable.
     """
 
-    __slots__ = ("_built", "_canonical", "_raw")
+    __slots__ = ("_built", "_canonical", "_raw", "encoding")
 
-    def __init__(self, raw: object, *, checked: bool = False) -> None:
+    def __init__(
+        self, raw: object, *, checked: bool = False, encoding: bytes | None = None
+    ) -> None:
         self._raw: list[dict[str, Any]] = []
         self._built: list[Message] | None = None
         self._canonical: bool | None = None
+        self.encoding: bytes | None = None
+        """The messages' encodings back to back, when vouched for with them: what
+        ``HistoryCodec.seed`` cuts instead of encoding the dicts again."""
         if type(raw) is list and checked:
             self._raw = raw
             self._canonical = bool(raw)
+            self.encoding = encoding
         elif type(raw) is list and _exact(raw):
             self._raw = raw
         else:  # the general path names what is wrong

@@ -130,6 +130,9 @@ class AgentSession(pykka.ThreadingActor):
         restored_state: A ``state()`` dict to continue from (resume).
         restored_checked: ``restored_state``'s messages are vouched for by the store that
             loaded them (``checked_messages(snapshot)`` is that list): not checked again.
+        restored_encoding: With ``restored_checked``, the messages' encodings back to
+            back as the store read them (``checked_encoding(snapshot)``): the first
+            snapshot cuts them instead of encoding the history again.
         stripped_fields: Paths stripped from the snapshot it came from; each
             plugin sees those under ``plugins.<name>.`` in ``ctx.stripped``.
         model: A live model to use instead of resolving ``template.model``.
@@ -164,6 +167,7 @@ class AgentSession(pykka.ThreadingActor):
         session_id: str | None = None,
         restored_state: Mapping[str, Any] | None = None,
         restored_checked: bool = False,
+        restored_encoding: bytes | None = None,
         stripped_fields: Sequence[str] = (),
         model: Model | None = None,
         providers: ProviderRegistry | None = None,
@@ -203,7 +207,9 @@ class AgentSession(pykka.ThreadingActor):
         try:  # a checkpoint that decodes but holds the wrong shapes: one documented error
             # Checked now, built when first read (``actors._restored``).
             self._restored = RestoredMessages(
-                restored.get("messages", []), checked=restored_checked
+                restored.get("messages", []),
+                checked=restored_checked,
+                encoding=restored_encoding,
             )
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             self._turns = int(restored.get("turns", 0))
@@ -457,7 +463,8 @@ class AgentSession(pykka.ThreadingActor):
             raise self._too_deep_error() from None
         restored = self._restored
         if not len(self._history) and len(restored) and restored.canonical:
-            self._history.seed(restored.plain)  # the first snapshot: the checkpoint's own dicts
+            # The first snapshot: the checkpoint's own dicts (and bytes, when the store kept them).
+            self._history.seed(restored.plain, restored.encoding)
         unread = self._message_list is None and restored.canonical  # the codec has them all
         messages, paths, encoded = self._history.snapshot_part(
             restored.plain if unread else self._messages

@@ -52,6 +52,7 @@ from actors.migrations import SCHEMA_VERSION, SNAPSHOT_MIGRATIONS, MigrationRegi
 __all__ = [
     "SCHEMA_VERSION",
     "Snapshot",
+    "checked_encoding",
     "checked_messages",
     "encoded_messages",
     "mark_checked",
@@ -126,9 +127,11 @@ class Snapshot:
     _encoded: EncodedMessages | None = field(default=None, compare=False)
     """Private: the messages already encoded (``session_snapshot``); used by ``serialize``
     and the stores only while ``state["messages"]`` is the list they were made for."""
-    _checked: list[Any] | None = field(default=None, compare=False, repr=False)
+    _checked: tuple[list[Any], bytes | None] | None = field(default=None, compare=False, repr=False)
     """Private: ``state["messages"]`` as a store read it back from a session's own
-    encodings (``checked_messages``); vouches only while the state holds that list."""
+    encodings, and those encodings back to back when the store has them
+    (``checked_messages``, ``checked_encoding``); vouches only while the state holds
+    that list."""
 
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
 
@@ -484,14 +487,28 @@ def checked_messages(snapshot: Snapshot) -> list[dict[str, Any]] | None:
     them, read back intact: a resume need not check them again (``actors._restored``).
     """
     checked = snapshot._checked
-    return checked if checked is not None and snapshot.state.get("messages") is checked else None
+    if checked is None or snapshot.state.get("messages") is not checked[0]:
+        return None
+    messages: list[dict[str, Any]] = checked[0]
+    return messages
 
 
-def mark_checked(snapshot: Snapshot) -> None:
-    """Vouch for ``snapshot``'s messages (see ``checked_messages``). For a store's ``load``
-    only, of messages it wrote from a session's own encodings (``encoded_messages``)
-    and checked back byte for byte, with no migration run on them since."""
-    object.__setattr__(snapshot, "_checked", snapshot.state.get("messages"))
+def checked_encoding(snapshot: Snapshot) -> bytes | None:
+    """The encodings of ``snapshot``'s vouched-for messages back to back, as the store read
+    them, if it kept them (``mark_checked``): a resumed session's first snapshot cuts
+    them instead of encoding its history again. ``None`` when not vouched for."""
+    checked = snapshot._checked
+    if checked is None or snapshot.state.get("messages") is not checked[0]:
+        return None
+    return checked[1]
+
+
+def mark_checked(snapshot: Snapshot, encoding: bytes | None = None) -> None:
+    """Vouch for ``snapshot``'s messages (see ``checked_messages``), whose encodings back to
+    back are ``encoding`` if given. For a store's ``load`` only, of messages it wrote from
+    a session's own encodings (``encoded_messages``) and checked back byte for byte, with
+    no migration run on them since."""
+    object.__setattr__(snapshot, "_checked", (snapshot.state.get("messages"), encoding))
 
 
 def _encode_reusing(plain: dict[str, Any], encoded: EncodedMessages) -> bytes:

@@ -359,8 +359,8 @@ def join(
     ``parts`` are the state parts ``split`` took out, as ``(kind, name, data)``,
     each checked against its digest already (``_state_parts.checked``). With
     ``checked`` (what ``verify`` found, the log bytes verified against their
-    digest) the messages are vouched for (``mark_checked``) unless a migration
-    ran, which may have changed them.
+    digest) the messages are vouched for (``mark_checked``), with their log bytes,
+    unless a migration ran, which may have changed them.
 
     Raises:
         SnapshotDecodeError: anything malformed.
@@ -380,7 +380,7 @@ def join(
     current = isinstance(plain, dict) and plain.get("schema_version") == registry.current_version
     snapshot = Snapshot.from_dict(plain, migrations=migrations)
     if checked and current and messages is not None:
-        mark_checked(snapshot)
+        mark_checked(snapshot, messages)
     return snapshot
 
 

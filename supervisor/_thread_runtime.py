@@ -14,7 +14,7 @@ from typing import Any
 import pykka
 
 from actors import AgentSession, Send
-from actors.snapshot import checked_messages
+from actors.snapshot import checked_encoding, checked_messages
 from supervisor._actor import supervised_class
 from supervisor._ask_later import ask_later
 from supervisor._lifecycle import lifecycle_of
@@ -41,6 +41,7 @@ class ThreadRuntime:
             session_id=launch.session_id,
             restored_state=None if snapshot is None else snapshot.state,
             restored_checked=snapshot is not None and checked_messages(snapshot) is not None,
+            restored_encoding=None if snapshot is None else checked_encoding(snapshot),
             stripped_fields=() if snapshot is None else snapshot.stripped_fields,
             model=launch.model,
             max_steps=launch.max_steps,

@@ -22,7 +22,7 @@ from actors import (
     SnapshotEncodeError,
     ToolCall,
 )
-from actors._codec import pack_each, pack_plain
+from actors._codec import cut_items, pack_each, pack_plain
 from actors._restored import RestoredMessages
 from actors.snapshot import encoded_messages
 from tests.actors.message_dicts import loose_call_dicts, loose_message_dicts, messages
@@ -185,3 +185,17 @@ def test_pack_each_is_pack_plain_of_each_or_none() -> None:
     assert pack_each([]) == []
     assert pack_each([{"a": 1}, 2**64]) is None  # past msgpack's integers
     assert pack_each([{"a": 1}, {1, 2}]) is None  # not plain
+
+
+def test_cut_items_cuts_exactly_count_items_or_gives_none() -> None:
+    values: list[Any] = [{"a": [1, 2.5, None]}, "text", b"bytes", 2**63, [], {}]
+    parts = [pack_plain(value) for value in values]
+    joined = b"".join(parts)
+    assert cut_items(joined, len(values)) == parts
+    assert cut_items(pack_plain(values), len(values), array=True) == parts
+    assert cut_items(b"", 0) == []
+    assert cut_items(joined, len(values) - 1) is None  # bytes left over
+    assert cut_items(joined, len(values) + 1) is None  # too few items
+    assert cut_items(joined[:-1], len(values)) is None  # truncated
+    assert cut_items(pack_plain(values), len(values) - 1, array=True) is None  # other count
+    assert cut_items(b"\xc1", 1) is None  # a byte msgpack never writes

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors import (
+    AgentSession,
     AgentTemplate,
     EchoModel,
     Message,
@@ -29,10 +30,17 @@ from actors import (
     SnapshotEncodeError,
     ToolCall,
 )
+from actors._codec import pack_plain
 from actors._history import HistoryCodec
 from actors._restored import _canonical, _exact
 from actors.messages import checked_message
-from actors.snapshot import SCHEMA_VERSION, checked_messages, encoded_messages, session_snapshot
+from actors.snapshot import (
+    SCHEMA_VERSION,
+    checked_encoding,
+    checked_messages,
+    encoded_messages,
+    session_snapshot,
+)
 from supervisor import AgentHost, SQLiteCheckpointStore
 from tests.actors.message_dicts import messages
 
@@ -85,6 +93,50 @@ def test_vouched_messages_pass_the_check_they_skip(store: Any, history: list[Mes
     assert _canonical(vouched)
     built = [checked_message(item) for item in vouched]
     assert built == [Message.from_dict(item) for item in vouched]
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=histories)
+def test_a_resumed_sessions_first_snapshot_cuts_the_stores_bytes(
+    store: Any, history: list[Message], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resumed from a vouched checkpoint, the first snapshot takes its message encodings from
+    the bytes the store read (no encoding again), and they are exactly each message's own
+    encoding: the snapshot is byte for byte the one encoding them again gives."""
+    saved = _session_checkpoint(history)
+    if encoded_messages(saved) is None:  # an integer past 64 bits: never saved
+        return
+    store.save(saved)
+    loaded = store.load("s")
+    encoding = checked_encoding(loaded)
+    assert encoding is not None
+
+    def resumed(encoding: bytes | None) -> AgentSession:
+        return AgentSession(
+            AgentTemplate(model=EchoModel()),
+            session_id="s",
+            restored_state=loaded.state,
+            restored_checked=True,
+            restored_encoding=encoding,
+        )
+
+    session = resumed(encoding)
+    with monkeypatch.context() as patch:
+        patch.setattr("actors._history.pack_each", _no_encoding_again)
+        first = session.snapshot()
+    encoded = encoded_messages(first)
+    assert encoded is not None
+    assert encoded.parts[: encoded.count] == [pack_plain(m) for m in loaded.state["messages"]]
+    again = resumed(None).snapshot()  # encodes the restored dicts (pack_each)
+    same = dataclasses.replace(again, checkpoint_id=first.checkpoint_id, saved_at=first.saved_at)
+    assert first.serialize() == same.serialize()
+    assert session.send("more").content == "echo: more"
+
+
+def _no_encoding_again(values: list[Any]) -> list[bytes] | None:
+    raise AssertionError(f"encoded {len(values)} restored messages again")
 
 
 def test_a_snapshot_made_outside_a_session_is_not_vouched_for(store: Any) -> None:

@@ -27,12 +27,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from actors._codec import check_keys, cut_items, pack_each, pack_plain
-from actors._strip import strip_live
+from actors._strip import STRIPPED_KEY, strip_live
 from actors.errors import SnapshotEncodeError
 from actors.messages import Message
 
 __all__ = ["EncodedMessages", "HistoryCodec"]
+
+_MARKER_START = b"\x81" + msgpack.packb(STRIPPED_KEY)
+"""How a stripped marker's encoding begins: a map of one entry, then the marker's key."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -134,15 +139,31 @@ class HistoryCodec:
         start = len(self._plain)
         seed = self._seed[start:stop]
         parts = None
-        if start == 0 and self._seed_encoding is not None:  # the store's bytes, cut
-            cut = cut_items(self._seed_encoding, len(self._seed))
+        whole = self._seed_encoding
+        if start == 0 and whole is not None:  # the store's bytes, cut
+            cut = cut_items(whole, len(self._seed))
             parts = None if cut is None else cut[:stop]
         self._seed_encoding = None  # used once: later seed entries come from its cut or not
         if parts is None:
             parts = pack_each(seed)
+            whole = None
         if parts is not None:
             self._plain.extend(seed)
             self._parts.extend(parts)
+            # One search of all the bytes (a few us), then of each message only if found.
+            if _MARKER_START in (b"".join(parts) if whole is None else whole):
+                for index, part in enumerate(parts, start):
+                    self._note_markers(index, part)
+
+    def _note_markers(self, index: int, part: bytes) -> None:
+        """Record the paths of the stripped markers a seeded message holds (stripped in an
+        earlier life of the session), as a walk of the whole state lists them. Only a
+        message whose encoding holds a marker's first bytes (or has none) is walked."""
+        if part and _MARKER_START not in part:
+            return
+        _, found = strip_live(self._seed[index], root=f"messages[{index}]")
+        if found:
+            self._stripped.append((index, found))
 
     def _add(self, index: int, message: Message | dict[str, Any]) -> None:
         root = f"messages[{index}]"
@@ -156,6 +177,7 @@ class HistoryCodec:
                 self._bad.append(index)
             self._plain.append(plain)
             self._parts.append(part)
+            self._note_markers(index, part)
             return
         assert isinstance(message, Message)
         plain = message.to_dict()

@@ -5,6 +5,7 @@ and a snapshot taken from the restored dicts is byte for byte the full walk's.""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from actors import (
 )
 from actors._codec import cut_items, pack_each, pack_plain
 from actors._restored import RestoredMessages
+from actors._strip import strip_live
 from actors.snapshot import encoded_messages
 from tests.actors.message_dicts import loose_call_dicts, loose_message_dicts, messages
 
@@ -35,6 +37,7 @@ json_values = st.recursive(
     max_leaves=4,
 )
 arguments = st.dictionaries(text, json_values, max_size=2) | fields
+live_arguments = st.dictionaries(text, json_values | st.builds(threading.Lock), max_size=3)
 calls = loose_call_dicts(fields, arguments)
 loose = loose_message_dicts(fields, arguments)
 tool_calls = st.builds(ToolCall, text, text, st.dictionaries(text, json_values, max_size=2))
@@ -199,3 +202,22 @@ def test_cut_items_cuts_exactly_count_items_or_gives_none() -> None:
     assert cut_items(joined[:-1], len(values)) is None  # truncated
     assert cut_items(pack_plain(values), len(values) - 1, array=True) is None  # other count
     assert cut_items(b"\xc1", 1) is None  # a byte msgpack never writes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(messages(text, st.builds(ToolCall, text, text, live_arguments)), max_size=6))
+def test_markers_stripped_in_an_earlier_life_are_listed_as_the_full_walk_lists_them(
+    history: list[Message],
+) -> None:
+    """A resumed history holds the markers its live values left; the first snapshot (which
+    encodes the restored dicts without walking them) lists their paths in
+    ``stripped_fields`` exactly as a walk of the whole state does, in the same order."""
+    written, _ = strip_live([m.to_dict() for m in history])
+    if _packed_one_by_one(written) is None:  # an integer past 64 bits: never checkpointed
+        return
+    session = _session({"session_id": "s", "messages": written})
+    first = session.snapshot()
+    full = Snapshot.new(session_id="s", state=session.state())
+    assert first.stripped_fields == full.stripped_fields
+    same_id = dataclasses.replace(full, checkpoint_id=first.checkpoint_id, saved_at=first.saved_at)
+    assert first.serialize() == same_id.serialize()

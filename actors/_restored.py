@@ -14,7 +14,7 @@ resume. ``RestoredMessages`` splits that work:
 * **On first read** (``messages``, on the session's thread): the checked
   dicts become ``Message`` objects without being checked again.
 * **Not at all, when vouched for** (``checked``): the messages a store read
-  back from a session's own encodings, byte for byte (``actors.checked_messages``),
+  back from a session's own encodings, byte for byte (``actors.snapshot.checked_messages``),
   are ``Message.to_dict`` of valid messages, so they are neither checked nor
   found canonical again: a resume does not redo what the turns that appended
   them did.

@@ -16,8 +16,9 @@ machine httpx's own Python per request would be counted as the gateway's.
 
 Goal (16 clients): the HTTP layer adds no more than 1 ms at p50 and 2x at p99.
 
-Both processes run with ``tune_interpreter()`` (a 200 ms switch interval), as
-the ``serve`` command does, so the baseline host is tuned as the gateway's is.
+Both processes run with ``tune_interpreter()`` (a 200 ms switch interval) and
+``freeze_startup_objects()``, as the ``serve`` command does, so the baseline
+host is tuned as the gateway's is.
 
 **Streams**: ``STREAMS`` clients, each on its own session of a model that
 streams two deltas over 200 ms, all sending ``stream: true`` at once; every
@@ -48,7 +49,13 @@ read of the key on the event loop per request, now cached for 1 s, and a sync
 dependency run in FastAPI's thread pool, now async (server throughput under
 cProfile at 16 clients 244-320 -> 434 requests/s; +11.7 -> +9.7/+10.1 ms p50).
 uvicorn with ``httptools`` (now in the server extra): x0.85-0.89 the h11 p50
-at 1 and 16 clients (5 interleaved rounds).
+at 1 and 16 clients (5 interleaved rounds). Both processes freezing their
+startup objects (``freeze_startup_objects``: a full collection of the ~63,000
+objects the imports make took 39 ms): p99 at 16 clients x3.10-3.49 -> x2.12-2.20
+(on a slower day than the table's: +15.7 to +19.7 ms p50 throughout, the
+server's Python cost being that much higher); with the collector off
+altogether in the server, x1.74 (one run), so young-generation collections
+still cost some of the rest.
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ from actors import AgentTemplate, ModelRequest, ModelResponse, TextDelta, Usage
 from benchmarks._common import percentile, print_table
 from benchmarks._http_client import Connection
 from benchmarks._process_peaks import PeakSampler, process_status
-from supervisor import AgentHost, AsyncAgentHost, tune_interpreter
+from supervisor import AgentHost, AsyncAgentHost, freeze_startup_objects, tune_interpreter
 
 CLIENTS = (1, 16, 256)
 REQUESTS = {1: 300, 16: 1600, 256: 2560}
@@ -109,6 +116,7 @@ def _serve_child(data_dir: Path) -> None:
 
     limits = Limits(max_concurrent_per_key=10_000, max_sessions_per_tenant=10_000)
     tune_interpreter()  # as the command does
+    freeze_startup_objects()
     serve(
         data_dir,
         {"echo": ECHO, "slow": SLOW},
@@ -316,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _serve_child(args.serve)
         return 0
     tune_interpreter()  # the in-process baseline, tuned as the server is
+    freeze_startup_objects()
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp, "served"))
         host = AgentHost(data_dir=Path(tmp, "local"))

@@ -9,7 +9,7 @@ from typing import TextIO
 import click
 
 from cli import main
-from supervisor import SWITCH_INTERVAL, tune_interpreter
+from supervisor import SWITCH_INTERVAL, freeze_startup_objects, tune_interpreter
 from supervisor.log_format import JsonLogFormatter
 
 __all__ = ["configure_logging", "serve"]
@@ -145,6 +145,7 @@ def serve(  # noqa: PLR0917 (the command's options)
         raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
     configure_logging(log_format, log_level)
     tune_interpreter(switch_interval)  # before the host starts: its workers take it too
+    freeze_startup_objects()  # imports and templates loaded, no session yet
     try:
         sock = bind(host, port)
     except OSError as exc:

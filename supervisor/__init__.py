@@ -83,6 +83,7 @@ from supervisor.session_store import SessionStore as SessionStore
 from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointStore
 from supervisor.supervisor import Supervisor as Supervisor
 from supervisor.tuning import SWITCH_INTERVAL as SWITCH_INTERVAL
+from supervisor.tuning import freeze_startup_objects as freeze_startup_objects
 from supervisor.tuning import tune_interpreter as tune_interpreter
 from supervisor.workers import WorkerPool as WorkerPool
 
@@ -161,6 +162,7 @@ __all__ = [
     "WorkerPool",
     "WorkerStartError",
     "demonitor",
+    "freeze_startup_objects",
     "is_abnormal",
     "kill",
     "monitor",

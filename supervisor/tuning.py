@@ -1,4 +1,5 @@
-"""``tune_interpreter``: the interpreter setting a process with many session threads wants.
+"""``tune_interpreter``: the interpreter setting a process with many session threads wants;
+``freeze_startup_objects``: full garbage collections that skip what the imports made.
 
 Every running session owns a thread. When hundreds of them become runnable at
 once (their model calls return together), each thread waiting for the GIL
@@ -28,16 +29,34 @@ own calls ``tune_interpreter()`` once at start. Worker processes take the
 interval of the host's process when the host starts them. A host that starts
 a session while its process runs ``HINT_THREADS`` threads or more at a shorter
 interval says so in a warning, once per process.
+
+Garbage collection: a full collection walks every object the collector
+tracks, and every thread waits it out. After sessionvisor's and the server's
+imports a process tracks about 63,000 objects (modules, classes, their data)
+and a full collection took 39 ms here: in ``bench_gateway``'s 16-client round
+trips, such pauses made the gateway's p99 3.5x the in-process call's.
+``freeze_startup_objects()`` moves what exists at that point out of the
+collector's reach (``gc.freeze``); a full collection then took microseconds,
+and the p99 ratio fell to about 2 (two interleaved pairs of runs). ``serve``
+calls it once its imports and templates are loaded, before any session starts;
+a program of your own may do the same.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
 from typing import Final
 
-__all__ = ["HINT_THREADS", "SWITCH_INTERVAL", "hint_if_untuned", "tune_interpreter"]
+__all__ = [
+    "HINT_THREADS",
+    "SWITCH_INTERVAL",
+    "freeze_startup_objects",
+    "hint_if_untuned",
+    "tune_interpreter",
+]
 
 logger = logging.getLogger("supervisor.host")
 
@@ -69,6 +88,20 @@ def tune_interpreter(switch_interval: float = SWITCH_INTERVAL) -> float:
     previous = sys.getswitchinterval()
     sys.setswitchinterval(float(switch_interval))
     return previous
+
+
+def freeze_startup_objects() -> int:
+    """Collect garbage once, then exclude every object the collector tracks now from all
+    later collections (``gc.freeze``); return how many are frozen.
+
+    Call it once, after the imports (and templates) are loaded and before sessions
+    start: what is frozen then lives as long as the process anyway, while a session's
+    objects, made later, stay collectable. A frozen object is still freed when its
+    last reference goes; only as part of a garbage cycle would it stay.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def hint_if_untuned() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +36,16 @@ class SwitchInterval:
         return ModelResponse(Message.assistant(repr(sys.getswitchinterval())), Usage(1, 1))
 
 
+class FrozenCount:
+    """Answers with how many objects the garbage collector of its process has frozen
+    (``gc.get_freeze_count``): what ``serve`` froze at start."""
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        return ModelResponse(Message.assistant(repr(gc.get_freeze_count())), Usage(1, 1))
+
+
 echo = AgentTemplate(model="echo")
+frozen_count = AgentTemplate(model=FrozenCount())
 switch_interval = AgentTemplate(model=SwitchInterval())
 streaming = AgentTemplate(model=StreamingEcho())
 
@@ -45,11 +55,13 @@ def make_streaming() -> AgentTemplate:
 
 
 __all__ = [
+    "FrozenCount",
     "Message",
     "SlowStreamingEcho",
     "StreamingEcho",
     "SwitchInterval",
     "echo",
+    "frozen_count",
     "make_slow",
     "make_slower",
     "make_streaming",

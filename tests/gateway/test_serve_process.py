@@ -132,6 +132,25 @@ def test_serve_tunes_the_switch_interval_of_its_session_threads(
             server.kill()
 
 
+def test_serve_freezes_its_startup_objects(tmp_path: Path) -> None:
+    """A full garbage collection walks every tracked object while every thread waits
+    (``supervisor.tuning``): the command freezes what its imports and templates made."""
+    data = tmp_path / "data"
+    key = create_key(data, "acme")
+    templates = ["frozen=tests.gateway.agents:frozen_count"]
+    server = ServeProcess(data, templates, tmp_path / "serve.log")
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            frozen = int(_first_answer(c, "frozen", "how many?")["message"]["content"])
+            assert frozen > 10_000  # the modules of the server and of the library
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()
+
+
 def test_serve_refuses_a_switch_interval_out_of_range(tmp_path: Path) -> None:
     for bad in ("0", "-1", "2", "soon"):
         done = cli(

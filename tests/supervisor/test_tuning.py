@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from actors import AgentTemplate, EchoModel
-from supervisor import SWITCH_INTERVAL, AgentHost, tune_interpreter, tuning
+from supervisor import (
+    SWITCH_INTERVAL,
+    AgentHost,
+    freeze_startup_objects,
+    tune_interpreter,
+    tuning,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -64,3 +72,26 @@ def test_a_tuned_or_small_host_gets_no_hint(
         with AgentHost() as host:
             host.start_session(AgentTemplate(model=EchoModel()))
     assert not [r for r in caplog.records if "tune_interpreter" in r.getMessage()]
+
+
+class _Cycle:
+    """An object in a reference cycle with itself: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_freezing_keeps_startup_objects_out_of_collections_and_later_ones_in() -> None:
+    """What exists when ``freeze_startup_objects`` runs is frozen (a full collection skips
+    it); cyclic garbage made afterwards, a session's for instance, is still collected."""
+    kept = _Cycle()  # alive at the freeze: frozen with the rest
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen == gc.get_freeze_count() > 1000  # the imports' objects at least
+        assert all(found is not kept for found in gc.get_objects(generation=2))  # skipped
+        later = weakref.ref(_Cycle())  # garbage at once, in a cycle
+        gc.collect()
+        assert later() is None
+    finally:
+        gc.unfreeze()  # the rest of the test process collects as before
+    assert gc.get_freeze_count() == 0

@@ -17,7 +17,7 @@ rounds interleaved, for N = 100, 1,000 and 3,000:
 (e) the same in a process tuned as ``supervisor.tuning`` advises (and the
     ``serve`` command does): ``tune_interpreter()``, a 200 ms switch interval
     instead of Python's 5 ms, which keeps thousands of session threads from
-    thrashing on the GIL.
+    thrashing on the GIL, and full collections ten times rarer.
 
 Each case runs in a process of its own, so its threads and memory are its
 own. Figures per case: wall time from the first send to the last answer;

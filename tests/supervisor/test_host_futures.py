@@ -7,6 +7,7 @@ before the answer) without a thread per call in flight.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -247,9 +248,11 @@ def test_futures_left_at_shutdown_fail_and_no_thread_is_left(mode: str, fifo: Fi
 @pytest.fixture
 def tuned() -> Iterator[None]:
     """The interpreter tuned as the README advises for thousands of sessions, then restored."""
+    thresholds = gc.get_threshold()
     previous = tune_interpreter()
     yield
     tune_interpreter(previous)
+    gc.set_threshold(*thresholds)
 
 
 @pytest.mark.usefixtures("tuned")

@@ -24,8 +24,20 @@ from supervisor import (
 @pytest.fixture(autouse=True)
 def _restore_interval() -> Iterator[None]:
     before = sys.getswitchinterval()
+    thresholds = gc.get_threshold()
     yield
     sys.setswitchinterval(before)
+    gc.set_threshold(*thresholds)
+
+
+def test_it_makes_full_collections_rarer_and_never_more_frequent() -> None:
+    """A full collection stalls thousands of session threads (see the module docstring)."""
+    gc.set_threshold(700, 10, 10)
+    tune_interpreter()
+    assert gc.get_threshold() == (700, 10, tuning.FULL_COLLECTION_EVERY)
+    gc.set_threshold(500, 20, 1000)  # a program's own, rarer still: kept
+    tune_interpreter()
+    assert gc.get_threshold() == (500, 20, 1000)
 
 
 def test_it_sets_the_interval_and_returns_the_one_before() -> None:

@@ -45,10 +45,11 @@ Full collections also stall a process of thousands of session threads. With
 3,000 turns in flight (``bench_concurrency``'s workload, tuned), two full
 collections ran in every burst, walking the sessions' objects (about 124
 each) and taking 0.3-2.6 s of a run's 2.5-4.7 s; in one run a collection
-took 62 s, nearly all of it kernel time. (A collection may run finalizers,
-Python code that gives the GIL up to the thousands of threads waiting for
-it.) ``tune_interpreter`` therefore raises the collector's third threshold
-from 10 to ``FULL_COLLECTION_EVERY`` (100): full collections ten times rarer.
+took 62 s, nearly all of it kernel time (not yet traced; likely the
+finalizers a collection runs, Python code that gives the GIL up to the
+thousands of threads waiting for it). ``tune_interpreter`` therefore raises
+the collector's third threshold from 10 to ``FULL_COLLECTION_EVERY`` (100):
+full collections ten times rarer.
 Six interleaved pairs of runs: none ran during a burst, medians 2.21 s against
 2.94 s, 490 against 655 us of user time per turn. Garbage cycles are freed
 less often; objects that no cycle holds are freed at once as ever.

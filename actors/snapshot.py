@@ -486,21 +486,24 @@ def checked_messages(snapshot: Snapshot) -> list[dict[str, Any]] | None:
     Vouched messages are ``Message.to_dict`` of valid messages, as a session wrote
     them, read back intact: a resume need not check them again (``actors._restored``).
     """
-    checked = snapshot._checked
-    if checked is None or snapshot.state.get("messages") is not checked[0]:
-        return None
-    messages: list[dict[str, Any]] = checked[0]
-    return messages
+    vouched = _vouched(snapshot)
+    return None if vouched is None else vouched[0]
 
 
 def checked_encoding(snapshot: Snapshot) -> bytes | None:
     """The encodings of ``snapshot``'s vouched-for messages back to back, as the store read
     them, if it kept them (``mark_checked``): a resumed session's first snapshot cuts
     them instead of encoding its history again. ``None`` when not vouched for."""
+    vouched = _vouched(snapshot)
+    return None if vouched is None else vouched[1]
+
+
+def _vouched(snapshot: Snapshot) -> tuple[list[dict[str, Any]], bytes | None] | None:
+    """``snapshot._checked`` while its state still holds the list vouched for, else ``None``."""
     checked = snapshot._checked
     if checked is None or snapshot.state.get("messages") is not checked[0]:
         return None
-    return checked[1]
+    return checked
 
 
 def mark_checked(snapshot: Snapshot, encoding: bytes | None = None) -> None:

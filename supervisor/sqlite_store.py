@@ -83,6 +83,18 @@ _PRUNE = (
     " (SELECT checkpoint_id FROM checkpoints WHERE session_id = ?1"
     " ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?2)"
 )
+_LOG_STATE_TEMPLATE = (
+    "SELECT log.gen, log.length, log.digest, log.chunks,"
+    " (SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?1){}"
+    " FROM (SELECT 1) LEFT JOIN message_logs AS log ON log.session_id = ?1"
+)
+_LOG_STATE = _LOG_STATE_TEMPLATE.format("")
+"""A save's first read: the session's log row (NULLs when it has none) and its next free
+log generation, in one statement."""
+_LOG_STATE_COUNTED = _LOG_STATE_TEMPLATE.format(
+    ", (SELECT count(*) FROM checkpoints WHERE session_id = ?1)"
+)
+"""``_LOG_STATE`` and the session's checkpoint count (a store with ``keep_last``)."""
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 """Whether this SQLite has ``DELETE ... RETURNING`` (a prune then says what it removed)."""
 
@@ -357,8 +369,9 @@ class SQLiteCheckpointStore(ClosingContext):
         """The rows of one save, inside the transaction of its batch (see ``GroupCommit``)."""
         sid = snapshot.session_id
         log: tuple[Any, ...] = (None, None, None, None)
+        before: int | None = None  # the session's checkpoints before this one, if counted
         if cut.messages is not None:
-            gen, length, log_digest = self._append(db, sid, cut, cached)
+            gen, length, log_digest, before = self._append(db, sid, cut, cached)
             log = (gen, length, cut.count, log_digest)
         self._put_parts(db, sid, snapshot.checkpoint_id, cut)
         body, stored_digest, check = self._rows.checkpoint(
@@ -377,7 +390,7 @@ class SQLiteCheckpointStore(ClosingContext):
             (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
              cut.size, body, *log[:3], stored_digest, check, refs),
         )  # fmt: skip
-        if self.keep_last is not None:
+        if self.keep_last is not None and (before is None or before >= self.keep_last):
             self._prune(db, sid, self.keep_last, log[0] if cut.messages is not None else None)
 
     def _before_writes(self, db: sqlite3.Connection) -> None:
@@ -405,8 +418,9 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def _append(
         self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot, cached: _CachedLog | None
-    ) -> tuple[int, int, bytes]:
-        """Put the snapshot's messages in the log; returns (generation, length, digest).
+    ) -> tuple[int, int, bytes, int | None]:
+        """Put the snapshot's messages in the log; returns (generation, length, digest,
+        how many checkpoints the session had before this save, if ``keep_last`` is set).
 
         ``cached`` is what this instance last wrote for the session; it spares
         hashing the log again when the database row shows the log is still that
@@ -414,16 +428,19 @@ class SQLiteCheckpointStore(ClosingContext):
         process or instance wrote since, the history was edited) takes the full
         path, which reads the truth from the row. The new state of the log is
         remembered for the next save; ``save`` forgets it if the commit fails.
+        One statement reads the log's row, the next free generation and the
+        checkpoint count (so that a save need not prune below ``keep_last``).
         """
         messages = cut.messages
         assert messages is not None
         size = messages.length
         rows = self._rows
-        row = db.execute(
-            "SELECT gen, length, digest, chunks FROM message_logs WHERE session_id = ?", (sid,)
+        counted = self.keep_last is not None
+        gen, length, stored_digest, chunks, next_gen, *count = db.execute(
+            _LOG_STATE_COUNTED if counted else _LOG_STATE, (sid,)
         ).fetchone()
-        if row is not None:
-            gen, length, stored_digest, chunks = row
+        before: int | None = count[0] if counted else None
+        if gen is not None:
             hasher: Any = None
             if (
                 cached is not None
@@ -460,11 +477,9 @@ class SQLiteCheckpointStore(ClosingContext):
                     (size, stored_digest, chunks, sid),
                 )
                 self._remember(sid, cut, gen, stored_digest, hasher)
-                return gen, size, new_digest
+                return gen, size, new_digest, before
         # no log yet, or the messages do not extend it: start a new generation
-        gen = db.execute(
-            "SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?", (sid,)
-        ).fetchone()[0]
+        gen = next_gen
         whole = messages.whole()
         hasher = hashlib.sha256(whole)
         new_digest = hasher.digest()
@@ -478,9 +493,10 @@ class SQLiteCheckpointStore(ClosingContext):
             "INSERT OR REPLACE INTO message_logs VALUES (?, ?, ?, ?, ?)",
             (sid, gen, size, stored_digest, 1 if size else 0),
         )
-        self._collect(db, sid)
+        if gen:  # an older generation exists: it may be unused now
+            self._collect(db, sid)
         self._remember(sid, cut, gen, stored_digest, hasher)
-        return gen, size, new_digest
+        return gen, size, new_digest, before
 
     def _remember(
         self, sid: str, cut: SplitSnapshot, gen: int, stored_digest: bytes, hasher: Any

@@ -134,7 +134,7 @@ def test_a_failed_save_leaves_no_trace_and_the_next_save_is_exact(
     def fail(*args: object) -> int:
         raise OSError("disk on fire")
 
-    store.keep_last = 10
+    monkeypatch.setattr(store, "keep_last", 1)  # one checkpoint so far: this save prunes
     monkeypatch.setattr(store, "_prune", fail)
     messages.append(_msg(2))
     with pytest.raises(OSError, match="disk on fire"):
@@ -203,3 +203,29 @@ def test_random_histories_across_two_instances_load_exactly(
                 ledger.check(first)
         ledger.check(first)
         ledger.check(second)
+
+
+def test_keep_last_holds_after_every_save_while_another_instance_adds_checkpoints(
+    tmp_path: Path, encryption: EncryptionKeys | None
+) -> None:
+    """A save prunes only when the session reaches ``keep_last``: counted in the database,
+    so checkpoints another instance added (or a re-save of the same id) are counted too."""
+    path = tmp_path / "c.db"
+    messages = [_msg(0)]
+    saved: list[str] = []
+    with (
+        SQLiteCheckpointStore(path, keep_last=3, encryption=encryption) as pruning,
+        SQLiteCheckpointStore(path, keep_last=None, encryption=encryption) as keeping,
+    ):
+        for i in range(1, 10):
+            messages.append(_msg(i))
+            snapshot = _snap(messages)
+            (keeping if i in (4, 5) else pruning).save(snapshot)
+            saved.append(snapshot.checkpoint_id)
+            if i == 6:
+                pruning.save(snapshot)  # the same id again: replaced, not added
+            listed = [info.checkpoint_id for info in pruning.list("s")]
+            expected = saved[::-1] if i in (4, 5) else saved[::-1][:3]
+            assert listed == expected, f"after save {i}"
+            if i not in (4, 5):
+                saved = saved[-3:]

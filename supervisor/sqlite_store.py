@@ -29,6 +29,14 @@ from supervisor._message_log import (
     split,
 )
 from supervisor._row_codec import RowCodec, SealedRows
+from supervisor._saves_together import (
+    CHECKPOINT_COLUMNS,
+    CHECKPOINT_UPSERT,
+    COMPACT_AFTER_CHUNKS,
+    QueuedSave,
+    micros,
+    write_together,
+)
 from supervisor._sqlite_schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
@@ -48,16 +56,10 @@ from supervisor.errors import CheckpointNotFound, SnapshotTooLarge, SupervisorEr
 __all__ = ["SQLiteCheckpointStore"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_COMPACT_AFTER_CHUNKS = 32
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _LOG_CACHE_SESSIONS = 1024
 _ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check, parts"
-
-
-def _micros(moment: datetime) -> int:
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +302,12 @@ class SQLiteCheckpointStore(ClosingContext):
         except BaseException:
             self._conn.close()
             raise
-        self._commits = GroupCommit(self._lock, self._open_connection, begin=self._before_writes)
+        self._commits = GroupCommit(
+            self._lock,
+            self._open_connection,
+            begin=self._before_writes,
+            together=functools.partial(write_together, self),
+        )
 
     @property
     def encrypted(self) -> bool:
@@ -350,7 +357,7 @@ class SQLiteCheckpointStore(ClosingContext):
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
         refs = part_refs(cut.parts)
         try:
-            self._commits.run(functools.partial(self._write, snapshot, cut, cached, refs))
+            self._commits.run(QueuedSave(self, snapshot, cut, cached, refs))
         except BaseException:
             self._logs.drop(sid)
             raise
@@ -378,16 +385,9 @@ class SQLiteCheckpointStore(ClosingContext):
             sid, snapshot.checkpoint_id, cut.body, log, refs, checked=cut.checked
         )
         db.execute(
-            "INSERT INTO checkpoints (session_id, checkpoint_id, saved_at_us, label, size,"
-            " body, log_gen, log_bytes, log_count, log_digest, body_check, parts)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (session_id, checkpoint_id) DO UPDATE SET"
-            " saved_at_us = excluded.saved_at_us, label = excluded.label,"
-            " size = excluded.size, body = excluded.body, log_gen = excluded.log_gen,"
-            " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
-            " log_count = excluded.log_count, body_check = excluded.body_check,"
-            " parts = excluded.parts",
-            (sid, snapshot.checkpoint_id, _micros(snapshot.saved_at), snapshot.label,
+            f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES"
+            f" (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){CHECKPOINT_UPSERT}",
+            (sid, snapshot.checkpoint_id, micros(snapshot.saved_at), snapshot.label,
              cut.size, body, *log[:3], stored_digest, check, refs),
         )  # fmt: skip
         if self.keep_last is not None and (before is None or before >= self.keep_last):
@@ -457,7 +457,7 @@ class SQLiteCheckpointStore(ClosingContext):
                 added = messages.after(length)
                 hasher.update(added)
                 new_digest = hasher.digest()
-                if chunks >= _COMPACT_AFTER_CHUNKS:
+                if chunks >= COMPACT_AFTER_CHUNKS:
                     # The whole log is messages[:length] (checked above): write it as one chunk.
                     db.execute(
                         "DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", (sid, gen)

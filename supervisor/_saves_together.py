@@ -7,13 +7,15 @@ of session threads wanting the lock, the leader of a batch waited for it after e
 of its 6 x 64 statements, while other threads ran; in a burst of 3,000 turns the
 first batch took 0.8 s and no turn could answer before it committed.
 
-Only the usual save is taken here: a checkpoint with messages and no state parts,
-its session's only save in the batch, its log either new (no log and no older
+The usual save is taken here: a checkpoint with messages and no state parts, its
+session's only save in the batch, and its log either new (no log and no older
 generation yet) or extended from what this store instance wrote last (the
-``_CachedLog`` matches the log's row), and no prune due. The rows are exactly those
-``SQLiteCheckpointStore._write`` writes for such a save. Every other save runs
-alone on that full path, after these; if a statement here fails, ``GroupCommit``
-undoes what was written together and runs every save of the batch alone.
+``_CachedLog`` matches the log's row). A compaction of the log or a prune to
+``keep_last`` it needs costs a statement of its own, as on the full path. The rows
+are exactly those ``SQLiteCheckpointStore._write`` writes for such a save. Every
+other save runs alone on that full path, after these; if a statement here fails,
+``GroupCommit`` undoes what was written together and runs every save of the batch
+alone.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class _Planned:
     log: tuple[Any, ...]
     checkpoint: tuple[Any, ...]
     remember: tuple[Any, ...]
+    compact: bool  # the log is rewritten as one chunk: its old chunks go first
+    prune: bool  # the session reached keep_last: prune after the insert
 
 
 def write_together(
@@ -122,6 +126,9 @@ def write_together(
         if plan is not None:
             planned[index] = plan
     plans = planned.values()
+    for plan in plans:
+        if plan.compact:
+            db.execute("DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", plan.log[:2])
     _insert(db, "INSERT INTO message_chunks VALUES", [p.chunk for p in plans if p.chunk])
     _insert(db, "INSERT INTO message_logs VALUES", [p.log for p in plans], _LOG_UPSERT)
     _insert(
@@ -130,6 +137,10 @@ def write_together(
         [p.checkpoint for p in plans],
         CHECKPOINT_UPSERT,
     )
+    keep_last = store.keep_last
+    for plan in plans:
+        if plan.prune and keep_last is not None:
+            store._prune(db, plan.log[0], keep_last, plan.log[1])
     for plan in plans:
         store._remember(*plan.remember)
     return dict.fromkeys(planned)
@@ -154,13 +165,13 @@ def _plan(
 ) -> _Planned | None:
     """The rows of a usual save, or ``None`` for one that must run alone."""
     gen, length, stored_digest, chunks, next_gen, *count = state
-    if count and count[0] >= store.keep_last:  # a prune is due
-        return None
+    prune = bool(count) and count[0] >= store.keep_last  # then this save goes past it
     cut, sid, rows = save.cut, save.snapshot.session_id, store._rows
     messages = cut.messages
     assert messages is not None  # chosen so
     size = messages.length
     added: bytes | memoryview
+    compact = False
     if gen is None:
         if next_gen:  # an older generation is left to collect
             return None
@@ -172,12 +183,13 @@ def _plan(
             cached is None
             or not cut.extends
             or (cached.gen, cached.length, cached.digest) != (gen, length, stored_digest)
-            or chunks >= COMPACT_AFTER_CHUNKS
         ):
             return None
         start, added = length, messages.after(length)
         hasher = cached.hasher.copy()
         hasher.update(added)
+        if chunks >= COMPACT_AFTER_CHUNKS:  # rewrite the whole log as one chunk
+            start, added, chunks, compact = 0, messages.whole(), 0, True
     chunk = None
     if size > start:
         chunk = (sid, gen, start, rows.chunk(sid, gen, start, bytes(added)))
@@ -194,7 +206,7 @@ def _plan(
         body, gen, size, cut.count, log_digest, check, save.refs,
     )  # fmt: skip
     log = (sid, gen, size, stored, chunks)
-    return _Planned(chunk, log, checkpoint, (sid, cut, gen, stored, hasher))
+    return _Planned(chunk, log, checkpoint, (sid, cut, gen, stored, hasher), compact, prune)
 
 
 def micros(moment: datetime) -> int:

@@ -132,3 +132,23 @@ def test_a_save_refused_in_a_joint_write_fails_alone(
             store._conn.execute("DROP TRIGGER refuse")
         store.save(batch[3])  # the store goes on: the refused session saves later
         assert store.load("s3") == batch[3]
+
+
+def test_a_long_run_of_saves_compacts_the_log_and_prunes_and_loads_exactly(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "long.db"
+    saved: list[Snapshot] = []
+    with SQLiteCheckpointStore(db, keep_last=5) as store:
+        for turns in range(1, 41):  # past a compaction of the log (32 chunks)
+            snap = _snap("s", turns)
+            store.save(snap)
+            saved.append(snap)
+            assert store.load("s") == snap
+            assert len(store.list("s")) == min(turns, 5)
+        assert store._conn is not None
+        chunks = store._conn.execute("SELECT count(*) FROM message_chunks").fetchone()[0]
+        assert chunks < 32
+    with SQLiteCheckpointStore(db) as reopened:
+        for snap in saved[-5:]:
+            assert reopened.load("s", snap.checkpoint_id).serialize() == snap.serialize()

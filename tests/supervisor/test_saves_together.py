@@ -134,20 +134,25 @@ def test_a_save_refused_in_a_joint_write_fails_alone(
         assert store.load("s3") == batch[3]
 
 
-def test_a_long_run_of_saves_compacts_the_log_and_prunes_and_loads_exactly(
+def test_a_long_run_of_batches_compacts_the_log_and_prunes_and_loads_exactly(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "long.db"
     saved: list[Snapshot] = []
     with SQLiteCheckpointStore(db, keep_last=5) as store:
         for turns in range(1, 41):  # past a compaction of the log (32 chunks)
-            snap = _snap("s", turns)
-            store.save(snap)
-            saved.append(snap)
-            assert store.load("s") == snap
+            # the first save runs alone while the other two queue: they are the batch
+            batch = [_snap("lead", turns), _snap("s", turns), _snap("other", turns)]
+            for future in _save_together(store, db, batch, lambda: None):
+                future.result(TIMEOUT)
+            saved.append(batch[1])
+            assert store.load("s") == batch[1]
+            assert store.load("other") == batch[2]
             assert len(store.list("s")) == min(turns, 5)
         assert store._conn is not None
-        chunks = store._conn.execute("SELECT count(*) FROM message_chunks").fetchone()[0]
+        chunks = store._conn.execute(
+            "SELECT count(*) FROM message_chunks WHERE session_id = 's'"
+        ).fetchone()[0]
         assert chunks < 32
     with SQLiteCheckpointStore(db) as reopened:
         for snap in saved[-5:]:

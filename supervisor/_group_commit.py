@@ -37,14 +37,17 @@ from typing import Any, Generic, TypeVar
 
 __all__ = ["MAX_BATCH", "GroupCommit", "Together"]
 
-MAX_BATCH = 1024
+MAX_BATCH = 256
 """Most saves one transaction takes; the rest wait for the next. Measured with 1,000 and
-3,000 sessions finishing a turn at once (``bench_concurrency``): while each save ran its
-own statements, batches of hundreds made their leader wait for the interpreter after
-every statement, and 64 was best. With a batch's usual saves written together (a few
-statements in all), 1,024 left 2-5 commits instead of 17-48 and the last answer came
-sooner (N = 1,000: 0.54-0.64 s against 0.68-0.71 s; N = 3,000: 1.6-1.8 s against
-1.9-2.1 s, pairs interleaved)."""
+3,000 sessions finishing a turn at once (``bench_concurrency``, runs interleaved). While
+each save ran its own statements, batches of hundreds made their leader wait for the
+interpreter after every statement, and 64 was best. With a batch's usual saves written
+together, larger batches mean fewer commits (13-14 instead of 48 for 3,000 turns) and,
+with ``tune_interpreter()``, the last answer sooner: 0.61-0.86 s for 1,000 against
+0.74-0.78 s at 64, and 1.7-2.2 s for 3,000 against 1.85-3.0 s at 1,024. At 1,024 the
+leader's own Python work for a batch grew long enough that at Python's default 5 ms
+switch interval the other threads took the interpreter from it again and again (1,000
+turns took 1.7-8.7 s against 1.0-4.4 s at 256)."""
 
 T = TypeVar("T")
 

@@ -25,14 +25,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import sqlite3
 
     from actors import Snapshot
     from supervisor._message_log import SplitSnapshot
-    from supervisor.sqlite_store import SQLiteCheckpointStore, _CachedLog
+    from supervisor._row_codec import RowCodec
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
@@ -75,14 +75,35 @@ _SIZES = (64, 32, 16, 8, 4, 2, 1)
 cache holds seven texts per statement, not one per batch size."""
 
 
+class SavingStore(Protocol):
+    """What this module uses of ``supervisor.sqlite_store.SQLiteCheckpointStore`` (which
+    imports this module, so it is not imported here)."""
+
+    keep_last: int | None
+    _rows: RowCodec
+
+    def _write(
+        self, snapshot: Snapshot, cut: SplitSnapshot, cached: Any, refs: bytes | None,
+        db: sqlite3.Connection,
+    ) -> None: ...  # fmt: skip
+
+    def _prune(
+        self, db: sqlite3.Connection, sid: str, keep_last: int, saved_gen: int | None = None
+    ) -> int: ...
+
+    def _remember(
+        self, sid: str, cut: SplitSnapshot, gen: int, stored_digest: bytes, hasher: Any
+    ) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class QueuedSave:
     """One save waiting for its batch; called, it writes itself alone (the full path)."""
 
-    store: SQLiteCheckpointStore
+    store: SavingStore
     snapshot: Snapshot
     cut: SplitSnapshot
-    cached: _CachedLog | None
+    cached: Any  # the store's ``_CachedLog`` of the session when the save was queued, or None
     refs: bytes | None
 
     def __call__(self, db: sqlite3.Connection) -> None:
@@ -100,7 +121,7 @@ class _Planned:
 
 
 def write_together(
-    store: SQLiteCheckpointStore,
+    store: SavingStore,
     db: sqlite3.Connection,
     writes: Sequence[Callable[[sqlite3.Connection], Any]],
 ) -> dict[int, None]:
@@ -147,7 +168,7 @@ def write_together(
 
 
 def _states(
-    db: sqlite3.Connection, sids: list[str], store: SQLiteCheckpointStore
+    db: sqlite3.Connection, sids: list[str], store: SavingStore
 ) -> dict[str, tuple[Any, ...]]:
     """Each session's log row, next free log generation and (with ``keep_last``) how many
     checkpoints it has: one read per piece of the batch."""
@@ -160,9 +181,7 @@ def _states(
     return states
 
 
-def _plan(
-    store: SQLiteCheckpointStore, save: QueuedSave, state: tuple[Any, ...]
-) -> _Planned | None:
+def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Planned | None:
     """The rows of a usual save, or ``None`` for one that must run alone."""
     gen, length, stored_digest, chunks, next_gen, *count = state
     prune = bool(count) and count[0] >= store.keep_last  # then this save goes past it

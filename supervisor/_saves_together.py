@@ -31,15 +31,19 @@ if TYPE_CHECKING:
     import sqlite3
 
     from actors import Snapshot
-    from supervisor._message_log import SplitSnapshot
+    from supervisor._message_log import MessageBytes, SplitSnapshot
     from supervisor._row_codec import RowCodec
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_UPSERT",
     "COMPACT_AFTER_CHUNKS",
+    "LogRows",
     "QueuedSave",
+    "checkpoint_row",
+    "log_rows",
     "micros",
+    "write_log",
     "write_together",
 ]
 
@@ -111,12 +115,78 @@ class QueuedSave:
 
 
 @dataclass(frozen=True, slots=True)
+class LogRows:
+    """What a save writes to its session's message log, on either path."""
+
+    compact: bool  # the log is rewritten as one chunk: its generation's chunks go first
+    chunk: tuple[Any, ...] | None  # a message_chunks row, if there are new bytes
+    log: tuple[Any, ...]  # the message_logs row: (session, gen, length, stored digest, chunks)
+    digest: bytes  # SHA-256 of the whole log
+    hasher: Any  # its state after the whole log, for the next save
+
+
+def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
+    rows: RowCodec,
+    sid: str,
+    messages: MessageBytes,
+    gen: int,
+    length: int,
+    chunks: int,
+    hasher: Any,
+) -> LogRows:
+    """The log rows of a save whose messages extend generation ``gen`` of the log, stored as
+    ``chunks`` chunks of ``length`` bytes in all, with ``hasher`` at the state after those
+    bytes (a new generation: 0, 0 and an empty SHA-256). Past ``COMPACT_AFTER_CHUNKS``
+    chunks the whole log is rewritten as one."""
+    size = messages.length
+    added = messages.after(length)
+    hasher.update(added)
+    start, compact = length, chunks >= COMPACT_AFTER_CHUNKS
+    if compact:
+        start, chunks, added = 0, 0, messages.whole()
+    chunk = None
+    if size > start:
+        chunk = (sid, gen, start, rows.chunk(sid, gen, start, bytes(added)))
+        chunks += 1
+    digest = hasher.digest()
+    log = (sid, gen, size, rows.log_digest(sid, gen, size, digest), chunks)
+    return LogRows(compact, chunk, log, digest, hasher)
+
+
+def write_log(db: sqlite3.Connection, planned: LogRows) -> None:
+    """Write one save's ``LogRows`` (a save alone)."""
+    _drop_chunks_if_compacted(db, planned)
+    if planned.chunk is not None:
+        db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", planned.chunk)
+    db.execute(f"INSERT INTO message_logs VALUES (?, ?, ?, ?, ?){_LOG_UPSERT}", planned.log)
+
+
+def _drop_chunks_if_compacted(db: sqlite3.Connection, planned: LogRows) -> None:
+    if planned.compact:
+        db.execute("DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", planned.log[:2])
+
+
+def checkpoint_row(
+    rows: RowCodec,
+    snapshot: Snapshot,
+    cut: SplitSnapshot,
+    log: tuple[Any, ...],
+    refs: bytes | None,
+) -> tuple[Any, ...]:
+    """The checkpoints row of a save (``CHECKPOINT_COLUMNS``) whose log reference is
+    ``log``: (generation, length, message count, SHA-256), all ``None`` without messages."""
+    sid, cid = snapshot.session_id, snapshot.checkpoint_id
+    body, log_digest, check = rows.checkpoint(sid, cid, cut.body, log, refs, checked=cut.checked)
+    return (
+        sid, cid, micros(snapshot.saved_at), snapshot.label, cut.size, body, *log[:3],
+        log_digest, check, refs,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class _Planned:
-    chunk: tuple[Any, ...] | None
-    log: tuple[Any, ...]
+    logged: LogRows
     checkpoint: tuple[Any, ...]
-    remember: tuple[Any, ...]
-    compact: bool  # the log is rewritten as one chunk: its old chunks go first
     prune: bool  # the session reached keep_last: prune after the insert
 
 
@@ -147,11 +217,11 @@ def write_together(
         if plan is not None:
             planned[index] = plan
     plans = planned.values()
-    for plan in plans:
-        if plan.compact:
-            db.execute("DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", plan.log[:2])
-    _insert(db, "INSERT INTO message_chunks VALUES", [p.chunk for p in plans if p.chunk])
-    _insert(db, "INSERT INTO message_logs VALUES", [p.log for p in plans], _LOG_UPSERT)
+    logs = [plan.logged for plan in plans]
+    for logged in logs:
+        _drop_chunks_if_compacted(db, logged)
+    _insert(db, "INSERT INTO message_chunks VALUES", [lr.chunk for lr in logs if lr.chunk])
+    _insert(db, "INSERT INTO message_logs VALUES", [lr.log for lr in logs], _LOG_UPSERT)
     _insert(
         db,
         f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES",
@@ -161,9 +231,10 @@ def write_together(
     keep_last = store.keep_last
     for plan in plans:
         if plan.prune and keep_last is not None:
-            store._prune(db, plan.log[0], keep_last, plan.log[1])
-    for plan in plans:
-        store._remember(*plan.remember)
+            store._prune(db, plan.logged.log[0], keep_last, plan.logged.log[1])
+    for index, plan in planned.items():
+        save, (sid, gen, _, stored, _) = saves[index], plan.logged.log
+        store._remember(sid, save.cut, gen, stored, plan.logged.hasher)
     return dict.fromkeys(planned)
 
 
@@ -185,17 +256,13 @@ def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Plan
     """The rows of a usual save, or ``None`` for one that must run alone."""
     gen, length, stored_digest, chunks, next_gen, *count = state
     prune = bool(count) and count[0] >= store.keep_last  # then this save goes past it
-    cut, sid, rows = save.cut, save.snapshot.session_id, store._rows
+    cut, sid = save.cut, save.snapshot.session_id
     messages = cut.messages
     assert messages is not None  # chosen so
-    size = messages.length
-    added: bytes | memoryview
-    compact = False
     if gen is None:
         if next_gen:  # an older generation is left to collect
             return None
-        gen, start, added, chunks = 0, 0, messages.whole(), 0
-        hasher = hashlib.sha256(added)
+        gen, length, chunks, hasher = 0, 0, 0, hashlib.sha256()
     else:
         cached = save.cached
         if (
@@ -204,28 +271,10 @@ def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Plan
             or (cached.gen, cached.length, cached.digest) != (gen, length, stored_digest)
         ):
             return None
-        start, added = length, messages.after(length)
         hasher = cached.hasher.copy()
-        hasher.update(added)
-        if chunks >= COMPACT_AFTER_CHUNKS:  # rewrite the whole log as one chunk
-            start, added, chunks, compact = 0, messages.whole(), 0, True
-    chunk = None
-    if size > start:
-        chunk = (sid, gen, start, rows.chunk(sid, gen, start, bytes(added)))
-        chunks += 1
-    digest = hasher.digest()
-    stored = rows.log_digest(sid, gen, size, digest)
-    snapshot = save.snapshot
-    body, log_digest, check = rows.checkpoint(
-        sid, snapshot.checkpoint_id, cut.body, (gen, size, cut.count, digest), save.refs,
-        checked=cut.checked,
-    )  # fmt: skip
-    checkpoint = (
-        sid, snapshot.checkpoint_id, micros(snapshot.saved_at), snapshot.label, cut.size,
-        body, gen, size, cut.count, log_digest, check, save.refs,
-    )  # fmt: skip
-    log = (sid, gen, size, stored, chunks)
-    return _Planned(chunk, log, checkpoint, (sid, cut, gen, stored, hasher), compact, prune)
+    logged = log_rows(store._rows, sid, messages, gen, length, chunks, hasher)
+    ref = (gen, messages.length, cut.count, logged.digest)
+    return _Planned(logged, checkpoint_row(store._rows, save.snapshot, cut, ref, save.refs), prune)
 
 
 def micros(moment: datetime) -> int:

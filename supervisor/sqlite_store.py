@@ -32,9 +32,10 @@ from supervisor._row_codec import RowCodec, SealedRows
 from supervisor._saves_together import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_UPSERT,
-    COMPACT_AFTER_CHUNKS,
     QueuedSave,
-    micros,
+    checkpoint_row,
+    log_rows,
+    write_log,
     write_together,
 )
 from supervisor._sqlite_schema import (
@@ -381,15 +382,11 @@ class SQLiteCheckpointStore(ClosingContext):
             gen, length, log_digest, before = self._append(db, sid, cut, cached)
             log = (gen, length, cut.count, log_digest)
         self._put_parts(db, sid, snapshot.checkpoint_id, cut)
-        body, stored_digest, check = self._rows.checkpoint(
-            sid, snapshot.checkpoint_id, cut.body, log, refs, checked=cut.checked
-        )
         db.execute(
             f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES"
             f" (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){CHECKPOINT_UPSERT}",
-            (sid, snapshot.checkpoint_id, micros(snapshot.saved_at), snapshot.label,
-             cut.size, body, *log[:3], stored_digest, check, refs),
-        )  # fmt: skip
+            checkpoint_row(self._rows, snapshot, cut, log, refs),
+        )
         if self.keep_last is not None and (before is None or before >= self.keep_last):
             self._prune(db, sid, self.keep_last, log[0] if cut.messages is not None else None)
 
@@ -454,49 +451,17 @@ class SQLiteCheckpointStore(ClosingContext):
                 if hasher.digest() != rows.open_log_digest(sid, gen, length, stored_digest):
                     hasher = None
             if hasher is not None:  # the log is a prefix: append the rest
-                added = messages.after(length)
-                hasher.update(added)
-                new_digest = hasher.digest()
-                if chunks >= COMPACT_AFTER_CHUNKS:
-                    # The whole log is messages[:length] (checked above): write it as one chunk.
-                    db.execute(
-                        "DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", (sid, gen)
-                    )
-                    length = chunks = 0
-                    added = messages.whole()
-                if size > length:
-                    data = rows.chunk(sid, gen, length, bytes(added))
-                    db.execute(
-                        "INSERT INTO message_chunks VALUES (?, ?, ?, ?)", (sid, gen, length, data)
-                    )
-                    chunks += 1
-                stored_digest = rows.log_digest(sid, gen, size, new_digest)
-                db.execute(
-                    "UPDATE message_logs SET length = ?, digest = ?, chunks = ?"
-                    " WHERE session_id = ?",
-                    (size, stored_digest, chunks, sid),
-                )
-                self._remember(sid, cut, gen, stored_digest, hasher)
-                return gen, size, new_digest, before
+                planned = log_rows(rows, sid, messages, gen, length, chunks, hasher)
+                write_log(db, planned)
+                self._remember(sid, cut, gen, planned.log[3], hasher)
+                return gen, size, planned.digest, before
         # no log yet, or the messages do not extend it: start a new generation
-        gen = next_gen
-        whole = messages.whole()
-        hasher = hashlib.sha256(whole)
-        new_digest = hasher.digest()
-        if size:
-            db.execute(
-                "INSERT INTO message_chunks VALUES (?, ?, 0, ?)",
-                (sid, gen, rows.chunk(sid, gen, 0, bytes(whole))),
-            )
-        stored_digest = rows.log_digest(sid, gen, size, new_digest)
-        db.execute(
-            "INSERT OR REPLACE INTO message_logs VALUES (?, ?, ?, ?, ?)",
-            (sid, gen, size, stored_digest, 1 if size else 0),
-        )
-        if gen:  # an older generation exists: it may be unused now
+        planned = log_rows(rows, sid, messages, next_gen, 0, 0, hashlib.sha256())
+        write_log(db, planned)
+        if next_gen:  # an older generation exists: it may be unused now
             self._collect(db, sid)
-        self._remember(sid, cut, gen, stored_digest, hasher)
-        return gen, size, new_digest, before
+        self._remember(sid, cut, next_gen, planned.log[3], planned.hasher)
+        return next_gen, size, planned.digest, before
 
     def _remember(
         self, sid: str, cut: SplitSnapshot, gen: int, stored_digest: bytes, hasher: Any

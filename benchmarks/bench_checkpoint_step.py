@@ -21,6 +21,13 @@ its state. Figures, medians of interleaved rounds with ratios taken per round:
    checkpoint's body (the snapshot without its messages) and the turn's 4
    encoded messages, as two rows. Goal <= 2.0.
 
+3. A whole turn through ``AgentHost.send`` with the session in a worker process
+   (``workers=1``, the same durable SQLite store, a checkpoint every turn: the
+   worker sends the host the turn's new messages, the host saves them), at
+   2,000 messages (one session, ``OPS`` tool turns a round) against 30 (``OPS``
+   fresh sessions, one timed turn each). Issue 14's goal for the step, <= 1.5,
+   applies to the turn here: nothing in it may grow with the conversation.
+
 Each step is also shown split into ``snapshot()`` and the save, so that the
 part that grows with the conversation is plain. The bare insert pays one WAL
 fsync, as every step does: on a disk busy with other writers fsync dominates
@@ -50,7 +57,7 @@ from actors import (
     tool,
 )
 from benchmarks._common import bare_sqlite, print_table
-from supervisor import SQLiteCheckpointStore
+from supervisor import AgentHost, SQLiteCheckpointStore
 from supervisor._checkpoints import Checkpoints
 from supervisor._message_log import split
 
@@ -249,6 +256,48 @@ def figures(directory: Path) -> list[tuple[str, str]]:
     ]
 
 
+def _timed_turns(host: AgentHost, session_id: str, count: int) -> float:
+    """Mean seconds of ``count`` tool turns (4 messages each) of a session through ``host``."""
+    start = time.perf_counter()
+    for turn in range(count):
+        host.send(session_id, f'/lookup {{"key": "timed-{turn}"}}')
+    return (time.perf_counter() - start) / count
+
+
+def _primed(host: AgentHost, messages: int) -> str:
+    """A new session of ``host`` with ``messages`` messages, every turn checkpointed."""
+    session_id = host.start_session(TEMPLATE)
+    if messages % 4 == 2:
+        host.send(session_id, "hello")
+    while len(host.history(session_id)) < messages:
+        _timed_turns(host, session_id, (messages - len(host.history(session_id))) // 4)
+    return session_id
+
+
+def worker_figures(directory: Path) -> list[tuple[str, str]]:
+    """Figure 3: a worker session's turn at ``LONG`` against ``SHORT`` messages."""
+    store = SQLiteCheckpointStore(directory / "worker.db")
+    with store, AgentHost(store=store, workers=1) as host:
+        long = _primed(host, LONG)
+        longs, shorts = [], []
+        for index in range(ROUNDS):
+            for which in (index % 2, 1 - index % 2):
+                if which == 0:
+                    longs.append(_timed_turns(host, long, OPS))
+                else:
+                    fresh = [_primed(host, SHORT - 4) for _ in range(OPS)]
+                    shorts.append(_mean([_timed_turns(host, sid, 1) for sid in fresh]))
+                    for sid in fresh:
+                        host.stop_session(sid)
+        last = len(host.history(long))
+    ratio = statistics.median(a / b for a, b in zip(longs, shorts, strict=True))
+    return [
+        (f"worker turn, {LONG:,}-{last:,} messages", f"{statistics.median(longs) * 1e3:.2f} ms"),
+        (f"worker turn, {SHORT} messages", f"{statistics.median(shorts) * 1e3:.2f} ms"),
+        (f"goal: worker turn {LONG:,} / {SHORT} messages (<= 1.5)", _verdict(ratio, 1.5)),
+    ]
+
+
 def _verdict(ratio: float, goal: float) -> str:
     return f"{ratio:.1f}x ({'met' if ratio <= goal else 'missed'})"
 
@@ -256,6 +305,7 @@ def _verdict(ratio: float, goal: float) -> str:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = figures(Path(tmp))
+        rows += worker_figures(Path(tmp))
     print_table(f"checkpoint step after a turn ({ROUNDS} rounds of {OPS} turns; medians)", rows)
 
 

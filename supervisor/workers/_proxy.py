@@ -42,6 +42,7 @@ from supervisor._outcome import OneOutcome
 from supervisor._runtime import Done, NotDelivered, SessionLaunch
 from supervisor._timer import CallTimer
 from supervisor.errors import RemoteError, SessionCrashed, WorkerCrashed
+from supervisor.workers._checkpoint_delta import HistoryMirror
 from supervisor.workers._client import Reply, WorkerClient
 from supervisor.workers._pool import WorkerPool
 from supervisor.workers._protocol import SessionDown
@@ -60,13 +61,14 @@ on a wait that normally lasts microseconds; past it the text is sent anyway)."""
 class SessionLink:
     """The parent's line to one session in a worker: calls, and what comes back.
 
-    Thread-safe (its state is fixed at creation; the client is thread-safe).
+    Thread-safe (its state is fixed at creation, but for ``mirror``, which locks; the
+    client is thread-safe).
     ``WorkerRuntime.call`` uses it on the caller's thread; calls to the session
     are serialized by the session's actor in the worker, and ``send``
     additionally by the host's per-session lock.
     """
 
-    __slots__ = ("call_timeout", "checkpointer", "client", "events", "session_id")
+    __slots__ = ("call_timeout", "checkpointer", "client", "events", "mirror", "session_id")
 
     def __init__(
         self,
@@ -81,6 +83,7 @@ class SessionLink:
         self.events = events
         self.checkpointer = checkpointer
         self.call_timeout = call_timeout
+        self.mirror = HistoryMirror()  # the messages of the checkpoints saved so far
 
     def send(self, text: str, tag: str | None, timeout: float) -> Message:
         """Run one turn in the worker from the calling thread (``tag``: see ``actors.Send``);
@@ -262,7 +265,8 @@ class SessionLink:
         return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
 
     def finish_send(self, reply: dict[str, Any]) -> Message:
-        """The answer of a ``send`` reply, after saving the checkpoint it carries.
+        """The answer of a ``send`` reply, after saving the checkpoint it carries (the
+        messages this host lacks, and the rest: ``HistoryMirror``).
 
         Runs on the thread that reads the reply. If the save raises, the turn is
         rolled back in the worker, as in thread mode: a ``rollback`` frame is
@@ -275,8 +279,9 @@ class SessionLink:
         checkpoint = reply.get("checkpoint")
         if checkpoint is not None and self.checkpointer is not None:
             try:
-                self.checkpointer(Snapshot.deserialize(checkpoint))
+                self.checkpointer(self.mirror.snapshot(checkpoint))
             except Exception as exc:
+                self.mirror.forget()  # the rolled-back worker sends every message next time
                 self.client.submit("rollback", {"session": self.session_id})
                 self.events.publish("error", error=repr(exc))
                 raise

@@ -60,6 +60,7 @@ from actors import (
 from supervisor._actor import SupervisedActor, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
+from supervisor.workers._checkpoint_delta import DeltaWriter
 from supervisor.workers._frames import write_frame
 from supervisor.workers._io import PipeIO
 from supervisor.workers._io import named as io_named
@@ -522,7 +523,8 @@ class _RemoteSession(SupervisedActor, AgentSession):
 
     Runs on its own actor thread, like a session in thread mode: every hook and
     tool of one session runs on that one thread. A checkpoint due after a turn
-    is captured as bytes and returned with the answer; the parent saves it
+    is captured (``DeltaWriter``: the messages the parent lacks, and the rest as bytes)
+    and returned with the answer; the parent saves it
     before ``send`` returns there. Until its next ``send`` the session keeps
     what that turn changed (``_undo``): if the parent's save fails, the parent
     sends ``rollback``, which this session runs before any later call (the
@@ -549,7 +551,8 @@ class _RemoteSession(SupervisedActor, AgentSession):
         self._flush = flush = functools.partial(worker.flush, hosted)
         self._call_model = _Step(self._call_model, flush)
         self.tools = {name: self._wrap_tool(t) for name, t in self.tools.items()}
-        self._captured: bytes | None = None
+        self._captured: dict[str, Any] | None = None
+        self._deltas = DeltaWriter()
         self._captured_steered: list[str] = []
         self._undo: tuple[Any, list[str]] | None = None
         self.checkpointer = self._capture if checkpoints else None
@@ -559,7 +562,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         return dataclasses.replace(tool, fn=_Step(_fatal_on_memory_error(tool.fn), self._flush))
 
     def _capture(self, snapshot: Snapshot) -> None:
-        self._captured = snapshot.serialize()
+        self._captured = self._deltas.capture(snapshot)  # what the host lacks of it
         self._captured_steered = list(self._steered)  # cleared once ``send`` returns
 
     def on_stop(self) -> None:

@@ -1,0 +1,213 @@
+"""A worker's turn checkpoint carries only the messages its host lacks (``_checkpoint_delta``).
+
+The host must still save, byte for byte, the checkpoint the session in the worker
+took; after a save fails (the turn is rolled back in the worker), the next one
+must bring every message again; and a turn must cost its host what it added, not
+the whole conversation.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import (
+    AgentSession,
+    AgentTemplate,
+    EchoModel,
+    Message,
+    ModelResponse,
+    Plugin,
+    PluginContext,
+    ScriptedModel,
+    Snapshot,
+    ToolCall,
+    tool,
+)
+from supervisor import AgentHost, CheckpointInfo, SQLiteCheckpointStore
+from supervisor.workers import _checkpoint_delta
+from supervisor.workers._checkpoint_delta import DeltaWriter, HistoryMirror
+from supervisor.workers._protocol import pack, unpack
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+class Notes(Plugin):
+    """Keeps a count and the last answer in its state: the part of a checkpoint that is not
+    messages, sent whole every turn."""
+
+    name = "notes"
+
+    def after_turn(self, ctx: PluginContext, added: Sequence[Message]) -> None:
+        ctx.state["turns"] = ctx.state.get("turns", 0) + 1
+        ctx.state["last"] = added[-1].content
+
+
+def _script(turns: int) -> list[Any]:
+    """Answers for ``turns`` turns; every third one calls the ``add`` tool first."""
+    script: list[Any] = []
+    for turn in range(turns):
+        if turn % 3 == 0:
+            call = ToolCall(f"call-{turn}", "add", {"a": turn, "b": 1})
+            script.append(ModelResponse(Message.assistant(None, (call,))))
+        script.append(f"answer {turn}")
+    return script
+
+
+def _template(turns: int) -> AgentTemplate:
+    return AgentTemplate(
+        model=ScriptedModel(_script(turns)),
+        tools=(add,),
+        instructions="Be brief.",
+        plugins=(Notes(),),
+    )
+
+
+def _through_pipe(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` as the host reads it: packed into a frame in the worker, unpacked here."""
+    frame: dict[str, Any] = unpack(pack({"id": 1, "payload": payload}))
+    return frame["payload"]  # type: ignore[no-any-return]
+
+
+class _Sent:
+    """A session's checkpoints, captured as the worker's session captures them."""
+
+    def __init__(self, session: AgentSession) -> None:
+        self.writer = DeltaWriter()
+        self.snapshots: list[Snapshot] = []
+        self.payloads: list[dict[str, Any]] = []
+        session.checkpointer = self
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        self.snapshots.append(snapshot)
+        self.payloads.append(_through_pipe(self.writer.capture(snapshot)))
+
+
+def test_the_host_rebuilds_each_checkpoint_byte_for_byte_from_the_turns_messages() -> None:
+    session = AgentSession(_template(12), session_id="delta")
+    sent = _Sent(session)
+    mirror = HistoryMirror()
+
+    for turn in range(12):
+        session.send(f"question {turn}")
+        rebuilt = mirror.snapshot(sent.payloads[-1])
+        taken = sent.snapshots[-1]
+        assert rebuilt == taken
+        assert rebuilt.serialize() == taken.serialize()
+        assert Snapshot.deserialize(rebuilt.serialize()) == taken
+
+    # A tool turn adds four messages, another turn two; each payload brings those only.
+    assert [len(p["parts"]) for p in sent.payloads] == [4 if t % 3 == 0 else 2 for t in range(12)]
+    assert [p["base"] for p in sent.payloads][:4] == [0, 4, 6, 8]
+    assert rebuilt.state["plugins"]["notes"] == {"turns": 12, "last": "answer 11"}
+
+
+def test_after_a_failed_save_the_next_checkpoint_brings_every_message_again() -> None:
+    session = AgentSession(_template(4), session_id="delta-rollback")
+    writer = DeltaWriter()
+    mirror = HistoryMirror()
+    refuse = [False]
+    saved: list[Snapshot] = []
+
+    def save(snapshot: Snapshot) -> None:
+        rebuilt = mirror.snapshot(_through_pipe(writer.capture(snapshot)))
+        if refuse[0]:
+            mirror.forget()  # what the host does when its save fails
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(rebuilt)
+        assert rebuilt.serialize() == snapshot.serialize()
+
+    session.checkpointer = save
+    session.send("one")
+    refuse[0] = True
+    with pytest.raises(OSError, match="No space left"):
+        session.send("two")  # rolled back: its messages are gone from the session
+    refuse[0] = False
+    session.send("two")
+
+    assert [m.content for m in saved[-1].messages() if m.role == "user"] == ["one", "two"]
+    assert saved[-1].messages() == session.history()
+
+
+def test_a_checkpoint_continuing_from_messages_the_host_lacks_is_refused() -> None:
+    session = AgentSession(_template(3), session_id="delta-gap")
+    sent = _Sent(session)
+    session.send("one")
+    session.send("two")
+    mirror = HistoryMirror()  # a host that never saw the first checkpoint
+
+    with pytest.raises(RuntimeError, match=r"continues from message 4, but the host has 0"):
+        mirror.snapshot(sent.payloads[1])
+    assert mirror.snapshot(sent.payloads[0]).serialize() == sent.snapshots[0].serialize()
+
+
+def test_a_snapshot_without_its_messages_encodings_goes_whole() -> None:
+    snapshot = Snapshot.new(session_id="plain", state={"messages": [], "turns": 0})
+    payload = _through_pipe(DeltaWriter().capture(snapshot))
+
+    assert set(payload) == {"whole"}
+    assert HistoryMirror().snapshot(payload) == snapshot
+
+
+# -- end to end, in a worker ---------------------------------------------------------------
+
+
+class _FullDisk(SQLiteCheckpointStore):
+    """A SQLite store whose ``save`` fails with ``ENOSPC`` while ``full`` is set."""
+
+    full = False
+
+    def save(self, snapshot: Snapshot) -> CheckpointInfo:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().save(snapshot)
+
+
+@pytest.fixture
+def parts_received(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many message encodings each checkpoint brought to the host (``-1``: whole)."""
+    received: list[int] = []
+    original = HistoryMirror.snapshot
+
+    def counting(self: HistoryMirror, payload: dict[str, Any]) -> Snapshot:
+        received.append(len(payload["parts"]) if "parts" in payload else -1)
+        return original(self, payload)
+
+    monkeypatch.setattr(_checkpoint_delta.HistoryMirror, "snapshot", counting)
+    return received
+
+
+def test_a_worker_session_sends_its_host_each_turns_messages_only(
+    tmp_path: Path, parts_received: list[int]
+) -> None:
+    path = tmp_path / "delta.db"
+    store = _FullDisk(path)
+    echo = AgentTemplate(model=EchoModel(), instructions="Be brief.", plugins=(Notes(),))
+    with AgentHost(store=store, workers=1) as host:
+        sid = host.start_session(echo, session_id="worker-delta")
+        for turn in range(20):
+            host.send(sid, f"question {turn}")
+        store.full = True
+        with pytest.raises(OSError, match="No space left"):
+            host.send(sid, "refused")
+        store.full = False
+        for turn in range(20, 30):
+            host.send(sid, f"question {turn}")
+        history = host.history(sid)
+
+    with SQLiteCheckpointStore(path) as reopened:
+        saved = reopened.load(sid)
+    assert saved.messages() == history
+    assert [m.content for m in history if m.role == "user"] == [f"question {t}" for t in range(30)]
+    assert saved.state["plugins"]["notes"] == {"turns": 30, "last": "echo: question 29"}
+    # Two messages a turn; the refused turn's too; then, the worker having rolled it back,
+    # every message of the 21 turns after it; then two a turn again.
+    assert parts_received == [2] * 20 + [2, 42] + [2] * 9

@@ -15,13 +15,18 @@ that carries every message's encoding (``EncodedMessages``), as a session's own
 snapshot does in thread mode: the store appends the turn's messages, and the
 bytes it writes are those the worker's ``serialize()`` would have produced.
 
-The two ends agree on what the host has through the worker's message lineage
-(``EncodedMessages.parts``, a list that is only ever appended to): while a
-session's snapshots share it, the host has every message the worker sent. A
-rolled-back turn replaces the lineage (``HistoryCodec.truncate``), and the host
-forgets its copy when a save fails (the case that rolls a turn back), so both
-ends start again from the first message. A snapshot whose messages cannot all
-be encoded goes whole (``serialize`` then names what it refused).
+Each request that may bring a checkpoint (``send``, ``snapshot``) declares what
+the host has (``HistoryMirror.have``): a lineage number and a message count. A
+lineage is one list of message encodings that only ever grows
+(``EncodedMessages.parts``); the worker numbers each one its session's snapshots
+use. While the declared lineage is the snapshot's, the worker sends the messages
+from the declared count on; otherwise every message. So a rolled-back turn (a new
+lineage: ``HistoryCodec.truncate``) or a host that dropped its copy (after a
+failed save, or a reply it could not read) costs one checkpoint with every
+message, never a wrong one. Replies to requests sent before an earlier reply
+arrived may repeat messages the host got meanwhile; they are skipped. A snapshot
+whose messages cannot all be encoded goes whole (``serialize`` then names what it
+refused).
 """
 
 from __future__ import annotations
@@ -43,17 +48,18 @@ _MESSAGES = "messages"
 class DeltaWriter:
     """The worker's end: what to send of each checkpoint of one session.
 
-    Not thread-safe: used on the session's own thread, as its checkpointer.
+    Not thread-safe: used on the session's own thread.
     """
 
-    __slots__ = ("_lineage", "_sent")
+    __slots__ = ("_lineage", "_token")
 
     def __init__(self) -> None:
         self._lineage: list[bytes] | None = None
-        self._sent = 0
+        self._token = 0  # numbers the lineages this session's snapshots had, from 1
 
-    def capture(self, snapshot: Snapshot) -> dict[str, Any]:
-        """The payload for ``snapshot`` (see the module docstring).
+    def capture(self, snapshot: Snapshot, have: object = None) -> dict[str, Any]:
+        """The payload for ``snapshot``, for a host that has ``have`` (``HistoryMirror.have``,
+        as the request declared it; ``None``: nothing). See the module docstring.
 
         Raises:
             SnapshotEncodeError: some part of ``snapshot`` is not plain.
@@ -61,57 +67,80 @@ class DeltaWriter:
         encoded = encoded_messages(snapshot)
         if encoded is None:
             return {"whole": snapshot.serialize()}
-        base = self._sent if encoded.parts is self._lineage and encoded.count >= self._sent else 0
+        if encoded.parts is not self._lineage:
+            self._lineage = encoded.parts
+            self._token += 1
+        base = 0
+        if isinstance(have, list) and len(have) == 2 and have[0] == self._token:
+            count = have[1]
+            if isinstance(count, int) and 0 <= count <= encoded.count:
+                base = count
         plain = snapshot.to_dict()
         plain["state"] = {**snapshot.state, _MESSAGES: []}
-        head = encode_plain(plain)
-        self._lineage, self._sent = encoded.parts, encoded.count
-        return {"head": head, "base": base, "parts": encoded.parts[base : encoded.count]}
+        return {
+            "head": encode_plain(plain),
+            "lineage": self._token,
+            "base": base,
+            "parts": encoded.parts[base : encoded.count],
+        }
 
 
 class HistoryMirror:
     """The host's end for one session link: the messages the host has, and their encodings.
 
-    Thread-safe (a lock; the replies of one session are delivered one at a time
-    anyway, though not always on the same thread).
+    Thread-safe: a lock (a session's replies are delivered one at a time, though not
+    always on the same thread, and a request declares ``have`` on its caller's thread).
     """
 
-    __slots__ = ("_lock", "_parts", "_plain")
+    __slots__ = ("_lineage", "_lock", "_parts", "_plain")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._lineage = 0  # the worker's number for the lineage held; 0: none
         self._plain: list[dict[str, Any]] = []
         self._parts: list[bytes] = []
 
+    def have(self) -> list[int] | None:
+        """What a request tells the worker this host has: ``[lineage, count]``, or ``None``."""
+        with self._lock:
+            return [self._lineage, len(self._plain)] if self._plain else None
+
     def snapshot(self, payload: dict[str, Any]) -> Snapshot:
-        """The checkpoint a worker's ``payload`` describes (``DeltaWriter.capture``); the
-        messages it brings are kept for the next one.
+        """The snapshot a worker's ``payload`` describes (``DeltaWriter.capture``); the
+        messages it brings are kept for the next one. If this raises, what the host had is
+        dropped, so that later requests declare nothing and get every message again.
 
         Raises:
             SnapshotDecodeError: the payload's bytes are malformed.
-            RuntimeError: the payload continues from a message count this mirror does not
-                have (the two ends disagree; the save fails, the turn is rolled back in
-                the worker, and its next checkpoint starts again from the first message).
+            RuntimeError: the payload continues from messages this host does not have
+                (it was sent before the host dropped them; a send's save then fails and
+                the worker rolls the turn back).
         """
         whole = payload.get("whole")
         if whole is not None:
             return Snapshot.deserialize(whole)
+        try:
+            return self._rebuilt(payload)
+        except BaseException:
+            self.forget()
+            raise
+
+    def _rebuilt(self, payload: dict[str, Any]) -> Snapshot:
         head = Snapshot.deserialize(payload["head"])
-        parts: list[bytes] = payload["parts"]
-        new = decode_plain(array_header(len(parts)) + b"".join(parts)) if parts else []
-        base = payload["base"]
+        lineage, base, parts = payload["lineage"], payload["base"], payload["parts"]
         with self._lock:
-            if base == 0:
-                self._plain, self._parts = [], []  # a new lineage: never change a shared list
-            elif base != len(self._plain):
-                have = len(self._plain)
-                self._plain, self._parts = [], []
+            if lineage != self._lineage:  # a new lineage: never change a list handed out
+                self._lineage, self._plain, self._parts = lineage, [], []
+            have = len(self._plain)
+            if base > have:
                 raise RuntimeError(
                     f"the worker's checkpoint continues from message {base}, but the host "
-                    f"has {have}; the turn is rolled back and its next checkpoint is sent whole"
+                    f"has {have}; the next one brings every message"
                 )
-            self._plain.extend(new)
-            self._parts.extend(parts)
+            new = parts[have - base :]  # those the host got meanwhile are skipped
+            if new:
+                self._plain.extend(decode_plain(array_header(len(new)) + b"".join(new)))
+                self._parts.extend(new)
             messages = self._plain[:]
             encoded = EncodedMessages(messages, self._parts, len(messages))
         state = dict(head.state)
@@ -119,7 +148,8 @@ class HistoryMirror:
         return dataclasses.replace(head, state=state, _encoded=encoded)
 
     def forget(self) -> None:
-        """Drop what the host has (a save failed): the next checkpoint must bring every
-        message. New lists, as the stores may remember the old one by identity."""
+        """Drop what the host has (a save failed: the worker rolls the turn back); later
+        requests declare nothing. New lists, as the stores may remember the old one by
+        identity."""
         with self._lock:
-            self._plain, self._parts = [], []
+            self._lineage, self._plain, self._parts = 0, [], []

@@ -117,8 +117,13 @@ class SessionLink:
 
     def snapshot(self, label: str | None, timeout: float) -> Snapshot:
         """A snapshot of the session now, taken from the calling thread (see ``history``)."""
-        payload = {"session": self.session_id, "label": label}
-        return Snapshot.deserialize(self._ask("snapshot", payload, timeout))
+        try:
+            snapshot: Snapshot = self._call(
+                "snapshot", self._snapshot_payload(label), timeout, self.mirror.snapshot
+            )
+        except SessionCrashed as exc:  # WorkerCrashed too
+            raise NotDelivered(str(exc)) from exc
+        return snapshot
 
     def _ask(self, op: str, payload: dict[str, Any], timeout: float) -> Any:
         try:
@@ -137,9 +142,21 @@ class SessionLink:
         self._submit("send", payload, timeout, done, timer, self.finish_send, asked=False)
 
     def _send_payload(self, text: str, tag: str | None) -> dict[str, Any]:
-        if tag is None:
-            return {"session": self.session_id, "text": text}
-        return {"session": self.session_id, "text": text, "tag": tag}
+        payload: dict[str, Any] = {"session": self.session_id, "text": text}
+        if tag is not None:
+            payload["tag"] = tag
+        return self._declare(payload)
+
+    def _snapshot_payload(self, label: str | None) -> dict[str, Any]:
+        return self._declare({"session": self.session_id, "label": label})
+
+    def _declare(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` telling the worker which messages this host has, so that the checkpoint
+        coming back brings only the others (``HistoryMirror``)."""
+        have = self.mirror.have()
+        if have is not None:
+            payload["have"] = have
+        return payload
 
     def submit_history(self, timeout: float, done: Done, timer: CallTimer) -> None:
         """``history`` without waiting (see ``submit_send``)."""
@@ -150,8 +167,8 @@ class SessionLink:
         self, label: str | None, timeout: float, done: Done, timer: CallTimer
     ) -> None:
         """``snapshot`` without waiting (see ``submit_send``)."""
-        payload = {"session": self.session_id, "label": label}
-        self._submit("snapshot", payload, timeout, done, timer, Snapshot.deserialize, asked=True)
+        payload = self._snapshot_payload(label)
+        self._submit("snapshot", payload, timeout, done, timer, self.mirror.snapshot, asked=True)
 
     def _submit(  # noqa: PLR0917 (one call's whole description)
         self,

@@ -553,6 +553,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         self.tools = {name: self._wrap_tool(t) for name, t in self.tools.items()}
         self._captured: dict[str, Any] | None = None
         self._deltas = DeltaWriter()
+        self._host_has: object = None  # what the call being answered says the host has
         self._captured_steered: list[str] = []
         self._undo: tuple[Any, list[str]] | None = None
         self.checkpointer = self._capture if checkpoints else None
@@ -562,7 +563,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
         return dataclasses.replace(tool, fn=_Step(_fatal_on_memory_error(tool.fn), self._flush))
 
     def _capture(self, snapshot: Snapshot) -> None:
-        self._captured = self._deltas.capture(snapshot)  # what the host lacks of it
+        self._captured = self._deltas.capture(snapshot, self._host_has)  # what the host lacks
         self._captured_steered = list(self._steered)  # cleared once ``send`` returns
 
     def on_stop(self) -> None:
@@ -604,6 +605,7 @@ class _RemoteSession(SupervisedActor, AgentSession):
     def _answer(self, call: _Call) -> Any:
         if call.op == "send":
             self._captured, self._undo = None, None
+            self._host_has = call.payload.get("have")
             mark = None if self.checkpointer is None else self._mark()  # for ``rollback``
             answer = self.send(call.payload["text"], tag=call.payload.get("tag"))
             checkpoint, self._captured = self._captured, None
@@ -617,7 +619,8 @@ class _RemoteSession(SupervisedActor, AgentSession):
                 self._rollback(undo[0])
             return None
         if call.op == "snapshot":
-            return self.snapshot(call.payload.get("label")).serialize()
+            snapshot = self.snapshot(call.payload.get("label"))
+            return self._deltas.capture(snapshot, call.payload.get("have"))
         return [m.to_dict() for m in self.history()]
 
 

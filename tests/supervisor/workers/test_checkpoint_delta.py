@@ -77,81 +77,103 @@ def _through_pipe(payload: dict[str, Any]) -> dict[str, Any]:
     return frame["payload"]  # type: ignore[no-any-return]
 
 
-class _Sent:
-    """A session's checkpoints, captured as the worker's session captures them."""
+class _Host:
+    """A host's end, fed a session's checkpoints as its worker would send them: each
+    request declares what this mirror has, the answer goes through a frame."""
 
     def __init__(self, session: AgentSession) -> None:
         self.writer = DeltaWriter()
-        self.snapshots: list[Snapshot] = []
+        self.mirror = HistoryMirror()
+        self.taken: list[Snapshot] = []
         self.payloads: list[dict[str, Any]] = []
+        self.rebuilt: list[Snapshot] = []
+        self.refuse = False
         session.checkpointer = self
 
     def __call__(self, snapshot: Snapshot) -> None:
-        self.snapshots.append(snapshot)
-        self.payloads.append(_through_pipe(self.writer.capture(snapshot)))
+        payload = _through_pipe(self.writer.capture(snapshot, self.mirror.have()))
+        self.taken.append(snapshot)
+        self.payloads.append(payload)
+        self.rebuilt.append(self.mirror.snapshot(payload))
+        if self.refuse:
+            self.mirror.forget()  # what the host does when its save fails
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _same(rebuilt: Snapshot, taken: Snapshot) -> None:
+    assert rebuilt == taken
+    assert rebuilt.serialize() == taken.serialize()
+    assert Snapshot.deserialize(rebuilt.serialize()) == taken
 
 
 def test_the_host_rebuilds_each_checkpoint_byte_for_byte_from_the_turns_messages() -> None:
     session = AgentSession(_template(12), session_id="delta")
-    sent = _Sent(session)
-    mirror = HistoryMirror()
+    host = _Host(session)
 
     for turn in range(12):
         session.send(f"question {turn}")
-        rebuilt = mirror.snapshot(sent.payloads[-1])
-        taken = sent.snapshots[-1]
-        assert rebuilt == taken
-        assert rebuilt.serialize() == taken.serialize()
-        assert Snapshot.deserialize(rebuilt.serialize()) == taken
+        _same(host.rebuilt[-1], host.taken[-1])
 
     # A tool turn adds four messages, another turn two; each payload brings those only.
-    assert [len(p["parts"]) for p in sent.payloads] == [4 if t % 3 == 0 else 2 for t in range(12)]
-    assert [p["base"] for p in sent.payloads][:4] == [0, 4, 6, 8]
-    assert rebuilt.state["plugins"]["notes"] == {"turns": 12, "last": "answer 11"}
+    assert [len(p["parts"]) for p in host.payloads] == [4 if t % 3 == 0 else 2 for t in range(12)]
+    assert [p["base"] for p in host.payloads][:4] == [0, 4, 6, 8]
+    assert host.rebuilt[-1].state["plugins"]["notes"] == {"turns": 12, "last": "answer 11"}
 
 
 def test_after_a_failed_save_the_next_checkpoint_brings_every_message_again() -> None:
     session = AgentSession(_template(4), session_id="delta-rollback")
-    writer = DeltaWriter()
-    mirror = HistoryMirror()
-    refuse = [False]
-    saved: list[Snapshot] = []
-
-    def save(snapshot: Snapshot) -> None:
-        rebuilt = mirror.snapshot(_through_pipe(writer.capture(snapshot)))
-        if refuse[0]:
-            mirror.forget()  # what the host does when its save fails
-            raise OSError(errno.ENOSPC, "No space left on device")
-        saved.append(rebuilt)
-        assert rebuilt.serialize() == snapshot.serialize()
-
-    session.checkpointer = save
+    host = _Host(session)
     session.send("one")
-    refuse[0] = True
+    host.refuse = True
     with pytest.raises(OSError, match="No space left"):
         session.send("two")  # rolled back: its messages are gone from the session
-    refuse[0] = False
+    host.refuse = False
     session.send("two")
 
-    assert [m.content for m in saved[-1].messages() if m.role == "user"] == ["one", "two"]
-    assert saved[-1].messages() == session.history()
+    assert [len(p["parts"]) for p in host.payloads] == [4, 2, 6]
+    _same(host.rebuilt[-1], host.taken[-1])
+    assert [m.content for m in host.rebuilt[-1].messages() if m.role == "user"] == ["one", "two"]
+    assert host.rebuilt[-1].messages() == session.history()
 
 
-def test_a_checkpoint_continuing_from_messages_the_host_lacks_is_refused() -> None:
+def test_a_reply_continuing_from_messages_the_host_dropped_is_refused_then_sent_whole() -> None:
     session = AgentSession(_template(3), session_id="delta-gap")
-    sent = _Sent(session)
+    host = _Host(session)
     session.send("one")
-    session.send("two")
-    mirror = HistoryMirror()  # a host that never saw the first checkpoint
+    declared = host.mirror.have()
+    host.mirror.forget()  # after that request was sent: its reply brings the turn's only
+    payload = _through_pipe(host.writer.capture(session.snapshot(), declared))
 
     with pytest.raises(RuntimeError, match=r"continues from message 4, but the host has 0"):
-        mirror.snapshot(sent.payloads[1])
-    assert mirror.snapshot(sent.payloads[0]).serialize() == sent.snapshots[0].serialize()
+        host.mirror.snapshot(payload)
+    assert host.mirror.have() is None
+    session.send("two")
+    assert len(host.payloads[-1]["parts"]) == 6
+    _same(host.rebuilt[-1], host.taken[-1])
+
+
+def test_replies_to_requests_sent_together_skip_the_messages_the_host_got_meanwhile() -> None:
+    session = AgentSession(_template(3), session_id="delta-pipelined")
+    host = _Host(session)
+    session.send("one")
+    declared = host.mirror.have()  # two requests declare this before either answer arrives
+    session.checkpointer = None
+    session.send("two")
+    first = session.snapshot()
+    first_payload = _through_pipe(host.writer.capture(first, declared))
+    session.send("three")
+    second = session.snapshot()
+    second_payload = _through_pipe(host.writer.capture(second, declared))
+
+    _same(host.mirror.snapshot(first_payload), first)
+    assert len(second_payload["parts"]) == 4  # turns two and three
+    _same(host.mirror.snapshot(second_payload), second)
+    assert host.mirror.have() == [1, 8]
 
 
 def test_a_snapshot_without_its_messages_encodings_goes_whole() -> None:
     snapshot = Snapshot.new(session_id="plain", state={"messages": [], "turns": 0})
-    payload = _through_pipe(DeltaWriter().capture(snapshot))
+    payload = _through_pipe(DeltaWriter().capture(snapshot, [1, 0]))
 
     assert set(payload) == {"whole"}
     assert HistoryMirror().snapshot(payload) == snapshot
@@ -201,13 +223,18 @@ def test_a_worker_session_sends_its_host_each_turns_messages_only(
         store.full = False
         for turn in range(20, 30):
             host.send(sid, f"question {turn}")
+        host.hibernate(sid)  # its final checkpoint: nothing new
+        host.send(sid, "after")  # a new incarnation, whose host has nothing yet
         history = host.history(sid)
 
     with SQLiteCheckpointStore(path) as reopened:
         saved = reopened.load(sid)
     assert saved.messages() == history
-    assert [m.content for m in history if m.role == "user"] == [f"question {t}" for t in range(30)]
-    assert saved.state["plugins"]["notes"] == {"turns": 30, "last": "echo: question 29"}
+    users = [m.content for m in history if m.role == "user"]
+    assert users == [f"question {t}" for t in range(30)] + ["after"]
+    assert saved.state["plugins"]["notes"] == {"turns": 31, "last": "echo: after"}
     # Two messages a turn; the refused turn's too; then, the worker having rolled it back,
-    # every message of the 21 turns after it; then two a turn again.
-    assert parts_received == [2] * 20 + [2, 42] + [2] * 9
+    # every message of the 21 turns after it; then two a turn again; none at the
+    # hibernation; all of them at the first turn of the next incarnation; none at the
+    # final checkpoint of the host's shutdown.
+    assert parts_received == [2] * 20 + [2, 42] + [2] * 9 + [0, 62, 0]

@@ -21,9 +21,8 @@ lineage is one list of message encodings that only ever grows
 (``EncodedMessages.parts``); the worker numbers each one its session's snapshots
 use. While the declared lineage is the snapshot's, the worker sends the messages
 from the declared count on; otherwise every message. So a rolled-back turn (a new
-lineage: ``HistoryCodec.truncate``) or a host that dropped its copy (after a
-failed save, or a reply it could not read) costs one checkpoint with every
-message, never a wrong one. Replies to requests sent before an earlier reply
+lineage: ``HistoryCodec.truncate``, after a failed save among others) costs one
+checkpoint with every message, never a wrong one. Replies to requests sent before an earlier reply
 arrived may repeat messages the host got meanwhile; they are skipped. A snapshot
 whose messages cannot all be encoded goes whole (``serialize`` then names what it
 refused).
@@ -107,49 +106,36 @@ class HistoryMirror:
 
     def snapshot(self, payload: dict[str, Any]) -> Snapshot:
         """The snapshot a worker's ``payload`` describes (``DeltaWriter.capture``); the
-        messages it brings are kept for the next one. If this raises, what the host had is
-        dropped, so that later requests declare nothing and get every message again.
+        messages it brings are kept for the next one (whether or not the snapshot is then
+        saved: they are facts of the worker's lineage either way). If this raises, what
+        the host has is unchanged.
 
         Raises:
             SnapshotDecodeError: the payload's bytes are malformed.
             RuntimeError: the payload continues from messages this host does not have
-                (it was sent before the host dropped them; a send's save then fails and
-                the worker rolls the turn back).
+                (the two ends disagree: a bug, reported rather than saved wrong).
         """
         whole = payload.get("whole")
         if whole is not None:
             return Snapshot.deserialize(whole)
-        try:
-            return self._rebuilt(payload)
-        except BaseException:
-            self.forget()
-            raise
-
-    def _rebuilt(self, payload: dict[str, Any]) -> Snapshot:
         head = Snapshot.deserialize(payload["head"])
         lineage, base, parts = payload["lineage"], payload["base"], payload["parts"]
         with self._lock:
-            if lineage != self._lineage:  # a new lineage: never change a list handed out
-                self._lineage, self._plain, self._parts = lineage, [], []
-            have = len(self._plain)
+            same = lineage == self._lineage
+            have = len(self._plain) if same else 0
             if base > have:
                 raise RuntimeError(
-                    f"the worker's checkpoint continues from message {base}, but the host "
-                    f"has {have}; the next one brings every message"
+                    f"the worker's checkpoint continues from message {base} of its history, "
+                    f"but the host has {have}"
                 )
             new = parts[have - base :]  # those the host got meanwhile are skipped
-            if new:
-                self._plain.extend(decode_plain(array_header(len(new)) + b"".join(new)))
-                self._parts.extend(new)
+            decoded = decode_plain(array_header(len(new)) + b"".join(new)) if new else []
+            if not same:  # a new lineage: new lists, never change one handed out
+                self._lineage, self._plain, self._parts = lineage, [], []
+            self._plain.extend(decoded)
+            self._parts.extend(new)
             messages = self._plain[:]
             encoded = EncodedMessages(messages, self._parts, len(messages))
         state = dict(head.state)
         state[_MESSAGES] = messages
         return dataclasses.replace(head, state=state, _encoded=encoded)
-
-    def forget(self) -> None:
-        """Drop what the host has (a save failed: the worker rolls the turn back); later
-        requests declare nothing. New lists, as the stores may remember the old one by
-        identity."""
-        with self._lock:
-            self._lineage, self._plain, self._parts = 0, [], []

@@ -298,7 +298,6 @@ class SessionLink:
             try:
                 self.checkpointer(self.mirror.snapshot(checkpoint))
             except Exception as exc:
-                self.mirror.forget()  # the rolled-back worker sends every message next time
                 self.client.submit("rollback", {"session": self.session_id})
                 self.events.publish("error", error=repr(exc))
                 raise

@@ -25,6 +25,7 @@ from actors import (
     PluginContext,
     ScriptedModel,
     Snapshot,
+    SnapshotDecodeError,
     ToolCall,
     tool,
 )
@@ -96,7 +97,6 @@ class _Host:
         self.payloads.append(payload)
         self.rebuilt.append(self.mirror.snapshot(payload))
         if self.refuse:
-            self.mirror.forget()  # what the host does when its save fails
             raise OSError(errno.ENOSPC, "No space left on device")
 
 
@@ -136,20 +136,37 @@ def test_after_a_failed_save_the_next_checkpoint_brings_every_message_again() ->
     assert host.rebuilt[-1].messages() == session.history()
 
 
-def test_a_reply_continuing_from_messages_the_host_dropped_is_refused_then_sent_whole() -> None:
+def test_a_checkpoint_continuing_from_messages_the_host_lacks_is_refused() -> None:
     session = AgentSession(_template(3), session_id="delta-gap")
     host = _Host(session)
     session.send("one")
-    declared = host.mirror.have()
-    host.mirror.forget()  # after that request was sent: its reply brings the turn's only
-    payload = _through_pipe(host.writer.capture(session.snapshot(), declared))
-
-    with pytest.raises(RuntimeError, match=r"continues from message 4, but the host has 0"):
-        host.mirror.snapshot(payload)
-    assert host.mirror.have() is None
     session.send("two")
-    assert len(host.payloads[-1]["parts"]) == 6
-    _same(host.rebuilt[-1], host.taken[-1])
+    stranger = HistoryMirror()  # a host that never saw the first checkpoint
+
+    with pytest.raises(RuntimeError, match=r"continues from message 4 .*, but the host has 0"):
+        stranger.snapshot(host.payloads[1])
+    assert stranger.have() is None  # unchanged: its next request gets every message
+    snapshot = session.snapshot()
+    payload = _through_pipe(host.writer.capture(snapshot, stranger.have()))
+    assert len(payload["parts"]) == 6
+    _same(stranger.snapshot(payload), snapshot)
+
+
+def test_a_reply_the_host_cannot_read_changes_nothing_it_has() -> None:
+    session = AgentSession(_template(3), session_id="delta-damaged")
+    host = _Host(session)
+    session.send("one")
+    have = host.mirror.have()
+    session.checkpointer = None
+    session.send("two")
+    snapshot = session.snapshot()
+    payload = _through_pipe(host.writer.capture(snapshot, have))
+    damaged = {**payload, "parts": [b"\xc1", *payload["parts"][1:]]}  # 0xc1: never valid
+
+    with pytest.raises(SnapshotDecodeError):
+        host.mirror.snapshot(damaged)
+    assert host.mirror.have() == have
+    _same(host.mirror.snapshot(payload), snapshot)
 
 
 def test_replies_to_requests_sent_together_skip_the_messages_the_host_got_meanwhile() -> None:

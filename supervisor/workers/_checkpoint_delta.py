@@ -20,12 +20,12 @@ the host has (``HistoryMirror.have``): a lineage number and a message count. A
 lineage is one list of message encodings that only ever grows
 (``EncodedMessages.parts``); the worker numbers each one its session's snapshots
 use. While the declared lineage is the snapshot's, the worker sends the messages
-from the declared count on; otherwise every message. So a rolled-back turn (a new
-lineage: ``HistoryCodec.truncate``, after a failed save among others) costs one
-checkpoint with every message, never a wrong one. Replies to requests sent before an earlier reply
-arrived may repeat messages the host got meanwhile; they are skipped. A snapshot
-whose messages cannot all be encoded goes whole (``serialize`` then names what it
-refused).
+from the declared count on; otherwise every message. So a rolled-back turn (a
+new lineage: ``HistoryCodec.truncate``, after a failed save among others) costs
+one checkpoint with every message, never a wrong one. A reply to a request sent
+before an earlier reply arrived may repeat messages the host got meanwhile;
+they are skipped. A snapshot whose messages cannot all be encoded goes whole
+(``serialize`` then names what it refused).
 """
 
 from __future__ import annotations

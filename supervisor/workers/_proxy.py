@@ -83,7 +83,7 @@ class SessionLink:
         self.events = events
         self.checkpointer = checkpointer
         self.call_timeout = call_timeout
-        self.mirror = HistoryMirror()  # the messages of the checkpoints saved so far
+        self.mirror = HistoryMirror()  # the messages the worker's checkpoints brought so far
 
     def send(self, text: str, tag: str | None, timeout: float) -> Message:
         """Run one turn in the worker from the calling thread (``tag``: see ``actors.Send``);

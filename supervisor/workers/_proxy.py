@@ -117,17 +117,19 @@ class SessionLink:
 
     def snapshot(self, label: str | None, timeout: float) -> Snapshot:
         """A snapshot of the session now, taken from the calling thread (see ``history``)."""
-        try:
-            snapshot: Snapshot = self._call(
-                "snapshot", self._snapshot_payload(label), timeout, self.mirror.snapshot
-            )
-        except SessionCrashed as exc:  # WorkerCrashed too
-            raise NotDelivered(str(exc)) from exc
+        payload = self._snapshot_payload(label)
+        snapshot: Snapshot = self._ask("snapshot", payload, timeout, self.mirror.snapshot)
         return snapshot
 
-    def _ask(self, op: str, payload: dict[str, Any], timeout: float) -> Any:
+    def _ask(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        timeout: float,
+        on_reply: Callable[[Any], Any] | None = None,
+    ) -> Any:
         try:
-            return self._call(op, payload, timeout)
+            return self._call(op, payload, timeout, on_reply)
         except SessionCrashed as exc:  # WorkerCrashed too
             raise NotDelivered(str(exc)) from exc
 

@@ -17,7 +17,13 @@ rounds interleaved, for N = 100, 1,000 and 3,000:
 (e) the same in a process tuned as ``supervisor.tuning`` advises (and the
     ``serve`` command does): ``tune_interpreter()``, a 200 ms switch interval
     instead of Python's 5 ms, which keeps thousands of session threads from
-    thrashing on the GIL, and full collections ten times rarer.
+    thrashing on the GIL, and full collections ten times rarer;
+(f) for context, the floor of an actor per session, tuned as (e): N bare
+    Pykka actors, started before the clock starts as the sessions are, each
+    asked once without blocking, sleeping 200 ms and answering; no checkpoint,
+    no host. What (e) takes beyond it is sessionvisor's own work per turn
+    (the turn, its checkpoint, the host's routing) with N threads wanting the
+    interpreter, not the thread per session that the design gives each one.
 
 Each case runs in a process of its own, so its threads and memory are its
 own. Figures per case: wall time from the first send to the last answer;
@@ -56,6 +62,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pykka
+
 from actors import AgentSession, AgentTemplate, Message, ModelResponse, Tool, Usage
 from benchmarks._asyncio_floors import group_commits, open_floor_db, per_turn_commits
 from benchmarks._common import print_table
@@ -75,6 +83,7 @@ CASES = {
     "threads": "sessionvisor threads, blocking send",
     "futures": "sessionvisor host.futures.send",
     "futures-tuned": "the same, tune_interpreter()",
+    "actor-floor": "Pykka actors alone, no checkpoint, tuned",
 }
 
 
@@ -129,6 +138,34 @@ def _floor(case: str, n: int, directory: Path) -> dict[str, Any]:
     return {"wall": wall, "peak": peaks.peak, "commits": commits}
 
 
+class SleepingActor(pykka.ThreadingActor):
+    """A bare actor whose every message takes a model's sleep: one session's thread, alone."""
+
+    def on_receive(self, message: Any) -> Any:
+        time.sleep(DELAY)
+        return message
+
+
+def _actor_floor(n: int) -> dict[str, Any]:
+    tune_interpreter()
+    refs = [SleepingActor.start() for _ in range(n)]
+    try:
+        before = process_status().threads
+        with PeakSampler() as peaks:
+            start = time.perf_counter()
+            pending = [ref.ask(TEXT, block=False) for ref in refs]
+            answers = [future.get(timeout=CASE_TIMEOUT) for future in pending]
+            wall = time.perf_counter() - start
+    finally:
+        for ref in refs:
+            ref.stop(block=False)
+        for ref in refs:
+            ref.actor_stopped.wait(CASE_TIMEOUT)
+    if answers != [TEXT] * n:
+        raise RuntimeError("actor-floor: an actor answered something else")
+    return {"wall": wall, "peak": peaks.peak, "threads_before": before}
+
+
 def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
     if case == "futures-tuned":
         tune_interpreter()
@@ -163,7 +200,10 @@ def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
 def child(case: str, n: int, directory: Path) -> dict[str, Any]:
     """Run one case; its figures as plain data (RSS as growth over the process at entry)."""
     base = process_status().rss
-    result = (_floor if case.startswith("floor") else _host)(case, n, directory)
+    if case == "actor-floor":
+        result = _actor_floor(n)
+    else:
+        result = (_floor if case.startswith("floor") else _host)(case, n, directory)
     if "peak" in result:
         peak = result.pop("peak")
         result.update(threads=peak.threads, rss=peak.rss - base)
@@ -231,6 +271,11 @@ def _size_rows(n: int, rounds: int) -> tuple[list[tuple[str, str]], bool]:
                 r[case]["wall"] / r["floor-group"]["wall"] for r in by_round
             )
             value += f"; {ratios[case]:.1f}x group floor"
+        if case == "futures-tuned" and "actor-floor" not in failed:
+            beyond = statistics.median(
+                r[case]["wall"] / r["actor-floor"]["wall"] for r in by_round if case in r
+            )
+            value += f", {beyond:.1f}x actor floor"
         rows.append((label, value))
     if n in GOALS:
         rows += _goal_rows(n, ratios, failed)

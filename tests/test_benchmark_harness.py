@@ -106,6 +106,36 @@ def test_concurrency_futures_case_sends_through_host_futures(case: str, tmp_path
     assert tuned == pytest.approx(SWITCH_INTERVAL if case == "futures-tuned" else before)
 
 
+def test_actor_floor_runs_bare_actors_and_stops_them(tmp_path: Path) -> None:
+    before, threads = sys.getswitchinterval(), threading.active_count()
+    try:
+        result = bench_concurrency.child("actor-floor", 3, tmp_path)
+        tuned = sys.getswitchinterval()
+    finally:
+        sys.setswitchinterval(before)
+    assert result["wall"] >= bench_concurrency.DELAY
+    assert result["threads_before"] >= 3 + 1  # an actor thread each, and this one
+    assert "commits" not in result  # no store: it is the floor of the threads alone
+    assert tuned == pytest.approx(SWITCH_INTERVAL)  # the same process tuning as futures-tuned
+    assert threading.active_count() == threads  # every actor stopped
+
+
+def test_the_tuned_row_says_how_far_it_is_above_the_actor_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walls = {"floor-group": 0.2, "futures-tuned": 0.9, "actor-floor": 0.3}
+
+    def run_case(case: str, n: int) -> dict[str, float]:
+        return {"wall": walls[case], "threads": 3, "rss": 0}
+
+    monkeypatch.setattr(bench_concurrency, "CASES", {case: case for case in walls})
+    monkeypatch.setattr(bench_concurrency, "_run_case", run_case)
+    rows, ok = bench_concurrency._size_rows(7, 1)
+    assert ok
+    assert dict(rows)["futures-tuned"].endswith("; 4.5x group floor, 3.0x actor floor")
+    assert dict(rows)["actor-floor"].endswith("; 1.5x group floor")
+
+
 def test_a_stalled_round_shows_beside_the_median(monkeypatch: pytest.MonkeyPatch) -> None:
     walls = {"floor-group": iter([0.2, 0.2, 0.2]), "futures": iter([0.4, 30.0, 0.4])}
 

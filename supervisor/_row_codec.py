@@ -28,8 +28,8 @@ left in clear), so a value copied into another row, another session's or
 another store's, fails to decrypt. The digests stay SHA-256 over the
 plaintext, as without encryption, but are never stored in clear: a clear
 digest would let anyone holding a guessed conversation confirm it. (A digest
-over ciphertext would change with every compaction, which re-encrypts the
-merged chunks; a keyed digest would tie each log generation to the key that
+over ciphertext would change with every merge of chunks, which re-encrypts
+them; a keyed digest would tie each log generation to the key that
 started it.)
 
 Thread-safe: both classes hold only immutable state and thread-safe parts.

@@ -10,8 +10,9 @@ first batch took 0.8 s and no turn could answer before it committed.
 The usual save is taken here: a checkpoint with messages and no state parts, its
 session's only save in the batch, and its log either new (no log and no older
 generation yet) or extended from what this store instance wrote last (the
-``_CachedLog`` matches the log's row). A compaction of the log or a prune to
-``keep_last`` it needs costs a statement of its own, as on the full path. The rows
+``_CachedLog`` matches the log's row), and its new bytes not due to merge with
+earlier chunks (``_log_chunks``: one append in eight is, and runs alone). A prune
+to ``keep_last`` it needs costs a statement of its own, as on the full path. The rows
 are exactly those ``SQLiteCheckpointStore._write`` writes for such a save. Every
 other save runs alone on that full path, after these; if a statement here fails,
 ``GroupCommit`` undoes what was written together and runs every save of the batch
@@ -27,28 +28,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from supervisor._log_chunks import LOG_UPSERT, LogRows, log_rows, merges
+
 if TYPE_CHECKING:
     import sqlite3
 
     from actors import Snapshot
-    from supervisor._message_log import MessageBytes, SplitSnapshot
+    from supervisor._message_log import SplitSnapshot
     from supervisor._row_codec import RowCodec
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "CHECKPOINT_UPSERT",
-    "COMPACT_AFTER_CHUNKS",
-    "LogRows",
     "QueuedSave",
     "checkpoint_row",
-    "log_rows",
     "micros",
-    "write_log",
     "write_together",
 ]
 
-COMPACT_AFTER_CHUNKS = 32
-"""A session's log is rewritten as one chunk once it has this many."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 CHECKPOINT_COLUMNS = (
@@ -62,10 +59,6 @@ CHECKPOINT_UPSERT = (
     " log_bytes = excluded.log_bytes, log_digest = excluded.log_digest,"
     " log_count = excluded.log_count, body_check = excluded.body_check,"
     " parts = excluded.parts"
-)
-_LOG_UPSERT = (
-    " ON CONFLICT (session_id) DO UPDATE SET gen = excluded.gen, length = excluded.length,"
-    " digest = excluded.digest, chunks = excluded.chunks"
 )
 _STATES = (
     "WITH batch (sid) AS (VALUES {})"
@@ -112,58 +105,6 @@ class QueuedSave:
 
     def __call__(self, db: sqlite3.Connection) -> None:
         self.store._write(self.snapshot, self.cut, self.cached, self.refs, db)
-
-
-@dataclass(frozen=True, slots=True)
-class LogRows:
-    """What a save writes to its session's message log, on either path."""
-
-    compact: bool  # the log is rewritten as one chunk: its generation's chunks go first
-    chunk: tuple[Any, ...] | None  # a message_chunks row, if there are new bytes
-    log: tuple[Any, ...]  # the message_logs row: (session, gen, length, stored digest, chunks)
-    digest: bytes  # SHA-256 of the whole log
-    hasher: Any  # its state after the whole log, for the next save
-
-
-def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
-    rows: RowCodec,
-    sid: str,
-    messages: MessageBytes,
-    gen: int,
-    length: int,
-    chunks: int,
-    hasher: Any,
-) -> LogRows:
-    """The log rows of a save whose messages extend generation ``gen`` of the log, stored as
-    ``chunks`` chunks of ``length`` bytes in all, with ``hasher`` at the state after those
-    bytes (a new generation: 0, 0 and an empty SHA-256). Past ``COMPACT_AFTER_CHUNKS``
-    chunks the whole log is rewritten as one."""
-    size = messages.length
-    added = messages.after(length)
-    hasher.update(added)
-    start, compact = length, chunks >= COMPACT_AFTER_CHUNKS
-    if compact:
-        start, chunks, added = 0, 0, messages.whole()
-    chunk = None
-    if size > start:
-        chunk = (sid, gen, start, rows.chunk(sid, gen, start, bytes(added)))
-        chunks += 1
-    digest = hasher.digest()
-    log = (sid, gen, size, rows.log_digest(sid, gen, size, digest), chunks)
-    return LogRows(compact, chunk, log, digest, hasher)
-
-
-def write_log(db: sqlite3.Connection, planned: LogRows) -> None:
-    """Write one save's ``LogRows`` (a save alone)."""
-    _drop_chunks_if_compacted(db, planned)
-    if planned.chunk is not None:
-        db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", planned.chunk)
-    db.execute(f"INSERT INTO message_logs VALUES (?, ?, ?, ?, ?){_LOG_UPSERT}", planned.log)
-
-
-def _drop_chunks_if_compacted(db: sqlite3.Connection, planned: LogRows) -> None:
-    if planned.compact:
-        db.execute("DELETE FROM message_chunks WHERE session_id = ? AND gen = ?", planned.log[:2])
 
 
 def checkpoint_row(
@@ -218,10 +159,8 @@ def write_together(
             planned[index] = plan
     plans = planned.values()
     logs = [plan.logged for plan in plans]
-    for logged in logs:
-        _drop_chunks_if_compacted(db, logged)
     _insert(db, "INSERT INTO message_chunks VALUES", [lr.chunk for lr in logs if lr.chunk])
-    _insert(db, "INSERT INTO message_logs VALUES", [lr.log for lr in logs], _LOG_UPSERT)
+    _insert(db, "INSERT INTO message_logs VALUES", [lr.log for lr in logs], LOG_UPSERT)
     _insert(
         db,
         f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES",
@@ -254,7 +193,7 @@ def _states(
 
 def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Planned | None:
     """The rows of a usual save, or ``None`` for one that must run alone."""
-    gen, length, stored_digest, chunks, next_gen, *count = state
+    gen, length, stored_digest, appends, next_gen, *count = state
     prune = bool(count) and count[0] >= store.keep_last  # then this save goes past it
     cut, sid = save.cut, save.snapshot.session_id
     messages = cut.messages
@@ -262,8 +201,10 @@ def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Plan
     if gen is None:
         if next_gen:  # an older generation is left to collect
             return None
-        gen, length, chunks, hasher = 0, 0, 0, hashlib.sha256()
+        gen, length, appends, hasher = 0, 0, 0, hashlib.sha256()
     else:
+        if messages.length > length and merges(appends + 1):
+            return None  # its chunks merge: statements of its own
         cached = save.cached
         if (
             cached is None
@@ -272,7 +213,7 @@ def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Plan
         ):
             return None
         hasher = cached.hasher.copy()
-    logged = log_rows(store._rows, sid, messages, gen, length, chunks, hasher)
+    logged = log_rows(store._rows, sid, messages, gen, length, appends, hasher)
     ref = (gen, messages.length, cut.count, logged.digest)
     return _Planned(logged, checkpoint_row(store._rows, save.snapshot, cut, ref, save.refs), prune)
 

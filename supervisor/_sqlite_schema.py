@@ -11,7 +11,9 @@ Tables (schema version 5, recorded in ``PRAGMA user_version``):
 * ``message_chunks``: the append-only message logs, as chunks keyed by
   ``(session_id, gen, start)``; ``start`` is the chunk's byte offset in its log.
 * ``message_logs``: per session, the current log generation, its length, its
-  digest and its chunk count.
+  digest and, in ``chunks``, how many saves appended to it (which chunks
+  merge follows from that count, ``_log_chunks``; before, the column counted
+  chunks, and a store written so goes on from that count).
 * ``state_parts``: large plugin and provider states (``_state_parts``), once
   per session and content, keyed by ``(session_id, digest)`` (SHA-256 of
   ``data``); ``newest`` is the newest checkpoint id that uses the part.

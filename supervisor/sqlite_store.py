@@ -19,6 +19,7 @@ from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes
 from supervisor._group_commit import GroupCommit
+from supervisor._log_chunks import log_rows, write_log
 from supervisor._message_log import (
     KnownLog,
     SplitSnapshot,
@@ -34,8 +35,6 @@ from supervisor._saves_together import (
     CHECKPOINT_UPSERT,
     QueuedSave,
     checkpoint_row,
-    log_rows,
-    write_log,
     write_together,
 )
 from supervisor._sqlite_schema import (
@@ -187,7 +186,9 @@ class SQLiteCheckpointStore(ClosingContext):
     processes or instances, and failed saves, just take the full path.
 
     Storage grows linearly with a conversation. Messages are kept once per
-    session, in an append-only log (its chunks are merged after 32 appends);
+    session, in an append-only log (one chunk per save; chunks merge as the digits of
+    a base-8 counter carry, so a save rewrites no more than a few of them on
+    average, see ``_log_chunks``);
     a checkpoint stores only its snapshot without the messages (model, usage,
     plugin states...) plus "the first N bytes of the log" and their SHA-256.
     A save whose messages do not extend the log (the history was edited, or
@@ -433,7 +434,7 @@ class SQLiteCheckpointStore(ClosingContext):
         size = messages.length
         rows = self._rows
         counted = self.keep_last is not None
-        gen, length, stored_digest, chunks, next_gen, *count = db.execute(
+        gen, length, stored_digest, appends, next_gen, *count = db.execute(
             _LOG_STATE_COUNTED if counted else _LOG_STATE, (sid,)
         ).fetchone()
         before: int | None = count[0] if counted else None
@@ -451,13 +452,13 @@ class SQLiteCheckpointStore(ClosingContext):
                 if hasher.digest() != rows.open_log_digest(sid, gen, length, stored_digest):
                     hasher = None
             if hasher is not None:  # the log is a prefix: append the rest
-                planned = log_rows(rows, sid, messages, gen, length, chunks, hasher)
-                write_log(db, planned)
+                planned = log_rows(rows, sid, messages, gen, length, appends, hasher)
+                write_log(db, rows, planned)
                 self._remember(sid, cut, gen, planned.log[3], hasher)
                 return gen, size, planned.digest, before
         # no log yet, or the messages do not extend it: start a new generation
         planned = log_rows(rows, sid, messages, next_gen, 0, 0, hashlib.sha256())
-        write_log(db, planned)
+        write_log(db, rows, planned)
         if next_gen:  # an older generation exists: it may be unused now
             self._collect(db, sid)
         self._remember(sid, cut, next_gen, planned.log[3], planned.hasher)

@@ -132,7 +132,13 @@ def test_the_last_turns_of_a_long_session_cost_what_the_first_did(
     last_bytes = statistics.median(packed for _, packed in work[last])
     assert last_bytes < 1.2 * first_bytes  # counters grow a digit or two; the history does not
     # What still grows: copying the list of message references for each snapshot (a few
-    # ns per message) and the store's log compaction; 1.8x at 40,000 messages here.
+    # ns per message); 1.8x at 40,000 messages here.
     first_time = statistics.median(seconds[first])
     last_time = statistics.median(seconds[last])
     assert last_time < 4 * first_time, (first_time, last_time)
+    # The mean counts the turns whose save merges log chunks too (one in eight; what they
+    # rewrite is bounded exactly in test_log_chunks): here 0.9-2.0x, against 2.1-2.6x when
+    # the whole log was rewritten every 32 turns.
+    first_mean = statistics.mean(seconds[first])
+    last_mean = statistics.mean(seconds[last])
+    assert last_mean < 4 * first_mean, (first_mean, last_mean)

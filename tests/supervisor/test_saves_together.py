@@ -134,13 +134,13 @@ def test_a_save_refused_in_a_joint_write_fails_alone(
         assert store.load("s3") == batch[3]
 
 
-def test_a_long_run_of_batches_compacts_the_log_and_prunes_and_loads_exactly(
+def test_a_long_run_of_batches_merges_the_log_and_prunes_and_loads_exactly(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "long.db"
     saved: list[Snapshot] = []
     with SQLiteCheckpointStore(db, keep_last=5) as store:
-        for turns in range(1, 41):  # past a compaction of the log (32 chunks)
+        for turns in range(1, 41):  # past merges of the log's chunks (at 8, 16, ... 40)
             # the first save runs alone while the other two queue: they are the batch
             batch = [_snap("lead", turns), _snap("s", turns), _snap("other", turns)]
             for future in _save_together(store, db, batch, lambda: None):
@@ -153,7 +153,7 @@ def test_a_long_run_of_batches_compacts_the_log_and_prunes_and_loads_exactly(
         chunks = store._conn.execute(
             "SELECT count(*) FROM message_chunks WHERE session_id = 's'"
         ).fetchone()[0]
-        assert chunks < 32
+        assert chunks == 5  # 40 appends: 50 in base 8, five chunks of eight
     with SQLiteCheckpointStore(db) as reopened:
         for snap in saved[-5:]:
             assert reopened.load("s", snap.checkpoint_id).serialize() == snap.serialize()

@@ -1,0 +1,149 @@
+"""How a save appends to its session's message log in SQLite, and when chunks merge.
+
+A log generation is stored as chunks (``message_chunks`` rows keyed by their
+byte offset). Every save that adds messages appends one chunk of the new bytes.
+So that a long session's log neither grows to thousands of rows (a load reads
+them all) nor gets rewritten whole again and again (what a save would then cost
+would grow with the conversation), the chunks merge as the digits of a base-8
+counter carry: the log row counts the saves that appended to its generation
+(``message_logs.chunks``), and the append numbered ``k`` merges with the
+``7 * t`` chunks before it, where ``8 ** t`` is the highest power of 8 that
+divides ``k``. A generation of ``k`` appends then has as many chunks as the
+digit sum of ``k`` in base 8 (at most 7 per power of 8: 15 for 20,000
+appends), and each byte is rewritten once per power of 8 the log has passed
+(5 times by 20,000 appends), where rewriting the whole log every 32 appends,
+as stores before this one did, rewrote it once per 32 appends. Seven appends
+in eight merge nothing.
+
+A merge reads the chunks it takes back from the database (inside the save's
+transaction, so they are what the log row describes) instead of joining the
+session's whole history in memory. Older checkpoints of the generation keep
+loading: a load reads the chunks that start before its length and cuts the
+last one (``_message_log.assemble``). A store written before this counted
+chunks, not appends, in that column; read as a count of appends it only
+makes the first merges take fewer or more chunks than the counter says, and
+any run of trailing chunks may merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from actors import SnapshotDecodeError
+from supervisor.errors import EncryptionKeyError
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from supervisor._message_log import MessageBytes
+    from supervisor._row_codec import RowCodec
+
+__all__ = ["FANOUT", "LOG_UPSERT", "LogRows", "log_rows", "merges", "write_log"]
+
+FANOUT = 8
+"""The base of the counter by which a log's chunks merge (see the module docstring)."""
+
+LOG_UPSERT = (
+    " ON CONFLICT (session_id) DO UPDATE SET gen = excluded.gen, length = excluded.length,"
+    " digest = excluded.digest, chunks = excluded.chunks"
+)
+
+
+def merges(appends: int) -> int:
+    """How many chunks before it the append numbered ``appends`` (from 1) merges with."""
+    carried = 0
+    while appends > 0 and appends % FANOUT == 0:
+        appends //= FANOUT
+        carried += FANOUT - 1
+    return carried
+
+
+@dataclass(frozen=True, slots=True)
+class LogRows:
+    """What a save writes to its session's message log, on either path."""
+
+    merge: int  # chunks before the new bytes that go into one chunk with them (0: none)
+    chunk: tuple[Any, ...] | None  # the message_chunks row of the new bytes, if any
+    added: bytes | memoryview  # the new bytes (what a merge appends to the chunks it reads)
+    log: tuple[Any, ...]  # the message_logs row: (session, gen, length, stored digest, appends)
+    digest: bytes  # SHA-256 of the whole log
+    hasher: Any  # its state after the whole log, for the next save
+
+
+def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
+    rows: RowCodec,
+    sid: str,
+    messages: MessageBytes,
+    gen: int,
+    length: int,
+    appends: int,
+    hasher: Any,
+) -> LogRows:
+    """The log rows of a save whose messages extend generation ``gen`` of the log:
+    ``length`` bytes so far, written by ``appends`` appends, with ``hasher`` at the state
+    after those bytes (a new generation: 0, 0 and an empty SHA-256)."""
+    size = messages.length
+    added = messages.after(length)
+    hasher.update(added)
+    chunk, merge = None, 0
+    if size > length:
+        appends += 1
+        merge = merges(appends)
+        chunk = (sid, gen, length, rows.chunk(sid, gen, length, bytes(added)))
+    digest = hasher.digest()
+    log = (sid, gen, size, rows.log_digest(sid, gen, size, digest), appends)
+    return LogRows(merge, chunk, added, log, digest, hasher)
+
+
+def write_log(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> None:
+    """Write one save's ``LogRows`` (a save alone: a merge takes statements of its own)."""
+    chunk = planned.chunk
+    if chunk is not None:
+        merged = _merged(db, rows, planned) if planned.merge else None
+        db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", merged or chunk)
+    db.execute(f"INSERT INTO message_logs VALUES (?, ?, ?, ?, ?){LOG_UPSERT}", planned.log)
+
+
+def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[Any, ...] | None:
+    """Delete the ``planned.merge`` chunks before the new bytes and return the row of one
+    chunk holding them and the new bytes; ``None`` (nothing deleted: the new bytes go
+    alone) when those chunks cannot be read back whole, so that a damaged log stays
+    as damaged as it was and is reported by the load that meets it."""
+    assert planned.chunk is not None
+    sid, gen, start = planned.chunk[:3]
+    found = db.execute(
+        "SELECT start, data FROM message_chunks WHERE session_id = ? AND gen = ? AND start < ?"
+        " ORDER BY start DESC LIMIT ?",
+        (sid, gen, start, planned.merge),
+    ).fetchall()
+    pieces = _contiguous(rows, sid, gen, start, found[::-1])
+    if pieces is None:
+        return None
+    first = found[-1][0]
+    db.execute(
+        "DELETE FROM message_chunks WHERE session_id = ? AND gen = ? AND start >= ? AND start < ?",
+        (sid, gen, first, start),
+    )
+    data = b"".join([*pieces, planned.added])
+    return (sid, gen, first, rows.chunk(sid, gen, first, data))
+
+
+def _contiguous(
+    rows: RowCodec, sid: str, gen: int, end: int, found: Sequence[tuple[int, Any]]
+) -> list[bytes] | None:
+    """The opened bytes of ``found`` (oldest first) if they cover up to ``end`` without a gap."""
+    if not found:
+        return None
+    pieces, offset = [], found[0][0]
+    for start, stored in found:
+        try:
+            data = rows.open_chunk(sid, gen, start, stored)
+        except (SnapshotDecodeError, EncryptionKeyError):
+            return None
+        if start != offset or not isinstance(data, bytes):
+            return None
+        pieces.append(data)
+        offset += len(data)
+    return pieces if offset == end else None

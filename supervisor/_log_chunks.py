@@ -23,6 +23,9 @@ last one (``_message_log.assemble``). A store written before this counted
 chunks, not appends, in that column; read as a count of appends it only
 makes the first merges take fewer or more chunks than the counter says, and
 any run of trailing chunks may merge.
+
+The PostgreSQL store follows the same rule (``merges``), merging on the server
+(``merge_log_chunks``, its schema version 4) after a save whose append carries.
 """
 
 from __future__ import annotations

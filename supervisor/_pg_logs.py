@@ -27,8 +27,6 @@ __all__ = [
     "plan_for_row",
 ]
 
-COMPACT_AFTER_CHUNKS = 32
-"""Chunks after which the next append rewrites the log as one chunk."""
 LOG_CACHE_SESSIONS = 1024
 """Most sessions a ``LogCache`` remembers."""
 
@@ -42,7 +40,6 @@ class CachedLog:
     gen: int
     length: int
     digest: bytes
-    chunks: int
     known: KnownLog
     hasher: Any  # hashlib's sha256 state after the log's bytes
 
@@ -117,18 +114,15 @@ def extend(
     *,
     gen: int,
     length: int,
-    chunks: int,
     expect: tuple[int, int, bytes],
     hasher: Any,
 ) -> LogPlan:
     """Append what follows the log's ``length`` bytes (``hasher`` holds their state); the
-    whole log as one chunk once it has ``COMPACT_AFTER_CHUNKS`` chunks."""
+    chunks merge afterwards, on the server (``merge_log_chunks``)."""
     messages = cut.messages
     assert messages is not None
     added = messages.after(length)
     hasher.update(added)
-    if chunks >= COMPACT_AFTER_CHUNKS:
-        return LogPlan(gen, expect, 0, messages.whole(), hasher.digest(), hasher)
     return LogPlan(gen, expect, length, added, hasher.digest(), hasher)
 
 
@@ -142,24 +136,23 @@ def extend_cached(cut: SplitSnapshot, cached: CachedLog) -> LogPlan | None:
         cut,
         gen=cached.gen,
         length=cached.length,
-        chunks=cached.chunks,
         expect=expect,
         hasher=cached.hasher.copy(),
     )
 
 
 def plan_for_row(cut: SplitSnapshot, row: tuple[Any, ...] | None) -> LogPlan:
-    """A plan against the session's ``message_logs`` row ``(gen, length, digest, chunks)``
+    """A plan against the session's ``message_logs`` row ``(gen, length, digest)``
     as read: extend it when it is a prefix of the messages (checked by its digest), else
     start a new generation after it."""
     messages = cut.messages
     assert messages is not None
     if row is None:
         return new_log(cut, None)
-    gen, length, digest, chunks = row[0], row[1], bytes(row[2]), row[3]
+    gen, length, digest = row[0], row[1], bytes(row[2])
     expect = (gen, length, digest)
     if length <= messages.length:
         hasher = hashlib.sha256(messages.whole()[:length])
         if hasher.digest() == digest:
-            return extend(cut, gen=gen, length=length, chunks=chunks, expect=expect, hasher=hasher)
+            return extend(cut, gen=gen, length=length, expect=expect, hasher=hasher)
     return new_log(cut, expect)

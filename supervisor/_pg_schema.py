@@ -9,7 +9,9 @@ is told otherwise), so one database can hold several independent stores:
   descending: a checkpoint of a later owner is newer than any of an earlier
   one, whatever their clocks said.
 * ``message_chunks`` / ``message_logs``: each session's messages, stored once
-  in an append-only log (see ``_message_log``). ``message_logs.saves``
+  in an append-only log (see ``_message_log``), whose chunks merge as a base-8
+  counter of its appends (``message_logs.chunks``, version 4) carries
+  (``merge_log_chunks``, see ``_log_chunks``). ``message_logs.saves``
   (version 3) is an upper bound on the session's checkpoints: every save that
   finds the row adds one (a save of an existing checkpoint too), deletes leave
   it, and a prune that finds nothing to delete sets it to the true count.
@@ -430,7 +432,55 @@ _V3 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
+_V4 = (
+    # Chunks merge as a base-8 counter of the log's appends carries (``_log_chunks``): the
+    # client asks after a save whose append carries; ``message_logs.chunks`` counts appends
+    # from now on (it counted chunks: read as appends, merges start a little off, harmlessly).
+    # A function of its own, so ``save_checkpoint`` and the nodes still calling it are as
+    # they were; a merge only re-cuts bytes, so it may also run in a transaction of its own.
+    """
+    CREATE FUNCTION {s}.merge_log_chunks(
+        p_session text, p_gen integer, p_length integer, p_count integer)
+    RETURNS integer
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        v_first integer;
+        v_bytes bigint;
+        v_found integer;
+        v_data bytea;
+    BEGIN
+        -- Only the log the caller just wrote: another writer may have moved it on since.
+        PERFORM 1 FROM {s}.message_logs l
+          WHERE l.session_id = p_session AND l.gen = p_gen AND l.length = p_length
+            FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN 0;
+        END IF;
+        SELECT min(t.start), sum(length(t.data)), count(*) INTO v_first, v_bytes, v_found
+          FROM (SELECT c.start, c.data FROM {s}.message_chunks c
+                 WHERE c.session_id = p_session AND c.gen = p_gen AND c.start < p_length
+                 ORDER BY c.start DESC LIMIT p_count) t;
+        IF v_found < 2 OR v_first + v_bytes <> p_length THEN  -- one chunk, or not contiguous
+            RETURN 0;
+        END IF;
+        SELECT string_agg(c.data, ''::bytea ORDER BY c.start) INTO v_data
+          FROM {s}.message_chunks c
+         WHERE c.session_id = p_session AND c.gen = p_gen AND c.start >= v_first;
+        DELETE FROM {s}.message_chunks c
+         WHERE c.session_id = p_session AND c.gen = p_gen AND c.start >= v_first;
+        INSERT INTO {s}.message_chunks VALUES (p_session, p_gen, v_first, v_data);
+        RETURN v_found;
+    END
+    $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, _V1),
+    (2, _V2),
+    (3, _V3),
+    (4, _V4),
+)
 """Per schema version, in order, the statements that bring the version before it to it
 (``{s}`` is the quoted schema name)."""
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
+from supervisor._log_chunks import merges
 from supervisor._message_log import (
     SplitSnapshot,
     assemble,
@@ -79,9 +80,8 @@ _SAVE = (
     " %b::bytea, %b::bytea, %s::integer, %s::integer, %s::integer, %b::bytea,"
     " %s::integer, %s::integer, %b::bytea, %s::integer, %b::bytea, %b::bytea, %s::integer)"
 )
-_LOG_ROW = (
-    "SELECT gen, length, digest, chunks FROM {s}.message_logs WHERE session_id = %s FOR UPDATE"
-)
+_LOG_ROW = "SELECT gen, length, digest FROM {s}.message_logs WHERE session_id = %s FOR UPDATE"
+_MERGE = "SELECT {s}.merge_log_chunks(%s::text, %s::integer, %s::integer, %s::integer)"
 _LOAD = (
     "SELECT c.checkpoint_id, c.body, c.log_gen, c.log_bytes, c.log_count, c.log_digest,"
     " c.body_check, m.starts, m.datas"
@@ -151,8 +151,8 @@ class PostgresCheckpointStore(ClosingContext):
     default ``synchronous_commit = on``, flushed to its WAL).
 
     Storage grows linearly with a conversation, as in the SQLite store: a
-    session's messages are stored once, in an append-only log (chunks merged
-    after 32 appends), and each checkpoint stores its snapshot without the
+    session's messages are stored once, in an append-only log (its chunks merge
+    as the SQLite store's do), and each checkpoint stores its snapshot without the
     messages plus "the first N bytes of the log" and their SHA-256; each row
     is sealed with a BLAKE2b checksum verified on ``load`` (a damaged row
     raises ``SnapshotDecodeError`` naming it). ``keep_last`` (default 100)
@@ -275,6 +275,7 @@ class PostgresCheckpointStore(ClosingContext):
         self._commits = PoolCommit(pool_size, self._borrow, driver.Error)
         q = functools.partial(qualify, schema=self.schema)
         self._q_save = q(_SAVE)
+        self._q_merge = q(_MERGE)
         self._q_log_row = q(_LOG_ROW)
         self._q_latest = q(_LOAD.replace("{where}", ""))
         self._q_one = q(_LOAD.replace("{where}", " AND checkpoint_id = %s"))
@@ -462,8 +463,12 @@ class PostgresCheckpointStore(ClosingContext):
         self._check_fence(row, head[0], fence)
         if row[0] != 0:
             return None
+        carried = merges(row[1]) if plan.append_at > 0 and plan.append else 0
+        if carried:  # this append carries a digit of the log's count: its chunks merge
+            merge = (head[0], plan.gen, messages.length, carried + 1)
+            conn.execute(self._q_merge, merge)
         known = messages.known()  # split's bytes (immutable, no copy) or their lineage
-        return CachedLog(plan.gen, messages.length, plan.digest, row[1], known, plan.hasher)
+        return CachedLog(plan.gen, messages.length, plan.digest, known, plan.hasher)
 
     def _call(
         self, conn: psycopg.Connection[tuple[Any, ...]], params: tuple[Any, ...]

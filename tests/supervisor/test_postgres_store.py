@@ -86,6 +86,30 @@ def test_messages_are_stored_once(store: PostgresCheckpointStore) -> None:
         assert store.load("s", s.checkpoint_id) == s
 
 
+def test_the_log_chunks_merge_as_a_base_8_count_of_appends_carries(
+    store: PostgresCheckpointStore,
+) -> None:
+    saved = [
+        Snapshot.new(session_id="s", state=session_state(t, session_id="s")) for t in range(1, 75)
+    ]
+    for s in saved:
+        store.save(s)
+    chunks = _sql(
+        store,
+        "SELECT start, length(data) FROM {s}.message_chunks WHERE session_id = 's' ORDER BY start",
+    )
+    assert len(chunks) == 1 + 1 + 2  # 74 appends: 112 in base 8
+    assert all(start + size == after for (start, size), (after, _) in itertools.pairwise(chunks))
+    assert all(store.load("s", s.checkpoint_id) == s for s in saved)
+    (length,) = _sql(store, "SELECT length FROM {s}.message_logs WHERE session_id = 's'")[0]
+    merge = "SELECT {s}.merge_log_chunks('s', 0, %s, 8)"
+    assert _sql(store, merge, (length - 1,)) == [(0,)]  # not the log's length: left alone
+    _sql(store, "DELETE FROM {s}.message_chunks WHERE session_id = 's' AND start = %s",
+         (chunks[2][0],))  # fmt: skip
+    assert _sql(store, merge, (length,)) == [(0,)]  # a gap: left alone
+    assert _sql(store, "SELECT count(*) FROM {s}.message_chunks")[0][0] == len(chunks) - 1
+
+
 def test_another_instance_writing_the_session_is_noticed(
     store: PostgresCheckpointStore, pg_dsn: str
 ) -> None:
@@ -222,7 +246,7 @@ def test_a_version_2_database_is_migrated_and_keeps_pruning(
             assert len(old.list("s")) == 3
     with PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=3) as store:
         rows = _sql(store, "SELECT value FROM {s}.meta WHERE name = 'schema_version'")
-        assert rows == [("3",)]
+        assert rows == [(str(MIGRATIONS[-1][0]),)]
         assert _bound(store, "s") == 3  # counted by the migration
         saved = [snap("s", turns=turns) for turns in range(6, 9)]
         for one in saved:

@@ -121,7 +121,7 @@ def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[A
         " ORDER BY start DESC LIMIT ?",
         (sid, gen, start, planned.merge),
     ).fetchall()
-    pieces = _contiguous(rows, sid, gen, start, found[::-1])
+    pieces = _contiguous(db, rows, sid, gen, start, found[::-1])
     if pieces is None:
         return None
     first = found[-1][0]
@@ -133,8 +133,13 @@ def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[A
     return (sid, gen, first, rows.chunk(sid, gen, first, data))
 
 
-def _contiguous(
-    rows: RowCodec, sid: str, gen: int, end: int, found: Sequence[tuple[int, Any]]
+def _contiguous(  # noqa: PLR0917 (private; one caller)
+    db: sqlite3.Connection,
+    rows: RowCodec,
+    sid: str,
+    gen: int,
+    end: int,
+    found: Sequence[tuple[int, Any]],
 ) -> list[bytes] | None:
     """The opened bytes of ``found`` (oldest first) if they cover up to ``end`` without a gap."""
     if not found:
@@ -142,6 +147,7 @@ def _contiguous(
     pieces, offset = [], found[0][0]
     for start, stored in found:
         try:
+            rows.trust_keys(db, (stored,))  # as a load does: a key recorded since we opened
             data = rows.open_chunk(sid, gen, start, stored)
         except (SnapshotDecodeError, EncryptionKeyError):
             return None

@@ -68,7 +68,8 @@ class LogRows:
     """What a save writes to its session's message log, on either path."""
 
     merge: int  # chunks before the new bytes that go into one chunk with them (0: none)
-    chunk: tuple[Any, ...] | None  # the message_chunks row of the new bytes, if any
+    chunk: tuple[Any, ...] | None  # the message_chunks row of the new bytes, if any (its
+    # stored data None when they are due to merge: ``write_log`` stores them either way)
     added: bytes | memoryview  # the new bytes (what a merge appends to the chunks it reads)
     log: tuple[Any, ...]  # the message_logs row: (session, gen, length, stored digest, appends)
     digest: bytes  # SHA-256 of the whole log
@@ -94,7 +95,8 @@ def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
     if size > length:
         appends += 1
         merge = merges(appends)
-        chunk = (sid, gen, length, rows.chunk(sid, gen, length, bytes(added)))
+        data = None if merge else rows.chunk(sid, gen, length, bytes(added))
+        chunk = (sid, gen, length, data)
     digest = hasher.digest()
     log = (sid, gen, size, rows.log_digest(sid, gen, size, digest), appends)
     return LogRows(merge, chunk, added, log, digest, hasher)
@@ -104,8 +106,15 @@ def write_log(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> None:
     """Write one save's ``LogRows`` (a save alone: a merge takes statements of its own)."""
     chunk = planned.chunk
     if chunk is not None:
-        merged = _merged(db, rows, planned) if planned.merge else None
-        db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", merged or chunk)
+        if planned.merge:
+            sid, gen, start, _ = chunk
+            chunk = _merged(db, rows, planned) or (
+                sid,
+                gen,
+                start,
+                rows.chunk(sid, gen, start, bytes(planned.added)),
+            )
+        db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", chunk)
     db.execute(f"INSERT INTO message_logs VALUES (?, ?, ?, ?, ?){LOG_UPSERT}", planned.log)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_concurrency
+from benchmarks import bench_concurrency, bench_long_session
 from benchmarks._asyncio_floors import (
     _GroupCommitter,
     group_commits,
@@ -149,3 +149,13 @@ def test_a_stalled_round_shows_beside_the_median(monkeypatch: pytest.MonkeyPatch
     futures = dict(rows)["futures"]
     assert futures.startswith("  0.40 s (worst 30.00 s)")  # the median alone would hide it
     assert "2.0x group floor" in futures
+
+
+def test_the_long_session_benchmark_times_every_turn_and_compares_the_ends(tmp_path: Path) -> None:
+    walls, cpus = bench_long_session.run(tmp_path, 12)  # raises unless the store holds it all
+    assert len(walls) == len(cpus) == 12
+    assert all(wall > 0 for wall in walls)
+    rows = dict(bench_long_session.figures(walls, cpus))
+    assert rows["first 6 turns, wall"].startswith("mean ")
+    goal = rows["goal: last / first, mean CPU (<= 1.5)"]
+    assert goal.endswith(("(met)", "(missed)"))

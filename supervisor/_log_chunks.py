@@ -11,9 +11,9 @@ counter carry: the log row counts the saves that appended to its generation
 divides ``k``. A generation of ``k`` appends then has as many chunks as the
 digit sum of ``k`` in base 8 (at most 7 per power of 8: 15 for 20,000
 appends), and each byte is rewritten once per power of 8 the log has passed
-(5 times by 20,000 appends), where rewriting the whole log every 32 appends,
-as stores before this one did, rewrote it once per 32 appends. Seven appends
-in eight merge nothing.
+(at most 4 times by 20,000 appends; the stores before this one rewrote the
+whole log every 32 appends, so each byte hundreds of times). Seven appends in
+eight merge nothing.
 
 A merge reads the chunks it takes back from the database (inside the save's
 transaction, so they are what the log row describes) instead of joining the

@@ -22,6 +22,7 @@ import pykka
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PluginRunner
+from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
 from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
@@ -159,6 +160,10 @@ class AgentSession(pykka.ThreadingActor):
 
     start_timeout: ClassVar[float] = 30.0
     """Seconds ``start`` waits for ``session_start`` hooks before giving up."""
+
+    # Every turn is an ask: a C-level inbox and a one-lock reply slot (see actors._mailbox).
+    _create_actor_inbox = staticmethod(new_inbox)
+    _create_future = staticmethod(new_reply)
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pykka
 from pykka import messages
 
+from actors._mailbox import new_inbox, new_reply
 from supervisor._lifecycle import (
     NORMAL,
     SHUTDOWN,
@@ -56,7 +57,6 @@ from supervisor.errors import Killed
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from pykka._actor import ActorInbox
     from pykka._envelope import Envelope
 
 __all__ = ["SupervisedActor", "kill", "supervised_class", "terminate"]
@@ -90,12 +90,9 @@ class SupervisedActor(pykka.ThreadingActor):
         self._sv_lifecycle.actor = weakref.ref(self)
         attach_lifecycle(self.actor_ref, self._sv_lifecycle)
 
-    @staticmethod
-    def _create_actor_inbox() -> ActorInbox:
-        """A ``queue.SimpleQueue``: Pykka uses only ``put``, ``get`` and ``empty``, and this
-        C-level queue hands a message to the actor's thread faster than ``queue.Queue``."""
-        inbox: queue.SimpleQueue[Envelope[Any]] = queue.SimpleQueue()
-        return inbox
+    # A C-level inbox and a one-lock reply slot: faster hand-offs than Pykka's defaults.
+    _create_actor_inbox = staticmethod(new_inbox)
+    _create_future = staticmethod(new_reply)
 
     def _start_actor_loop(self) -> None:
         if lifecycle_of(self.actor_ref) is None:

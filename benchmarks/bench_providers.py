@@ -5,15 +5,19 @@ The server is ``tests.providers.wire.WireServer``: a real HTTP server on
 echo of the last user text (JSON, or Server-Sent Events when asked to stream).
 
 1. A non-streamed turn through a session against a bare SDK call to the same
-   server, on each adapter: turns/s of an ``AgentSession`` actor (``ask(Send)``),
-   against the same SDK's ``create`` with the same growing conversation (for
-   the Responses API continuing from the previous response, as the adapter
-   does), rounds interleaved, median of per-round ratios. Goal: >= 0.9. For
-   context: the same session called on the benchmark's thread (no actor
-   hand-off: what the session and adapter cost alone); and through
-   ``AgentHost.send``, which adds the host's routing and a checkpoint per turn
-   (the default policy; into a ``MemoryCheckpointStore``), in thread and
-   worker mode (one worker).
+   server, on each adapter: an ``AgentSession`` actor (``ask(Send)``) against
+   the same SDK's ``create`` with the same growing conversation (for the
+   Responses API continuing from the previous response, as the adapter does).
+   Goal: >= 0.9. For context: the same session called on the benchmark's
+   thread (no actor hand-off: what the session and adapter cost alone); and
+   through ``AgentHost.send``, which adds the host's routing and a checkpoint
+   per turn (the default policy; into a ``MemoryCheckpointStore``), in thread
+   and worker mode (one worker). A round opens a new conversation on each and
+   runs them in lockstep, turn by turn, in an order that rotates; the figure
+   is the median of the per-round ratios of time spent. Timing whole rounds
+   one after the other instead let a burst of the machine's other load fall on
+   one side only: the session without the actor came out anywhere between
+   0.89 and 1.09 x bare from one run to the next, in lockstep 0.98-1.00.
 2. Streaming: from the server writing an SSE chunk to a subscriber of the
    session receiving its ``delta`` event, p50/p99 in thread and worker mode.
    The server writes a chunk only once the previous one's delta has arrived,
@@ -43,7 +47,7 @@ from supervisor import AgentHost, MemoryCheckpointStore
 from tests.providers.wire import ANTHROPIC, CHAT, RESPONSES, Dialect, Text, WireServer
 
 TURNS = 40  # per round; the conversation grows by two messages a turn
-ROUNDS = 7
+ROUNDS = 9
 PIECES = 50  # streamed chunks per turn
 STREAM_TURNS = 10
 WAIT = 10.0
@@ -55,31 +59,33 @@ ADAPTERS: tuple[tuple[str, Dialect, type[ProviderAdapter[Any]]], ...] = (
 )
 
 
-def _bare_call(name: str, server: WireServer) -> Callable[[list[dict[str, Any]]], str]:
-    """One bare SDK call answering a conversation (OpenAI-style dicts), as a user would write
-    it: the Responses API continues from the previous response, as the adapter does."""
+def _bare_client(name: str, server: WireServer) -> Any:
+    """The bare SDK client of ``name``, as a user would build it for ``server``."""
     if name == "anthropic":
         import anthropic  # noqa: PLC0415 (only this row needs it)
 
-        claude = anthropic.Anthropic(base_url=server.base_url, api_key="sk-bench", max_retries=0)
+        return anthropic.Anthropic(base_url=server.base_url, api_key="sk-bench", max_retries=0)
+    return openai.OpenAI(base_url=server.base_url, api_key="sk-bench", max_retries=0)
+
+
+def _bare_call(name: str, client: Any) -> Callable[[list[dict[str, Any]]], str]:
+    """One bare SDK call answering a new conversation (OpenAI-style dicts), as a user would
+    write it: the Responses API continues from the previous response, as the adapter does."""
+    if name == "anthropic":
 
         def call_claude(messages: list[dict[str, Any]]) -> str:
-            answer = claude.messages.create(
-                model="wire-model",
-                max_tokens=4096,
-                system="Be brief.",
-                messages=messages,  # type: ignore[arg-type]
+            answer = client.messages.create(
+                model="wire-model", max_tokens=4096, system="Be brief.", messages=messages
             )
             return "".join(b.text for b in answer.content if b.type == "text")
 
         return call_claude
-    client = openai.OpenAI(base_url=server.base_url, api_key="sk-bench", max_retries=0)
     if name == "chat":
 
         def call_chat(messages: list[dict[str, Any]]) -> str:
             completion = client.chat.completions.create(
                 model="wire-model",
-                messages=[{"role": "system", "content": "Be brief."}, *messages],  # type: ignore[list-item]
+                messages=[{"role": "system", "content": "Be brief."}, *messages],
             )
             return completion.choices[0].message.content or ""
 
@@ -90,108 +96,124 @@ def _bare_call(name: str, server: WireServer) -> Callable[[list[dict[str, Any]]]
         response = client.responses.create(
             model="wire-model",
             instructions="Be brief.",
-            input=messages[-1:] if previous else messages,  # type: ignore[arg-type]
+            input=messages[-1:] if previous else messages,
             previous_response_id=previous[-1] if previous else None,
         )
         previous.append(response.id)
-        return response.output_text
+        return str(response.output_text)
 
     return call_responses
 
 
-def _bare_turns(name: str, server: WireServer, turns: int) -> Callable[[], float]:
-    """One round of bare SDK calls over a new conversation, growing as a session's does."""
+Turn = Callable[[str], object]
+"""One turn of a conversation: the user's text in, the answer out."""
 
-    def run() -> float:
-        call = _bare_call(name, server)
+Opener = Callable[[], tuple[Turn, Callable[[], object]]]
+"""Starts a new conversation: its turn, and what ends it."""
+
+
+def _bare(name: str, client: Any) -> Opener:
+    """Bare SDK calls over a conversation that grows as a session's does."""
+
+    def open_conversation() -> tuple[Turn, Callable[[], object]]:
+        call = _bare_call(name, client)
         messages: list[dict[str, Any]] = []
-        start = time.perf_counter()
-        for turn in range(turns):
-            messages.append({"role": "user", "content": f"hello {turn}"})
+
+        def turn(text: str) -> object:
+            messages.append({"role": "user", "content": text})
             messages.append({"role": "assistant", "content": call(messages)})
-        return turns / (time.perf_counter() - start)
+            return messages[-1]
 
-    return run
+        return turn, lambda: None
+
+    return open_conversation
 
 
-def _session_turns(template: AgentTemplate, turns: int) -> Callable[[], float]:
-    """One round of ``Send`` to a fresh ``AgentSession`` actor (no host, no checkpoints)."""
+def _actor(template: AgentTemplate) -> Opener:
+    """``ask(Send)`` to a fresh ``AgentSession`` actor (no host, no checkpoints)."""
 
-    def run() -> float:
+    def open_conversation() -> tuple[Turn, Callable[[], object]]:
         ref = AgentSession.start(template)
-        start = time.perf_counter()
-        for turn in range(turns):
-            ref.ask(Send(f"hello {turn}"))
-        elapsed = time.perf_counter() - start
-        ref.stop()
-        return turns / elapsed
+        return (lambda text: ref.ask(Send(text), timeout=WAIT)), lambda: ref.stop(timeout=WAIT)
 
-    return run
+    return open_conversation
 
 
-def _inline_turns(template: AgentTemplate, turns: int) -> Callable[[], float]:
-    """One round of ``AgentSession.send`` called on this thread (a plain object, no actor):
-    the session's and the adapter's own cost, without the actor's thread hand-off."""
+def _inline(template: AgentTemplate) -> Opener:
+    """``AgentSession.send`` called on this thread (a plain object, no actor): the session's
+    and the adapter's own cost, without the actor's thread hand-off."""
 
-    def run() -> float:
-        session = AgentSession(template)
-        start = time.perf_counter()
-        for turn in range(turns):
-            session.send(f"hello {turn}")
-        return turns / (time.perf_counter() - start)
+    def open_conversation() -> tuple[Turn, Callable[[], object]]:
+        return AgentSession(template).send, lambda: None
 
-    return run
+    return open_conversation
 
 
-def _host_turns(host: AgentHost, template: AgentTemplate, turns: int) -> Callable[[], float]:
-    """One round of ``AgentHost.send`` on a fresh session (its conversation starts empty)."""
+def _hosted(host: AgentHost, template: AgentTemplate) -> Opener:
+    """``AgentHost.send`` to a fresh session (its conversation starts empty)."""
 
-    def run() -> float:
+    def open_conversation() -> tuple[Turn, Callable[[], object]]:
         sid = host.start_session(template)
-        start = time.perf_counter()
-        for turn in range(turns):
-            host.send(sid, f"hello {turn}")
-        elapsed = time.perf_counter() - start
-        host.stop_session(sid)
-        return turns / elapsed
+        return (lambda text: host.send(sid, text)), lambda: host.stop_session(sid)
 
-    return run
+    return open_conversation
 
 
-def _compare(subject: Callable[[], float], baseline: Callable[[], float]) -> tuple[float, ...]:
-    subject(), baseline()  # warm up: connections, imports, first client
-    subj, base, ratios = [], [], []
-    for _ in range(ROUNDS):
-        s, b = subject(), baseline()
-        subj.append(s)
-        base.append(b)
-        ratios.append(s / b)
-    return statistics.median(subj), statistics.median(base), statistics.median(ratios)
+def _lockstep(openers: dict[str, Opener]) -> dict[str, list[float]]:
+    """Seconds each subject spent per round: every round opens a conversation of each and
+    runs their turns in lockstep (turn k of each before turn k + 1 of any, in an order that
+    rotates), so a burst of the machine's other load falls on all of them alike."""
+    names = list(openers)
+    spent: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(ROUNDS + 1):  # round 0 warms up: connections, imports, clients
+        opened = {name: openers[name]() for name in names}
+        seconds = dict.fromkeys(names, 0.0)
+        for turn in range(TURNS):
+            shift = (round_index + turn) % len(names)
+            for name in names[shift:] + names[:shift]:
+                begun = time.perf_counter()
+                opened[name][0](f"hello {turn}")
+                seconds[name] += time.perf_counter() - begun
+        for _turn, close in opened.values():
+            close()
+        if round_index:
+            for name in names:
+                spent[name].append(seconds[name])
+    return spent
 
 
 def bench_turns() -> None:
     rows = []
     for name, dialect, cls in ADAPTERS:
-        with WireServer(dialect) as server:
+        with (
+            WireServer(dialect) as server,
+            AgentHost(store=MemoryCheckpointStore()) as threads,
+            AgentHost(store=MemoryCheckpointStore(), workers=1) as worker,
+        ):
             adapter = cls("wire-model", base_url=server.base_url, api_key="sk-bench", max_retries=0)
             template = AgentTemplate(model=adapter, instructions="Be brief.")
-            bare = _bare_turns(name, server, TURNS)
-            s, b, ratio = _compare(_session_turns(template, TURNS), bare)
-            rows.append((f"{name}: bare SDK calls/s", f"{b:,.0f}"))
-            rows.append((f"{name}: AgentSession turns/s", f"{s:,.0f}  ({ratio:.2f} x bare)"))
-            s, b, ratio = _compare(_inline_turns(template, TURNS), bare)
-            rows.append((f"{name}:   same, no actor hop", f"{s:,.0f}  ({ratio:.2f} x bare)"))
-            with AgentHost(store=MemoryCheckpointStore()) as host:
-                s, b, ratio = _compare(_host_turns(host, template, TURNS), bare)
-            rows.append((f"{name}: AgentHost turns/s, threads", f"{s:,.0f}  ({ratio:.2f} x bare)"))
-            with AgentHost(store=MemoryCheckpointStore(), workers=1) as host:
-                s, b, ratio = _compare(_host_turns(host, template, TURNS), bare)
-            rows.append((f"{name}: AgentHost turns/s, 1 worker", f"{s:,.0f}  ({ratio:.2f} x bare)"))
+            client = _bare_client(name, server)
+            spent = _lockstep(
+                {
+                    "bare": _bare(name, client),
+                    "AgentSession turns/s": _actor(template),
+                    "  same, no actor hop": _inline(template),
+                    "AgentHost turns/s, threads": _hosted(threads, template),
+                    "AgentHost turns/s, 1 worker": _hosted(worker, template),
+                }
+            )
+            bare = spent.pop("bare")
+            rows.append((f"{name}: bare SDK calls/s", f"{TURNS / statistics.median(bare):,.0f}"))
+            for label, seconds in spent.items():
+                ratio = statistics.median(b / s for b, s in zip(bare, seconds, strict=True))
+                rate = TURNS / statistics.median(seconds)
+                rows.append((f"{name}: {label}", f"{rate:,.0f}  ({ratio:.2f} x bare)"))
+            client.close()
             adapter.close()
     print_table(
         f"1. non-streamed turn vs bare SDK call, same local server; goal >= 0.9 x bare "
-        f"({TURNS} turns a round, median of {ROUNDS} interleaved rounds; AgentHost: a "
-        "checkpoint per turn into a MemoryCheckpointStore)",
+        f"({TURNS} turns a round, every subject's turns in lockstep; median of {ROUNDS} "
+        "per-round ratios; AgentHost: a checkpoint per turn into a MemoryCheckpointStore)",
         rows,
     )
 

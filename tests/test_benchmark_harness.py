@@ -7,13 +7,13 @@ import asyncio
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_concurrency, bench_long_session
+from benchmarks import bench_concurrency, bench_long_session, bench_providers
 from benchmarks._asyncio_floors import (
     _GroupCommitter,
     group_commits,
@@ -159,3 +159,29 @@ def test_the_long_session_benchmark_times_every_turn_and_compares_the_ends(tmp_p
     assert rows["first 6 turns, wall"].startswith("mean ")
     goal = rows["goal: last / first, mean CPU (<= 1.5)"]
     assert goal.endswith(("(met)", "(missed)"))
+
+
+def test_provider_turns_run_in_lockstep_with_the_bare_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every subject gets each round's turns in a rotating order, on a conversation opened
+    for the round and closed after it; the warm-up round is not counted."""
+    monkeypatch.setattr(bench_providers, "ROUNDS", 3)
+    monkeypatch.setattr(bench_providers, "TURNS", 4)
+    calls: list[tuple[str, str]] = []
+    closed: list[str] = []
+
+    def opener(name: str) -> bench_providers.Opener:
+        def open_conversation() -> tuple[bench_providers.Turn, Callable[[], object]]:
+            return (lambda text: calls.append((name, text))), lambda: closed.append(name)
+
+        return open_conversation
+
+    spent = bench_providers._lockstep({name: opener(name) for name in ("a", "b", "c")})
+    assert {name: len(seconds) for name, seconds in spent.items()} == {"a": 3, "b": 3, "c": 3}
+    assert all(s > 0 for seconds in spent.values() for s in seconds)
+    assert closed == ["a", "b", "c"] * 4  # the warm-up round and 3 counted ones
+    assert len(calls) == 4 * 4 * 3
+    firsts = [calls[i][0] for i in range(0, len(calls), 3)]
+    assert firsts[:4] == ["a", "b", "c", "a"]  # the order rotates turn by turn
+    assert [text for name, text in calls if name == "b"][:4] == [f"hello {k}" for k in range(4)]

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pykka
 import pytest
 
-from actors import AgentSession, AgentTemplate, EchoModel, Send
+from actors import AgentSession, AgentTemplate, EchoModel, Message, Send
 from actors._mailbox import Reply
 from supervisor._actor import SupervisedActor
 
@@ -98,16 +98,18 @@ def test_a_session_and_a_supervised_actor_answer_asks_from_several_threads() -> 
     session = AgentSession.start(AgentTemplate(model=EchoModel()))
     echo = _Echo.start()
     try:
+
+        def ask_echo(i: int) -> object:
+            return echo.ask(i, timeout=WAIT)
+
+        def ask_session(i: int) -> str:
+            answer = session.ask(Send(f"t{i}"), timeout=WAIT)
+            assert isinstance(answer, Message)
+            return answer.content or ""
+
         with ThreadPoolExecutor(8) as pool:
-            answers = list(
-                pool.map(lambda i: echo.ask(i, timeout=WAIT), range(200))  # type: ignore[arg-type]
-            )
-            texts = list(
-                pool.map(
-                    lambda i: session.ask(Send(f"t{i}"), timeout=WAIT).content,  # type: ignore[arg-type]
-                    range(50),
-                )
-            )
+            answers = list(pool.map(ask_echo, range(200)))
+            texts = list(pool.map(ask_session, range(50)))
         assert answers == list(range(200))
         assert sorted(texts) == sorted(f"echo: t{i}" for i in range(50))
         assert len(session.proxy().history().get(timeout=WAIT)) == 100

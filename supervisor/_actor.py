@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from pykka._envelope import Envelope
 
-__all__ = ["SupervisedActor", "kill", "supervised_class", "terminate"]
+__all__ = ["SupervisedActor", "begin_terminate", "kill", "supervised_class", "terminate"]
 
 logger = logging.getLogger("supervisor")
 
@@ -257,6 +257,16 @@ def terminate(actor_ref: pykka.ActorRef[Any], timeout: float) -> bool:
     Raises:
         TypeError: ``actor_ref`` is not the ref of a SupervisedActor.
     """
+    return begin_terminate(actor_ref).finished.wait(timeout)
+
+
+def begin_terminate(actor_ref: pykka.ActorRef[Any]) -> Lifecycle:
+    """``terminate`` without the wait: the stop request is sent; the returned lifecycle's
+    ``finished`` event is set once the actor's Down notices are out. Thread-safe.
+
+    Raises:
+        TypeError: ``actor_ref`` is not the ref of a SupervisedActor.
+    """
     lifecycle = lifecycle_of(actor_ref)
     if lifecycle is None:
         msg = f"terminate() needs the ref of a supervisor.SupervisedActor, got {actor_ref!r}"
@@ -264,7 +274,7 @@ def terminate(actor_ref: pykka.ActorRef[Any], timeout: float) -> bool:
     lifecycle.ending = True
     with contextlib.suppress(pykka.ActorDeadError):
         actor_ref.tell(_ShutdownStop())
-    return lifecycle.finished.wait(timeout)
+    return lifecycle
 
 
 _supervised_classes: dict[type[Any], type[Any]] = {}

@@ -5,15 +5,17 @@ Private protocol between the two modules; each is answered on the supervisor's t
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from supervisor._lifecycle import Lifecycle
 from supervisor.child_spec import ChildSpec
 
 __all__ = [
+    "ChildStopping",
     "CountChildren",
     "RestartDue",
     "ShutdownChildren",
-    "ShutdownOf",
     "StartChild",
     "TerminateChild",
     "WhichChildren",
@@ -29,16 +31,43 @@ class StartChild:
 
 @dataclass(frozen=True, slots=True)
 class TerminateChild:
-    """Stop and remove a child; answered with False if it was abandoned."""
+    """Stop and remove a child; answered, once the stop is requested, with a
+    ``ChildStopping`` the caller waits on (the supervisor goes on serving meanwhile)."""
 
     child_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class ShutdownOf:
-    """Answered with the child's shutdown timeout in seconds; ``ChildNotFound`` if none."""
+class ChildStopping:
+    """A child being terminated: removed from its supervisor, its stop requested.
 
+    Attributes:
+        lifecycle: The child's, or ``None`` if it was not running.
+        shutdown: Its ``ChildSpec.shutdown``: how long ``wait`` waits by default.
+        supervisor: The supervisor's name, and ``child_id`` the child's id (for the log).
+    """
+
+    lifecycle: Lifecycle | None
+    shutdown: float
+    supervisor: str
     child_id: str
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the child's Down notices are out, at most ``timeout`` seconds (its
+        ``shutdown`` if ``None``); False, with a warning logged, if it was abandoned."""
+        if self.lifecycle is None:
+            return True
+        limit = self.shutdown if timeout is None else timeout
+        if self.lifecycle.finished.wait(limit):
+            return True
+        logging.getLogger("supervisor").warning(
+            "%s: child %r did not stop within %s s; abandoned, still running "
+            "(Python cannot kill a thread)",
+            self.supervisor,
+            self.child_id,
+            limit,
+        )
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ from typing import Any
 import pykka
 
 from supervisor._calls import (
+    ChildStopping,
     CountChildren,
     ShutdownChildren,
-    ShutdownOf,
     StartChild,
     TerminateChild,
     WhichChildren,
@@ -109,22 +109,21 @@ class SupervisorHandle:
     def terminate_child(self, child_id: str, *, shutdown: float | None = None) -> bool:
         """Stop a child (reason ``shutdown``) and remove it; it will not be restarted.
 
+        Returns once the child has finished. The supervisor only sends the stop: the
+        wait is this caller's, so the supervisor serves other calls meanwhile.
+
         Args:
             child_id: The child's id.
-            shutdown: Its ``ChildSpec.shutdown``, when the caller knows it (it wrote the
-                spec): the call then waits for one answer instead of asking the
-                supervisor for the child's spec first.
+            shutdown: Seconds to wait for it; its ``ChildSpec.shutdown`` if ``None``.
 
         Returns:
-            True if it stopped within its shutdown timeout; False if it was abandoned.
+            True if it stopped within that time; False if it was abandoned.
 
         Raises:
             ChildNotFound: no such child.
         """
-        if shutdown is None:
-            shutdown = self._call(ShutdownOf(child_id), timeout=self._timeout)
-        stopped: bool = self._call(TerminateChild(child_id), timeout=self._timeout + shutdown)
-        return stopped
+        stopping: ChildStopping = self._call(TerminateChild(child_id), timeout=self._timeout)
+        return stopping.wait(shutdown)
 
     def which_children(self) -> list[ChildInfo]:
         """The children in start order, with their current refs."""

@@ -47,12 +47,12 @@ from typing import Any, get_args
 
 import pykka
 
-from supervisor._actor import SupervisedActor, terminate
+from supervisor._actor import SupervisedActor, begin_terminate
 from supervisor._calls import (
+    ChildStopping,
     CountChildren,
     RestartDue,
     ShutdownChildren,
-    ShutdownOf,
     StartChild,
     TerminateChild,
     WhichChildren,
@@ -234,8 +234,6 @@ class Supervisor(SupervisedActor):
                 return self._start_child(spec)
             case TerminateChild(child_id):
                 return self._terminate_child(child_id)
-            case ShutdownOf(child_id):
-                return self._find(child_id).spec.shutdown
             case WhichChildren():
                 return self._which_children()
             case CountChildren():
@@ -294,23 +292,17 @@ class Supervisor(SupervisedActor):
 
     def _stop_child(self, child: _Child) -> bool:
         """Stop one child and forget its ref; False if it had to be abandoned."""
+        return self._begin_stop(child).wait()
+
+    def _begin_stop(self, child: _Child) -> ChildStopping:
+        """Forget the child's ref and ask it to stop, without waiting for it."""
         ref, mref = child.ref, child.mref
         child.ref = child.mref = child.pending = None
         if mref is not None:
             self._by_mref.pop(mref, None)
             demonitor(mref)
-        if ref is None:
-            return True
-        if terminate(ref, child.spec.shutdown):
-            return True
-        logger.warning(
-            "%s: child %r did not stop within %s s; abandoned, still running "
-            "(Python cannot kill a thread)",
-            self._name,
-            child.spec.id,
-            child.spec.shutdown,
-        )
-        return False
+        lifecycle = None if ref is None else begin_terminate(ref)
+        return ChildStopping(lifecycle, child.spec.shutdown, self._name, child.spec.id)
 
     def _shutdown_children(self) -> list[str]:
         """Stop all children in reverse start order; returns the ids of abandoned ones."""
@@ -458,11 +450,13 @@ class Supervisor(SupervisedActor):
         assert child.ref is not None
         return child.ref
 
-    def _terminate_child(self, child_id: str) -> bool:
+    def _terminate_child(self, child_id: str) -> ChildStopping:
+        """Remove the child and ask it to stop; the caller waits for it to finish (the
+        handle does), so this supervisor is not held up by a child's slow ``on_stop``."""
         child = self._find(child_id)
-        stopped = self._stop_child(child)
+        stopping = self._begin_stop(child)
         del self._children[child_id]
-        return stopped
+        return stopping
 
     def _which_children(self) -> list[ChildInfo]:
         return [

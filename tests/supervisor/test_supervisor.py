@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pykka
@@ -256,6 +257,41 @@ def test_dynamic_children(starts: Starts) -> None:
     assert [c.id for c in handle.which_children()] == ["a"]
     with pytest.raises(ChildNotFound):
         handle.terminate_child("b")
+    handle.stop()
+
+
+def test_a_child_slow_to_stop_holds_up_only_the_caller_of_terminate_child(
+    starts: Starts,
+) -> None:
+    """The supervisor asks the child to stop and goes on serving; ``terminate_child``
+    returns once the child has finished, or False (abandoned) after its shutdown time."""
+    stops: list[str] = []
+    handle = SupervisorHandle.start([worker_spec("slow", starts, stops=stops)])
+    slow = starts.latest("slow")
+    gate = threading.Event()
+    busy = slow.ask(("block", gate), block=False)  # the stop waits behind this
+    with ThreadPoolExecutor(1) as pool:
+        terminating = pool.submit(handle.terminate_child, "slow")
+        other = handle.start_child(worker_spec("other", starts))  # not held up
+        assert other.ask("ping", timeout=WAIT) == "pong"
+        assert [c.id for c in handle.which_children()] == ["other"]
+        assert not terminating.done()
+        assert stops == []
+        gate.set()
+        assert terminating.result(WAIT) is True
+    assert stops == ["slow"]
+    assert not slow.is_alive()
+    assert busy.get(timeout=WAIT) == "unblocked"
+
+    stuck = handle.start_child(worker_spec("stuck", starts, shutdown=0.05))
+    gate = threading.Event()
+    stuck.ask(("block", gate), block=False)
+    assert handle.terminate_child("stuck") is False  # abandoned after 0.05 s
+    assert stuck.is_alive()
+    assert handle.terminate_child("other", shutdown=WAIT) is True
+    assert handle.which_children() == []
+    gate.set()
+    assert terminate(stuck, WAIT)
     handle.stop()
 
 

@@ -25,10 +25,10 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from supervisor._log_chunks import LOG_UPSERT, LogRows, log_rows, merges
+from supervisor._saved_at import micros
 
 if TYPE_CHECKING:
     import sqlite3
@@ -42,11 +42,9 @@ __all__ = [
     "CHECKPOINT_UPSERT",
     "QueuedSave",
     "checkpoint_row",
-    "micros",
     "write_together",
 ]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 CHECKPOINT_COLUMNS = (
     "(session_id, checkpoint_id, saved_at_us, label, size, body, log_gen, log_bytes,"
@@ -216,12 +214,6 @@ def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Plan
     logged = log_rows(store._rows, sid, messages, gen, length, appends, hasher)
     ref = (gen, messages.length, cut.count, logged.digest)
     return _Planned(logged, checkpoint_row(store._rows, save.snapshot, cut, ref, save.refs), prune)
-
-
-def micros(moment: datetime) -> int:
-    """``moment`` as whole microseconds since the epoch (a checkpoint row's ``saved_at_us``)."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _insert(db: sqlite3.Connection, head: str, rows: list[Any], tail: str = "") -> None:

@@ -11,7 +11,6 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
@@ -36,6 +35,7 @@ from supervisor._pg_logs import (
     plan_for_row,
 )
 from supervisor._pg_schema import check_schema_name, migrate, qualify
+from supervisor._saved_at import from_micros, micros
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
@@ -59,7 +59,6 @@ __all__ = ["Fence", "PostgresCheckpointStore"]
 
 T = TypeVar("T")
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _SAVE_ATTEMPTS = 8  # times a save re-reads a message log that changed under it
 _NO_LOG = (None, None, None, None)
@@ -120,11 +119,6 @@ class Fence:
     node_id: str
     incarnation: int
     epoch: int
-
-
-def _micros(moment: datetime) -> int:
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _driver() -> tuple[Any, Any]:
@@ -416,7 +410,7 @@ class PostgresCheckpointStore(ClosingContext):
             None if fence is None else fence.node_id,
             None if fence is None else fence.incarnation,
             None if fence is None else fence.epoch,
-            _micros(snapshot.saved_at),
+            micros(snapshot.saved_at),
             snapshot.label,
             cut.size,
         )
@@ -535,7 +529,7 @@ class PostgresCheckpointStore(ClosingContext):
             "a listing", lambda conn: conn.execute(self._q_list, (session_id,)).fetchall()
         )
         return [
-            CheckpointInfo(session_id, cid, _EPOCH + timedelta(microseconds=us), label, size)
+            CheckpointInfo(session_id, cid, from_micros(us), label, size)
             for cid, us, label, size in rows
         ]
 

@@ -12,7 +12,6 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
@@ -30,6 +29,7 @@ from supervisor._message_log import (
     split,
 )
 from supervisor._row_codec import RowCodec, SealedRows
+from supervisor._saved_at import from_micros
 from supervisor._saves_together import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_UPSERT,
@@ -55,7 +55,6 @@ from supervisor.errors import CheckpointNotFound, SnapshotTooLarge, SupervisorEr
 
 __all__ = ["SQLiteCheckpointStore"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _LOG_CACHE_SESSIONS = 1024
@@ -574,7 +573,7 @@ class SQLiteCheckpointStore(ClosingContext):
                 (session_id,),
             ).fetchall()
         return [
-            CheckpointInfo(session_id, cid, _EPOCH + timedelta(microseconds=us), label, size)
+            CheckpointInfo(session_id, cid, from_micros(us), label, size)
             for cid, us, label, size in rows
         ]
 

@@ -21,6 +21,8 @@ __all__ = [
     "WhichChildren",
 ]
 
+logger = logging.getLogger("supervisor")
+
 
 @dataclass(frozen=True, slots=True)
 class StartChild:
@@ -60,7 +62,7 @@ class ChildStopping:
         limit = self.shutdown if timeout is None else timeout
         if self.lifecycle.finished.wait(limit):
             return True
-        logging.getLogger("supervisor").warning(
+        logger.warning(
             "%s: child %r did not stop within %s s; abandoned, still running "
             "(Python cannot kill a thread)",
             self.supervisor,

@@ -10,6 +10,7 @@ sampler is itself one of the threads counted.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -63,6 +64,7 @@ class PeakSampler:
         self.interval = interval
         self.pid = pid
         self.peak = process_status(pid)
+        self.own_cpu = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peak-sampler", daemon=True)
 
@@ -71,8 +73,12 @@ class PeakSampler:
         self.peak = ProcessStatus(max(self.peak.threads, now.threads), max(self.peak.rss, now.rss))
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
+        start = time.thread_time()
+        try:
+            while not self._stop.wait(self.interval):
+                self._sample()
+        finally:
+            self.own_cpu = time.thread_time() - start
 
     def __enter__(self) -> Self:
         self.peak = process_status(self.pid)  # before the sampler starts: one writer at a time

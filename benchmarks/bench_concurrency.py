@@ -31,8 +31,13 @@ peak OS threads of the process (``/proc/self/status`` ``Threads``, sampled
 every 2 ms from a sampler thread, which counts itself) and, for the host, how
 many existed before the sends (the sessions' own threads); peak resident
 memory (``VmRSS`` sampled likewise) above the process's before any setup,
-so a host's N started sessions count; and the transactions committed (for
-the host, from its store's ``commits`` where it counts them). Ratios are wall time over the
+so a host's N started sessions count; the transactions committed (for
+the host, from its store's ``commits`` where it counts them); and the CPU time
+of the process over the timed window (every thread's, less the sampler's own)
+per turn. The turns' Python shares one interpreter lock, so past the sleep a
+case's wall time is at least N times its CPU per turn: at N = 1,000 the floor
+spends tens of microseconds a turn, and a goal of 2.0 leaves a host about
+(2 x floor - 0.2 s) / N of CPU per turn. Ratios are wall time over the
 group-commit floor of the same round, median over rounds; the worst round's
 wall time is shown beside the median, since a round that stalls (thousands of
 threads sometimes do: see ``supervisor.tuning``) would vanish in the median.
@@ -122,20 +127,20 @@ def _floor(case: str, n: int, directory: Path) -> dict[str, Any]:
     data = checkpoint_bytes()
     conn = open_floor_db(directory / "floor.db", SYNCHRONOUS)
 
-    async def timed() -> tuple[float, int]:
-        start = time.perf_counter()
+    async def timed() -> tuple[float, float, int]:
+        start, cpu = time.perf_counter(), time.process_time()
         commits = await run(conn, n, DELAY, data)
-        return time.perf_counter() - start, commits
+        return time.perf_counter() - start, time.process_time() - cpu, commits
 
     try:
         with asyncio.Runner() as runner, PeakSampler() as peaks:
-            wall, commits = runner.run(timed())
+            wall, cpu, commits = runner.run(timed())
         stored = conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
     finally:
         conn.close()
     if stored != n:
         raise RuntimeError(f"{case}: {stored} rows stored, expected {n}")
-    return {"wall": wall, "peak": peaks.peak, "commits": commits}
+    return {"wall": wall, "cpu": cpu - peaks.own_cpu, "peak": peaks.peak, "commits": commits}
 
 
 class SleepingActor(pykka.ThreadingActor):
@@ -152,10 +157,10 @@ def _actor_floor(n: int) -> dict[str, Any]:
     try:
         before = process_status().threads
         with PeakSampler() as peaks:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             pending = [ref.ask(TEXT, block=False) for ref in refs]
             answers = [future.get(timeout=CASE_TIMEOUT) for future in pending]
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         for ref in refs:
             ref.stop(block=False)
@@ -163,7 +168,7 @@ def _actor_floor(n: int) -> dict[str, Any]:
             ref.actor_stopped.wait(CASE_TIMEOUT)
     if answers != [TEXT] * n:
         raise RuntimeError("actor-floor: an actor answered something else")
-    return {"wall": wall, "peak": peaks.peak, "threads_before": before}
+    return {"wall": wall, "cpu": cpu - peaks.own_cpu, "peak": peaks.peak, "threads_before": before}
 
 
 def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
@@ -175,18 +180,19 @@ def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
         store: Any = host.store
         commits: int = store.commits
         with PeakSampler() as peaks:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             if case == "threads":
                 with ThreadPoolExecutor(max_workers=n) as pool:
                     pending = [pool.submit(host.send, sid, TEXT) for sid in sids]
                     answers = [f.result(CASE_TIMEOUT) for f in pending]
-                    wall = time.perf_counter() - start
+                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
             else:
                 pending = [host.futures.send(sid, TEXT) for sid in sids]
                 answers = [f.result(CASE_TIMEOUT) for f in pending]
-                wall = time.perf_counter() - start
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         result = {
             "wall": wall,
+            "cpu": cpu - peaks.own_cpu,
             "peak": peaks.peak,
             "threads_before": before,
             "commits": store.commits - commits,
@@ -264,6 +270,8 @@ def _size_rows(n: int, rounds: int) -> tuple[list[tuple[str, str]], bool]:
         if "threads_before" in runs[0]:
             value += f" ({_median(runs, 'threads_before'):,.0f} before the sends)"
         value += f", peak RSS +{_median(runs, 'rss') / 2**20:,.0f} MiB"
+        if "cpu" in runs[0]:
+            value += f", CPU {_median(runs, 'cpu') / n * 1e6:,.0f} us/turn"
         if "commits" in runs[0]:
             value += f", {_median(runs, 'commits'):,.0f} commits"
         if case != "floor-group" and "floor-group" not in failed:

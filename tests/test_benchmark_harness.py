@@ -4,9 +4,11 @@ concurrency benchmark's cases, run small, so a broken floor cannot make a goal l
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -83,6 +85,15 @@ def test_peak_sampler_sees_a_thread_that_ran_during_the_block() -> None:
     worker.join(5)
     assert peaks.peak.threads >= before + 1
     assert peaks.peak.rss > 0
+    assert 0 <= peaks.own_cpu < 1  # set once the sampler thread ended: it sampled nothing
+
+
+def test_peak_sampler_counts_its_own_cpu_time() -> None:
+    with PeakSampler(interval=0.0005) as peaks:
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # keep the block open while it samples
+            threading.Event().wait(0.01)
+    assert peaks.own_cpu > 0  # hundreds of /proc reads
 
 
 @pytest.mark.parametrize("case", ["floor-commit", "floor-group", "threads"])
@@ -91,6 +102,7 @@ def test_concurrency_case_runs_and_checks_its_answers(case: str, tmp_path: Path)
     assert result["wall"] >= bench_concurrency.DELAY
     assert result["threads"] >= 2
     assert "rss" in result
+    assert 0 < result["cpu"] < result["wall"] * os.cpu_count()  # the window's CPU, all threads
 
 
 @pytest.mark.parametrize("case", ["futures", "futures-tuned"])
@@ -103,6 +115,7 @@ def test_concurrency_futures_case_sends_through_host_futures(case: str, tmp_path
         sys.setswitchinterval(before)
     assert result["wall"] >= bench_concurrency.DELAY
     assert result["commits"] >= 1  # three durable turns, in one or more group commits
+    assert 0 < result["cpu"] < result["wall"] * os.cpu_count()
     assert tuned == pytest.approx(SWITCH_INTERVAL if case == "futures-tuned" else before)
 
 
@@ -116,6 +129,7 @@ def test_actor_floor_runs_bare_actors_and_stops_them(tmp_path: Path) -> None:
     assert result["wall"] >= bench_concurrency.DELAY
     assert result["threads_before"] >= 3 + 1  # an actor thread each, and this one
     assert "commits" not in result  # no store: it is the floor of the threads alone
+    assert 0 < result["cpu"] < result["wall"] * os.cpu_count()
     assert tuned == pytest.approx(SWITCH_INTERVAL)  # the same process tuning as futures-tuned
     assert threading.active_count() == threads  # every actor stopped
 
@@ -126,13 +140,15 @@ def test_the_tuned_row_says_how_far_it_is_above_the_actor_floor(
     walls = {"floor-group": 0.2, "futures-tuned": 0.9, "actor-floor": 0.3}
 
     def run_case(case: str, n: int) -> dict[str, float]:
-        return {"wall": walls[case], "threads": 3, "rss": 0}
+        return {"wall": walls[case], "threads": 3, "rss": 0, "cpu": walls[case] / 2}
 
     monkeypatch.setattr(bench_concurrency, "CASES", {case: case for case in walls})
     monkeypatch.setattr(bench_concurrency, "_run_case", run_case)
     rows, ok = bench_concurrency._size_rows(7, 1)
     assert ok
-    assert dict(rows)["futures-tuned"].endswith("; 4.5x group floor, 3.0x actor floor")
+    assert dict(rows)["futures-tuned"].endswith(
+        "CPU 64,286 us/turn; 4.5x group floor, 3.0x actor floor"
+    )  # 0.45 s of CPU over 7 turns
     assert dict(rows)["actor-floor"].endswith("; 1.5x group floor")
 
 

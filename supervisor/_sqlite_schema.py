@@ -74,10 +74,15 @@ MARKER_SUFFIX = ".sessionvisor"
 """Suffix of the marker file beside a store (``checkpoints.db.sessionvisor``)."""
 _TABLES = frozenset(("checkpoints", "message_chunks", "message_logs"))
 SYNCHRONOUS_MODES = frozenset(("NORMAL", "FULL", "EXTRA"))
-# A small WAL keeps the file's footprint close to its content while it is open: checkpoint
-# it into the database about every 256 KiB and truncate it back to that size afterwards.
-_WAL_LIMIT_PAGES = 64
-_WAL_LIMIT_BYTES = 256 * 1024
+# The WAL is checkpointed into the database once it holds about 1,000 pages (SQLite's own
+# default, about 4 MiB) and truncated back to 4 MiB if a checkpoint found it longer: its
+# footprint while the store is open is bounded, and closing the store removes it. Each
+# checkpoint copies the WAL's pages into the database and syncs the database file, so a
+# smaller WAL costs every save: at 64 pages (256 KiB) every ninth save or so paid a
+# checkpoint in its commit, and a save took 1.3-1.5x as long on average (the first save of
+# a new session, or a long session's per-turn step: ``bench_checkpoint_step``).
+_WAL_LIMIT_PAGES = 1000
+_WAL_LIMIT_BYTES = 4 * 1024 * 1024
 
 _STATE_PARTS = """
     CREATE TABLE state_parts (

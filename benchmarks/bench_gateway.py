@@ -49,7 +49,10 @@ read of the key on the event loop per request, now cached for 1 s, and a sync
 dependency run in FastAPI's thread pool, now async (server throughput under
 cProfile at 16 clients 244-320 -> 434 requests/s; +11.7 -> +9.7/+10.1 ms p50).
 uvicorn with ``httptools`` (now in the server extra): x0.85-0.89 the h11 p50
-at 1 and 16 clients (5 interleaved rounds). Both processes freezing their
+at 1 and 16 clients (5 interleaved rounds). uvicorn on ``uvloop`` (what its
+``standard`` extra adds) instead of asyncio's loop made no difference (16
+clients, back to back on a slow day: x2.16 p50 / x1.99 p99 with it, x2.09 /
+x2.00 without), so the server extra does not bring it. Both processes freezing their
 startup objects (``freeze_startup_objects``: a full collection of the ~63,000
 objects the imports make took 39 ms): p99 at 16 clients x3.10-3.49 -> x2.12-2.20
 (on a slower day than the table's: +15.7 to +19.7 ms p50 throughout, the

@@ -13,10 +13,12 @@ batch is done, so it returns at once (not after the next batch's commit, as a
 caller queued on the store's lock would), and hands the lead to the first save
 that queued meanwhile, which wakes alone to commit the next batch.
 
-Each write runs under its own ``SAVEPOINT``: one that raises is undone alone
-and fails only its caller. A failure of the transaction itself (the commit,
-a full disk, a lost connection) fails every save of the batch with that error,
-and SQLite's rollback leaves nothing of the batch to be read back.
+Each write of a batch of several runs under its own ``SAVEPOINT``: one that
+raises is undone alone and fails only its caller. A batch of one write needs
+none (two statements fewer in the commonest batch, a lone save): if it raises,
+the transaction is rolled back. A failure of the transaction itself (the
+commit, a full disk, a lost connection) fails every save of the batch with that
+error, and SQLite's rollback leaves nothing of the batch to be read back.
 
 A store may also write the usual writes of a batch *together* (``together``): a
 few multi-row statements for all of them instead of several statements each.
@@ -180,13 +182,12 @@ class GroupCommit:
             try:
                 if self._begin is not None:
                     self._begin(conn)
-                alone = (
-                    batch
-                    if self._together is None or len(batch) < 2
-                    else self._write_together(conn, batch)
-                )
-                for pending in alone:
-                    self._run_one(conn, pending)
+                if len(batch) == 1:  # its failure is the transaction's: no savepoint needed
+                    batch[0].result = batch[0].write(conn)
+                else:
+                    alone = batch if self._together is None else self._write_together(conn, batch)
+                    for pending in alone:
+                        self._run_one(conn, pending)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:  # SQLite may have rolled back already

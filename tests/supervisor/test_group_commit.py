@@ -167,6 +167,26 @@ def test_a_write_that_raises_fails_alone_and_the_batch_commits(rows: Rows) -> No
     assert commits.commits == 2
 
 
+def test_a_lone_write_that_raises_leaves_nothing_and_the_next_one_commits(rows: Rows) -> None:
+    conn, _, commits = rows
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+
+    def refused(db: sqlite3.Connection) -> int:
+        _insert(1)(db)
+        raise ValueError("write 1 is refused after its insert")
+
+    with pytest.raises(ValueError, match="write 1 is refused"):
+        commits.run(refused)
+    assert commits.run(_insert(2)) == 2
+
+    conn.set_trace_callback(None)
+    assert _stored(conn) == [2]  # 1's insert was rolled back with its transaction
+    assert commits.commits == 1
+    assert not [s for s in statements if "SAVEPOINT" in s]  # a batch of one needs none
+    assert not conn.in_transaction
+
+
 def test_every_acknowledged_save_of_many_threads_survives_kill_9(
     tmp_path: Path, workers: list[Worker]
 ) -> None:

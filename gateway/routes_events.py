@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"])
 def _cursor(text: str | None) -> int | None:
     if text is None:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         detail = "Last-Event-ID (or since) must be the id of an event this stream sent"
         raise ProblemError(Problem(400, "bad-cursor", "Bad cursor", detail))
     return int(text)

@@ -129,7 +129,7 @@ async def history(
     """A page of the conversation, oldest first."""
     offset = 0
     if cursor is not None:
-        if not cursor.isdigit() or len(cursor) > 12:
+        if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 12:
             detail = "cursor must be a next_cursor this API returned"
             raise ProblemError(Problem(400, "bad-cursor", "Bad cursor", detail))
         offset = int(cursor)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "CheckpointOut",
@@ -23,6 +23,10 @@ __all__ = [
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
+MAX_METADATA_ENTRIES = 64
+MAX_METADATA_KEY = 200
+MAX_METADATA_VALUE = 2_000
+
 
 class CreateSession(BaseModel):
     """``POST /v1/sessions``."""
@@ -32,7 +36,41 @@ class CreateSession(BaseModel):
     session_id: str | None = Field(
         default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$"
     )
-    metadata: dict[str, str] = Field(default_factory=dict, description="Your own labels")
+    metadata: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_METADATA_ENTRIES,
+        description="Your own labels: text keys and values",
+    )
+
+    @field_validator("session_id")
+    @classmethod
+    def _addressable(cls, session_id: str | None) -> str | None:
+        """Refuse ids that no URL can name: clients resolve ``.`` and ``..`` path segments."""
+        if session_id is not None and not session_id.strip("."):
+            raise ValueError(f"{session_id!r} cannot be a session id: a URL path cannot hold it")
+        return session_id
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable(cls, metadata: dict[str, str]) -> dict[str, str]:
+        """Refuse, before anything is created, text no store can hold (a lone surrogate,
+        which JSON's ``\\ud800`` escapes can carry) and keys or values past their limits."""
+        for key, value in metadata.items():
+            if not 0 < len(key) <= MAX_METADATA_KEY:
+                raise ValueError(f"a key must be 1 to {MAX_METADATA_KEY} characters, got {key!r}")
+            if len(value) > MAX_METADATA_VALUE:
+                raise ValueError(f"the value of {key!r} is over {MAX_METADATA_VALUE} characters")
+            _utf8("a key", key)
+            _utf8(f"the value of {key!r}", value)
+        return metadata
+
+
+def _utf8(what: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = f"a lone surrogate at index {exc.start}"
+        raise ValueError(f"{what} holds {where}, which is not text: send UTF-8 text") from None
 
 
 class SendMessage(BaseModel):

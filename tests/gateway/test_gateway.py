@@ -169,6 +169,53 @@ def test_bad_input_gets_problem_details(served: Served) -> None:
         assert c.post("/v1/sessions/s/messages", json={"text": "ok"}).status_code == 200
 
 
+def test_what_no_store_or_url_can_hold_is_refused_before_a_session_is_made(
+    served: Served,
+) -> None:
+    key = served.keys.create("acme").key
+    surrogate = b'{"template": "echo", "session_id": "m", "metadata": {"k": "\\ud800"}}'
+    surrogate_key = b'{"template": "echo", "session_id": "m", "metadata": {"\\udfff": "v"}}'
+    json_body = {"Content-Type": "application/json"}
+    with served.client(key) as c:
+        body = problem(
+            c.post("/v1/sessions", content=surrogate, headers=json_body), 422, "invalid-request"
+        )
+        assert "the value of 'k' holds a lone surrogate at index 0" in body["detail"]
+        body = problem(
+            c.post("/v1/sessions", content=surrogate_key, headers=json_body), 422, "invalid-request"
+        )
+        assert "a key holds a lone surrogate" in body["detail"]
+        too_many = {str(n): "v" for n in range(65)}
+        problem(
+            c.post("/v1/sessions", json={"template": "echo", "metadata": too_many}),
+            422,
+            "invalid-request",
+        )
+        empty_key = {"template": "echo", "metadata": {"": "v"}}
+        assert (
+            "a key must be 1 to 200"
+            in problem(c.post("/v1/sessions", json=empty_key), 422, "invalid-request")["detail"]
+        )
+        for dots in (".", ".."):
+            body = problem(
+                c.post("/v1/sessions", json={"template": "echo", "session_id": dots}),
+                422,
+                "invalid-request",
+            )
+            assert "a URL path cannot hold it" in body["detail"]
+        # nothing was made, and the tenant's list still answers
+        assert c.get("/v1/sessions").json() == {"sessions": []}
+        assert c.get("/v1/sessions/m").status_code == 404
+        made = c.post(
+            "/v1/sessions", json={"template": "echo", "session_id": "m", "metadata": {"k": "é ✓"}}
+        )
+        assert made.json()["metadata"] == {"k": "é ✓"}
+        assert c.get("/v1/sessions").json()["sessions"][0]["metadata"] == {"k": "é ✓"}
+        for digits in ("²", "٣"):  # digits to str.isdigit, not to a cursor
+            problem(c.get("/v1/sessions/m/history", params={"cursor": digits}), 400, "bad-cursor")
+            problem(c.get("/v1/sessions/m/events", params={"since": digits}), 400, "bad-cursor")
+
+
 @pytest.mark.parametrize("limits", [Limits(max_sessions_per_tenant=1, max_concurrent_per_key=1)])
 def test_limits(served: Served) -> None:
     key = served.keys.create("acme").key

@@ -10,7 +10,15 @@ import click
 from actors import strip_secrets
 from actors.redact import redact_secrets
 from cli import main
-from cli._common import data_dir_option, emit, fail, json_option, open_store, table
+from cli._common import (
+    data_dir_option,
+    emit,
+    fail,
+    json_option,
+    open_store,
+    render_fields,
+    table,
+)
 from supervisor import CheckpointNotFound
 
 __all__ = ["checkpoints"]
@@ -76,18 +84,16 @@ def show_checkpoint(
     state = plain.get("state", {})
 
     def text() -> str:
-        lines = [
-            f"{k}: {plain.get(k)}"
-            for k in ("checkpoint_id", "session_id", "saved_at", "label", "schema_version")
-        ]
-        lines += [
-            f"model: {state.get('model')}",
-            f"turns: {state.get('turns')}",
-            f"messages: {len(state.get('messages') or [])}",
-            f"usage: {state.get('usage')}",
-            f"metadata: {state.get('metadata')}",
-        ]
-        return "\n".join(lines)
+        keys = ("checkpoint_id", "session_id", "saved_at", "label", "schema_version")
+        fields = {k: plain.get(k) for k in keys}
+        fields.update(
+            model=state.get("model"),
+            turns=state.get("turns"),
+            messages=len(state.get("messages") or []),
+            usage=state.get("usage"),
+            metadata=state.get("metadata"),
+        )
+        return render_fields(fields)
 
     emit(as_json, plain, text)
 
@@ -97,13 +103,20 @@ def show_checkpoint(
 @click.argument("checkpoint_id", required=False)
 @click.option("--redact", is_flag=True, help="Drop every secret-looking key and value.")
 @data_dir_option
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Accepted for symmetry with the other commands; export always prints JSON.",
+)
 def export_checkpoint(
-    session_id: str, checkpoint_id: str | None, redact: bool, data_dir: Path
+    session_id: str, checkpoint_id: str | None, redact: bool, data_dir: Path, as_json: bool
 ) -> None:
     """Print the conversation (messages, model, usage, metadata) as one JSON document.
 
     As stored by default; with ``--redact`` secret-looking keys are dropped and
     credential-looking values removed (``strip_secrets``, then ``redact_secrets``).
+    ``--json`` changes nothing (the output is JSON either way).
     """
     plain = _load_plain(data_dir, session_id, checkpoint_id, strip=redact)
     state = plain.get("state", {})

@@ -4,13 +4,19 @@ Commands open the store beside a host that may be serving it: they never take
 ``host.lock`` and never create a missing store (a typo in ``--data-dir`` is an
 error, not a new empty directory). SQLite lets several processes use one file;
 readers do not block the host's writes. Not thread-safe: one command per process.
+
+Every failure a user can cause or meet (a wrong path, a damaged file, a locked
+directory) ends in one ``error: ...`` line on stderr and exit status 1, never a
+traceback: ``data_dir_errors`` turns the library's, the OS's and SQLite's
+exceptions into that line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -21,7 +27,21 @@ from supervisor import EncryptionKeys, SQLiteCheckpointStore, SupervisorError
 from supervisor.errors import StoreEncrypted
 from supervisor.host import DEFAULT_DATA_DIR
 
-__all__ = ["DB_NAME", "data_dir_option", "emit", "fail", "json_option", "open_store", "table"]
+__all__ = [
+    "DB_NAME",
+    "data_dir_errors",
+    "data_dir_option",
+    "emit",
+    "fail",
+    "is_damage",
+    "json_option",
+    "make_data_dir",
+    "open_store",
+    "render",
+    "render_fields",
+    "require_data_dir",
+    "table",
+]
 
 DB_NAME = "checkpoints.db"
 """The store's file name inside a data directory (as ``AgentHost`` creates it)."""
@@ -52,6 +72,63 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(1)
 
 
+def require_data_dir(data_dir: Path) -> None:
+    """Exit 1 unless ``data_dir`` is a directory: a typo must not become a new, empty one."""
+    if not data_dir.is_dir():
+        fail(f"no data directory at {str(data_dir)!r}; give the right one with --data-dir")
+
+
+def make_data_dir(data_dir: Path) -> None:
+    """Create a missing ``data_dir``, but only inside a directory that exists.
+
+    A fresh data directory is made by the first command that writes there
+    (``keys create`` or ``serve``, in either order); a missing parent is far more
+    likely a typo than a wish for a new tree of directories, so it is an error.
+    """
+    if data_dir.is_dir():
+        return
+    parent = data_dir.parent
+    if not parent.is_dir():
+        fail(
+            f"no data directory at {str(data_dir)!r}, and no directory {str(parent)!r} to "
+            "create it in; give the right one with --data-dir"
+        )
+    try:
+        data_dir.mkdir()
+    except OSError as exc:
+        fail(f"cannot create the data directory {str(data_dir)!r}: {exc.strerror}")
+
+
+def is_damage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite found its file damaged (not locked, read-only or unreachable)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+
+
+@contextmanager
+def data_dir_errors(data_dir: Path, database: str = "a database") -> Iterator[None]:
+    """Exit 1 with one line for what the library, the OS or SQLite raise on ``data_dir``.
+
+    ``database`` names the file SQLite errors come from, for the message.
+    Exceptions of other kinds (programming errors) pass unchanged.
+    """
+    try:
+        yield
+    except SupervisorError as exc:  # before OSError: some are both, and say more
+        fail(str(exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        fail(f"cannot use the data directory {str(data_dir)!r} ({where}{exc.strerror or exc})")
+    except sqlite3.Error as exc:
+        if not is_damage(exc):
+            fail(f"{database} in {str(data_dir)!r} cannot be used ({exc})")
+        fail(
+            f"{database} in {str(data_dir)!r} is damaged ({exc}): run 'sessionvisor doctor "
+            f"--data-dir {data_dir}' to see what is wrong, then stop the host and restore the "
+            "file (and its -wal file) from a backup"
+        )
+
+
 @contextmanager
 def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
     """The data directory's store, opened beside any running host; closed on exit.
@@ -59,39 +136,52 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
     Keys for an encrypted store come from ``SESSIONVISOR_KEYS`` (as
     ``EncryptionKeys.from_env`` reads them). Every failure exits 1 with a message.
     """
-    if not data_dir.is_dir():
-        fail(f"no data directory at {str(data_dir)!r}; give the right one with --data-dir")
+    require_data_dir(data_dir)
     path = data_dir / DB_NAME
     if not path.exists():
         fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
-    try:
-        keys = EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
-        store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
-    except StoreEncrypted:
-        fail(
-            f"the store {str(path)!r} is encrypted, give keys: set {EncryptionKeys.VARIABLE} "
-            "as the host has it (key_id:base64key,...)"
-        )
-    except SupervisorError as exc:
-        fail(str(exc))
-    try:
-        yield store
-    except SupervisorError as exc:
-        fail(str(exc))
-    finally:
-        store.close()
+    with data_dir_errors(data_dir, f"the store {DB_NAME}"):
+        try:
+            keys = EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
+            store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
+        except StoreEncrypted:
+            fail(
+                f"the store {str(path)!r} is encrypted, give keys: set {EncryptionKeys.VARIABLE} "
+                "as the host has it (key_id:base64key,...)"
+            )
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """``rows`` as a left-aligned text table under ``headers``."""
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    cells = [[str(h) for h in headers], *[[render(c) for c in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(line.rstrip() for line in lines)
 
 
+def render(value: object) -> str:
+    """``value`` as people read it, not as Python's repr: ``None`` is ``-``, a mapping
+    ``key=value, ...`` (``none`` when empty), a list its items joined by ``, ``."""
+    if value is None:
+        return "-"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={render(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple):
+        return ", ".join(render(v) for v in value) or "none"
+    return str(value)
+
+
+def render_fields(fields: Mapping[str, object]) -> str:
+    """One ``name: value`` line per field, each value ``render``-ed."""
+    return "\n".join(f"{name}: {render(value)}" for name, value in fields.items())
+
+
 def emit(as_json: bool, document: object, text: Callable[[], str]) -> None:
-    """Print ``document`` as JSON, or ``text()`` for people."""
+    """Print ``document`` as JSON (indented, as every command prints it), or ``text()``."""
     if as_json:
         click.echo(json.dumps(document, indent=2, default=str, ensure_ascii=False))
     else:

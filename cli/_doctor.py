@@ -1,20 +1,38 @@
 """``sessionvisor doctor``: check a data directory without changing it.
 
-Reads the database through a read-only SQLite connection, so it runs beside a
+Reads the databases through read-only SQLite connections, so it runs beside a
 serving host and repairs nothing: each problem is one line saying what to do.
+A store's identity (empty, truncated, another program's, too new) is judged by
+the store's own rule (``supervisor._sqlite_schema``), so ``doctor`` says what
+opening the store would say.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import stat
+from contextlib import closing
 from pathlib import Path
 
 from cli import main
-from cli._common import DB_NAME, data_dir_option, emit, fail, json_option
-from supervisor import SQLiteCheckpointStore
+from cli._common import (
+    DB_NAME,
+    data_dir_errors,
+    data_dir_option,
+    emit,
+    fail,
+    json_option,
+    render,
+    render_fields,
+    require_data_dir,
+)
+from cli._doctor_files import check_files
+from supervisor import SQLiteCheckpointStore, SupervisorError
+from supervisor._sqlite_schema import MARKER_SUFFIX, _check_identity, _identity
 
 __all__ = ["check", "doctor"]
+
+KEYS_DB = "gateway.sqlite3"
+"""The gateway's key store (``gateway.keys.DB_FILE``), checked for damage when present."""
 
 _ORPHANS = {
     "message chunks of no current log and no checkpoint": (
@@ -34,44 +52,67 @@ _ORPHANS = {
 }
 
 
-def _permissions(data_dir: Path, problems: list[str]) -> None:
-    for path in (data_dir, *sorted(data_dir.iterdir())):
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o002:
-            problems.append(
-                f"{path} is writable by every user (mode {mode:o}): run chmod o-w {path}"
-            )
+def _integrity(conn: sqlite3.Connection, db: Path, problems: list[str]) -> list[str]:
+    """``PRAGMA integrity_check``'s lines; a problem unless it says ``ok``."""
+    result = [r for (r,) in conn.execute("PRAGMA integrity_check").fetchall()]
+    if result != ["ok"]:
+        problems.append(
+            f"{db} fails PRAGMA integrity_check ({'; '.join(result[:3])}): "
+            "stop the host and restore the file from a backup"
+        )
+    return result
+
+
+def _keys_db(data_dir: Path, problems: list[str]) -> None:
+    """The gateway's key store, if there is one, for damage only."""
+    db = data_dir / KEYS_DB
+    if not db.is_file():
+        return
+    try:
+        with closing(_read_only(db)) as conn:
+            _integrity(conn, db, problems)
+    except sqlite3.Error as exc:
+        problems.append(f"{db} is not a readable database ({exc}): restore it from a backup")
+
+
+def _read_only(db: Path) -> sqlite3.Connection:
+    """A connection that cannot write ``db`` (nor create it)."""
+    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
 
 
 def check(data_dir: Path) -> dict[str, object]:
-    """Every finding about ``data_dir``: ``problems`` (empty when healthy) and facts."""
+    """Every finding about ``data_dir``: ``problems`` (empty when healthy) and facts.
+
+    Raises:
+        OSError: the directory cannot be listed.
+    """
     problems: list[str] = []
-    _permissions(data_dir, problems)
+    check_files(data_dir, problems)
+    _keys_db(data_dir, problems)
     db = data_dir / DB_NAME
     size = sum(p.stat().st_size for p in data_dir.glob(DB_NAME + "*") if p.is_file())
     report: dict[str, object] = {"data_dir": str(data_dir), "bytes": size, "problems": problems}
     try:
-        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        conn = _read_only(db)
     except sqlite3.Error as exc:
         problems.append(f"{db} cannot be opened ({exc}): check its owner and permissions")
         return report
     try:
         try:
-            result = [r for (r,) in conn.execute("PRAGMA integrity_check").fetchall()]
-            app = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            identity = _identity(conn)
+            marked = Path(str(db) + MARKER_SUFFIX).exists()
+            if _check_identity(str(db), identity, marked):
+                problems.append(f"{db} holds no store yet: no host has written there")
+                return report
+            result = _integrity(conn, db, problems)
+        except SupervisorError as exc:  # the store's own verdict: truncated, foreign, newer
+            problems.append(str(exc))
+            return report
         except sqlite3.DatabaseError as exc:
             problems.append(f"{db} is not a readable database ({exc}): restore it from a backup")
             return report
+        version = identity[1]
         report.update(integrity=result, schema_version=version)
-        if result != ["ok"]:
-            problems.append(
-                f"{db} fails PRAGMA integrity_check ({'; '.join(result[:3])}): "
-                "stop the host and restore the file from a backup"
-            )
-        if app != SQLiteCheckpointStore.APPLICATION_ID:
-            problems.append(f"{db} is not a sessionvisor store: point --data-dir elsewhere")
-            return report
         writes = SQLiteCheckpointStore.SCHEMA_VERSION
         if version != writes:
             problems.append(
@@ -96,24 +137,28 @@ def check(data_dir: Path) -> dict[str, object]:
     return report
 
 
+def _text(report: dict[str, object]) -> str:
+    """The report for people: facts as ``name: value`` lines, then each problem."""
+    facts = {k: v for k, v in report.items() if k != "problems"}
+    orphans = facts.get("orphans")
+    if isinstance(orphans, dict):
+        facts["orphans"] = render([f"{n} {name}" for name, n in orphans.items() if n])
+    problems = report["problems"]
+    assert isinstance(problems, list)
+    found = [f"PROBLEM: {p}" for p in problems] or ["no problems found"]
+    return "\n".join([render_fields(facts), *found])
+
+
 @main.command()
 @data_dir_option
 @json_option
 def doctor(data_dir: Path, as_json: bool) -> None:
-    """Check permissions, integrity, schema version, orphaned rows and size."""
-    if not data_dir.is_dir():
-        fail(f"no data directory at {str(data_dir)!r}; give the right one with --data-dir")
+    """Check permissions, secrets, integrity, schema version, orphaned rows and size."""
+    require_data_dir(data_dir)
     if not (data_dir / DB_NAME).exists():
         fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
-    report = check(data_dir)
-    problems = report["problems"]
-    assert isinstance(problems, list)
-
-    def text() -> str:
-        facts = [f"{k}: {v}" for k, v in report.items() if k != "problems"]
-        found = [f"PROBLEM: {p}" for p in problems] or ["no problems found"]
-        return "\n".join([*facts, *found])
-
-    emit(as_json, report, text)
-    if problems:
+    with data_dir_errors(data_dir):
+        report = check(data_dir)
+    emit(as_json, report, lambda: _text(report))
+    if report["problems"]:
         raise SystemExit(1)

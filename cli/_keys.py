@@ -1,19 +1,34 @@
-"""``sessionvisor keys``: create, list and revoke the gateway's API keys."""
+"""``sessionvisor keys``: create, list and revoke the gateway's API keys.
+
+``gateway`` (the ``server`` extra) is imported only when a keys command runs, so
+the inspection commands work with the ``cli`` extra alone.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from cli import main
-from cli._common import data_dir_option, json_option
-from gateway.keys import ApiKeys, KeyNotFound, KeyStore
+from cli._common import (
+    data_dir_errors,
+    data_dir_option,
+    emit,
+    fail,
+    json_option,
+    make_data_dir,
+    require_data_dir,
+    table,
+)
+from supervisor._session_attrs import validate
+
+if TYPE_CHECKING:
+    from gateway.keys import ApiKeys
 
 __all__ = ["keys"]
 
@@ -40,21 +55,49 @@ def _postgres_option(func: F) -> F:
     return dsn(schema(func))
 
 
+def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--tenant``, checked by the host's own rule for a session's ``tenant_id`` (every
+    session a key creates runs under it), applied without surrounding whitespace: a
+    blank tenant is as unusable as an empty one."""
+    try:
+        validate({"tenant_id": value.strip()})
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: a tenant id must be a non-empty name, not only whitespace"
+        ) from None
+    return value
+
+
 @contextmanager
 def _key_store(data_dir: Path, dsn: str | None, schema: str) -> Iterator[ApiKeys]:
-    """The data directory's keys, or the cluster's on ``dsn``; closed on exit."""
-    if dsn is None:
-        store: ApiKeys = KeyStore(data_dir)
-        try:
-            yield store
-        finally:
-            store.close()
-        return
-    from gateway.keys_pg import PostgresKeyStore  # noqa: PLC0415 (psycopg, only here)
-    from supervisor import PostgresCheckpointStore  # noqa: PLC0415
+    """The data directory's keys, or the cluster's on ``dsn``; closed on exit. The
+    directory must exist (the caller creates it first where that is wanted)."""
+    require_data_dir(data_dir)
+    try:
+        from gateway.keys import KeyStore  # noqa: PLC0415 (the server extra, only here)
+    except ImportError as exc:
+        fail(f"the keys commands need the server extra ({exc}): pip install 'sessionvisor[server]'")
+    with data_dir_errors(data_dir, "the key store"):
+        if dsn is None:
+            store: ApiKeys = _opened(KeyStore, data_dir)
+            try:
+                yield store
+            finally:
+                store.close()
+            return
+        from gateway.keys_pg import PostgresKeyStore  # noqa: PLC0415 (psycopg, only here)
+        from supervisor import PostgresCheckpointStore  # noqa: PLC0415
 
-    with PostgresCheckpointStore(dsn, schema=schema, pool_size=1) as checkpoints:
-        yield PostgresKeyStore(checkpoints, data_dir)
+        with PostgresCheckpointStore(dsn, schema=schema, pool_size=1) as checkpoints:
+            yield _opened(lambda d: PostgresKeyStore(checkpoints, d), data_dir)
+
+
+def _opened(make: Callable[[Path], ApiKeys], data_dir: Path) -> ApiKeys:
+    """``make(data_dir)``; its ``ValueError`` (a damaged ``gateway.secret``) exits 1."""
+    try:
+        return make(data_dir)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @main.group()
@@ -65,14 +108,21 @@ def keys() -> None:
 @keys.command("create")
 @data_dir_option
 @_postgres_option
-@click.option("--tenant", required=True)
+@click.option(
+    "--tenant", required=True, callback=_tenant, help="The tenant the key belongs to (non-empty)."
+)
 @json_option
 def create(data_dir: Path, dsn: str | None, schema: str, tenant: str, as_json: bool) -> None:
-    """Create a key for TENANT and print it (the only time it is shown)."""
+    """Create a key for TENANT and print it (the only time it is shown).
+
+    A missing data directory is created if its parent exists, so keys can be made
+    before the first ``serve``; a missing parent is an error (a typo, not a new tree).
+    """
+    make_data_dir(data_dir)
     with _key_store(data_dir, dsn, schema) as store:
         new = store.create(tenant)
     if as_json:
-        click.echo(json.dumps({"key": new.key, **dataclasses.asdict(new.info)}))
+        emit(True, {"key": new.key, **dataclasses.asdict(new.info)}, str)
     else:
         click.echo(new.key)
         click.echo(f"key id {new.info.key_id}, tenant {tenant}; store the key now", err=True)
@@ -81,7 +131,7 @@ def create(data_dir: Path, dsn: str | None, schema: str, tenant: str, as_json: b
 @keys.command("list")
 @data_dir_option
 @_postgres_option
-@click.option("--tenant", default=None)
+@click.option("--tenant", default=None, help="Only this tenant's keys.")
 @json_option
 def list_keys(
     data_dir: Path, dsn: str | None, schema: str, tenant: str | None, as_json: bool
@@ -89,13 +139,17 @@ def list_keys(
     """List keys (never the keys themselves)."""
     with _key_store(data_dir, dsn, schema) as store:
         rows = store.list(tenant)
-    if as_json:
-        click.echo(json.dumps([dataclasses.asdict(r) for r in rows]))
-        return
-    click.echo(f"{'KEY ID':<18} {'TENANT':<20} STATE")
-    for r in rows:
-        state = "active" if r.revoked_at is None else "revoked"
-        click.echo(f"{r.key_id:<18} {r.tenant_id:<20} {state}")
+    emit(
+        as_json,
+        [dataclasses.asdict(r) for r in rows],
+        lambda: table(
+            ("KEY ID", "TENANT", "STATE"),
+            [
+                (r.key_id, r.tenant_id, "active" if r.revoked_at is None else "revoked")
+                for r in rows
+            ],
+        ),
+    )
 
 
 @keys.command("revoke")
@@ -106,8 +160,10 @@ def list_keys(
 def revoke(data_dir: Path, dsn: str | None, schema: str, key_id: str, as_json: bool) -> None:
     """Revoke KEY_ID at once."""
     with _key_store(data_dir, dsn, schema) as store:
+        from gateway.keys import KeyNotFound  # noqa: PLC0415 (_key_store found the extra)
+
         try:
             row = store.revoke(key_id)
         except KeyNotFound as exc:
-            raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(dataclasses.asdict(row)) if as_json else f"revoked {key_id}")
+            fail(str(exc))
+    emit(as_json, dataclasses.asdict(row), lambda: f"revoked {key_id}")

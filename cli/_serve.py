@@ -9,6 +9,8 @@ from typing import TextIO
 import click
 
 from cli import main
+from cli._common import data_dir_errors, fail, make_data_dir
+from cli._templates import load
 from supervisor import SWITCH_INTERVAL, freeze_startup_objects, tune_interpreter
 from supervisor.log_format import JsonLogFormatter
 
@@ -31,8 +33,8 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     "--data-dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The host's data directory; in a cluster (--postgres) only the API keys' secret, "
-    "the same gateway.secret file on every node",
+    help="The host's data directory, created if missing when its parent exists; in a "
+    "cluster (--postgres) only the API keys' secret, the same gateway.secret file on every node",
 )
 @click.option(
     "--template",
@@ -117,14 +119,12 @@ def serve(  # noqa: PLR0917 (the command's options)
     ``--port 0``, the port picked); on SIGINT/SIGTERM it finishes the requests
     in flight, checkpoints every session (a cluster node then releases them to
     the other nodes) and exits 0."""
-    from gateway.server import ClusterOptions, bind  # noqa: PLC0415  (the server extra)
-    from gateway.server import serve as run  # noqa: PLC0415
-    from gateway.templates import TemplateLoadError, load_templates  # noqa: PLC0415
-
     try:
-        loaded = load_templates(templates)
-    except TemplateLoadError as exc:
-        raise click.UsageError(str(exc)) from None
+        from gateway.server import ClusterOptions, bind  # noqa: PLC0415  (the server extra)
+        from gateway.server import serve as run  # noqa: PLC0415
+    except ImportError as exc:
+        fail(f"serve needs the server extra ({exc}): pip install 'sessionvisor[server]'")
+    loaded = load(templates)
 
     def cluster_at(advertised: str) -> ClusterOptions:
         assert dsn is not None
@@ -143,15 +143,17 @@ def serve(  # noqa: PLR0917 (the command's options)
             cluster_at(advertise)  # a bad URL is a usage error before anything listens
     elif node_id is not None or advertise is not None:
         raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
+    make_data_dir(data_dir)
     configure_logging(log_format, log_level)
     tune_interpreter(switch_interval)  # before the host starts: its workers take it too
     freeze_startup_objects()  # imports and templates loaded, no session yet
     try:
         sock = bind(host, port)
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+        fail(f"cannot listen on {host}:{port}: {exc}")
     with sock:
         cluster = None
         if dsn is not None:  # by default, the address this node listens at
             cluster = cluster_at(advertise or f"http://{host}:{sock.getsockname()[1]}")
-        run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo, cluster=cluster)
+        with data_dir_errors(data_dir):
+            run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo, cluster=cluster)

@@ -9,7 +9,7 @@ import click
 
 from actors import Snapshot
 from cli import main
-from cli._common import data_dir_option, emit, fail, json_option, open_store, table
+from cli._common import data_dir_option, emit, fail, json_option, open_store, render_fields, table
 from supervisor import CheckpointNotFound, SQLiteCheckpointStore
 
 __all__ = ["describe", "sessions"]
@@ -88,4 +88,4 @@ def show_session(session_id: str, data_dir: Path, as_json: bool) -> None:
         found = _load(store, session_id)
     if found is None:
         fail(f"no session {session_id!r} in {str(data_dir)!r}")
-    emit(as_json, found, lambda: "\n".join(f"{k}: {v}" for k, v in found.items()))
+    emit(as_json, found, lambda: render_fields(found))

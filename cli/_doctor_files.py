@@ -1,0 +1,81 @@
+"""``doctor``'s checks of the data directory's files: modes, dangling links, secrets.
+
+Each check appends one line per problem, saying what to do, to ``problems``;
+none changes anything. The secrets are checked by the rules the programs that
+read them apply, so ``doctor`` never passes a directory ``serve`` refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from supervisor import SupervisorError
+from supervisor._fingerprint_secret import SECRET_FILE as FINGERPRINT_FILE
+from supervisor._fingerprint_secret import _read as read_fingerprint_key
+
+__all__ = ["check_files"]
+
+GATEWAY_SECRET = "gateway.secret"
+"""The gateway's key-fingerprint secret (``gateway.keys.SECRET_FILE``; not imported, so
+that ``doctor`` runs without the ``server`` extra)."""
+_GATEWAY_SECRET_BYTES = 32
+"""The fewest bytes ``gateway.keys.read_or_create_secret`` accepts."""
+_PRIVATE = stat.S_IRWXG | stat.S_IRWXO
+"""Mode bits a secret file must not have (``supervisor._fingerprint_secret``'s rule)."""
+
+
+def check_files(data_dir: Path, problems: list[str]) -> None:
+    """Every file-level problem of ``data_dir``: modes, dangling links, secrets."""
+    _permissions(data_dir, problems)
+    _secrets(data_dir, problems)
+
+
+def _permissions(data_dir: Path, problems: list[str]) -> None:
+    """World-writable entries, and symbolic links to nothing (``stat`` fails on them)."""
+    for path in (data_dir, *sorted(data_dir.iterdir())):
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            if path.is_symlink():
+                problems.append(
+                    f"{path} is a symbolic link to {os.readlink(path)!r}, which does not "
+                    f"exist: remove it (rm {path}) or restore what it points to"
+                )
+            continue  # else removed meanwhile (a host's -wal or -shm file)
+        except OSError as exc:
+            problems.append(f"{path} cannot be examined ({exc.strerror}): check its owner")
+            continue
+        if mode & 0o002:
+            problems.append(
+                f"{path} is writable by every user (mode {mode:o}): run chmod o-w {path}"
+            )
+
+
+def _secrets(data_dir: Path, problems: list[str]) -> None:
+    """``fingerprint.key`` as a host reads it (mode and size; a host refuses to start
+    otherwise), and ``gateway.secret`` by the same mode rule and the size the gateway
+    needs. A missing secret is no problem: the first host or server creates it."""
+    key = data_dir / FINGERPRINT_FILE
+    if key.exists():  # read only if there: the library's reader never creates one
+        try:
+            read_fingerprint_key(key)
+        except SupervisorError as exc:
+            problems.append(str(exc))
+        except OSError as exc:
+            problems.append(f"{key} cannot be read ({exc.strerror}): check its owner")
+    secret = data_dir / GATEWAY_SECRET
+    if not secret.exists():
+        return
+    found = secret.stat()
+    if os.name == "posix" and found.st_mode & _PRIVATE:
+        problems.append(
+            f"{secret} may be read by other users (mode {stat.S_IMODE(found.st_mode):o}); it "
+            f"keys the gateway's API-key fingerprints: run 'chmod 600 {secret}'"
+        )
+    if found.st_size < _GATEWAY_SECRET_BYTES:
+        problems.append(
+            f"{secret} is damaged (fewer than {_GATEWAY_SECRET_BYTES} bytes): serve refuses "
+            "it; restore it from a backup, or delete it and create every API key anew"
+        )

@@ -1,0 +1,85 @@
+"""``sessionvisor doctor`` judging what the other commands and ``serve`` judge, by
+their rules: secrets others may read, a truncated store, a dangling link."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from cli import main
+from supervisor import AgentHost
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def hosted(data_dir: Path) -> Path:
+    """``data_dir`` as a host and ``keys create`` leave it: a store, both secrets."""
+    AgentHost(data_dir=data_dir).shutdown()
+    assert run("keys", "create", "--tenant", "acme", "--data-dir", str(data_dir)).exit_code == 0
+    return data_dir
+
+
+def test_secrets_others_may_read(tmp_path: Path) -> None:
+    data = hosted(tmp_path)
+    assert run("doctor", "--data-dir", str(data)).exit_code == 0
+    key, secret = data / "fingerprint.key", data / "gateway.secret"
+    os.chmod(key, 0o644)
+    os.chmod(secret, 0o640)
+    result = run("doctor", "--data-dir", str(data))
+    assert result.exit_code == 1
+    problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM: ")]
+    assert problems == [
+        # word for word what serve refuses to start with
+        f"PROBLEM: {key} may be read by other users (mode 644); it keys the API-key "
+        f"fingerprints: run 'chmod 600 {key}'",
+        f"PROBLEM: {secret} may be read by other users (mode 640); it keys the gateway's "
+        f"API-key fingerprints: run 'chmod 600 {secret}'",
+    ]
+    os.chmod(key, 0o600)
+    os.chmod(secret, 0o600)
+    assert run("doctor", "--data-dir", str(data)).exit_code == 0
+
+
+def test_a_short_secret(tmp_path: Path) -> None:
+    data = hosted(tmp_path)
+    (data / "gateway.secret").write_bytes(b"x" * 31)
+    result = run("doctor", "--data-dir", str(data))
+    assert result.exit_code == 1
+    assert f"PROBLEM: {data / 'gateway.secret'} is damaged (fewer than 32 bytes)" in result.stdout
+
+
+def test_a_truncated_store_is_what_the_other_commands_say(tmp_path: Path) -> None:
+    data = hosted(tmp_path)
+    (data / "checkpoints.db").write_bytes(b"")
+    said = run("sessions", "list", "--data-dir", str(data))
+    assert said.exit_code == 1
+    assert "is empty, but its marker file says a store was created there" in said.stderr
+    result = run("doctor", "--data-dir", str(data))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-1] == "PROBLEM: " + said.stderr.removeprefix("error: ")[:-1]
+    assert "integrity" not in result.stdout
+    assert "not a sessionvisor store" not in result.stdout
+
+
+def test_a_dangling_symlink_is_a_finding(tmp_path: Path) -> None:
+    data = hosted(tmp_path)
+    (data / "x").symlink_to(tmp_path / "nowhere")
+    result = run("doctor", "--data-dir", str(data), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["problems"] == [
+        f"{data / 'x'} is a symbolic link to {str(tmp_path / 'nowhere')!r}, which does not "
+        f"exist: remove it (rm {data / 'x'}) or restore what it points to"
+    ]
+
+
+def test_a_damaged_key_store(tmp_path: Path) -> None:
+    data = hosted(tmp_path)
+    (data / "gateway.sqlite3").write_bytes(b"not a database" * 100)
+    result = run("doctor", "--data-dir", str(data))
+    assert result.exit_code == 1
+    assert f"PROBLEM: {data / 'gateway.sqlite3'} is not a readable database" in result.stdout

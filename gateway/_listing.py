@@ -128,7 +128,7 @@ class ClusterListing:
 
     def _own(self, tenant_id: str, records: Sequence[RememberedSession]) -> dict[str, SessionOut]:
         """This node's sessions of the tenant, with the records already read."""
-        rows = {r.session_id: (r.template, r.metadata_json) for r in records}
+        rows = {r.session_id: r for r in records}
         infos: list[SessionInfo] = self.host.list_sessions(tenant_id)
         return {
             public_id(info.session_id): session_body(info, rows.get(info.session_id))

@@ -168,8 +168,8 @@ class ApiKeys(Protocol):
         """Every recorded session of ``tenant_id``, oldest first."""
         ...
 
-    def session_row(self, session_id: str) -> tuple[str, str] | None:
-        """``(template name, metadata JSON)`` of a recorded session, or ``None``."""
+    def session_row(self, session_id: str) -> RememberedSession | None:
+        """The record of a session, or ``None``."""
         ...
 
     def forget_session(self, session_id: str) -> None:
@@ -391,14 +391,15 @@ class KeyStore:
             ).fetchall()
         return [RememberedSession(*row) for row in rows]
 
-    def session_row(self, session_id: str) -> tuple[str, str] | None:
-        """``(template name, metadata JSON)`` of a recorded session, or ``None``."""
+    def session_row(self, session_id: str) -> RememberedSession | None:
+        """The record of a session, or ``None``."""
         with self._lock:
             row = self._db.execute(
-                "SELECT template, metadata FROM gateway_sessions WHERE session_id = ?",
+                "SELECT session_id, tenant_id, template, metadata, created_at"
+                " FROM gateway_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return None if row is None else (row[0], row[1])
+        return None if row is None else RememberedSession(*row)
 
     def forget_session(self, session_id: str) -> None:
         """Drop a deleted session's record."""

@@ -99,8 +99,8 @@ class PostgresKeyStore:
                 "tenant": "SELECT session_id, tenant_id, template, metadata, created_at"
                 " FROM {s}.gateway_sessions WHERE tenant_id = %s"
                 " ORDER BY created_at, session_id",
-                "session": "SELECT template, metadata FROM {s}.gateway_sessions"
-                " WHERE session_id = %s",
+                "session": "SELECT session_id, tenant_id, template, metadata, created_at"
+                " FROM {s}.gateway_sessions WHERE session_id = %s",
                 "forget": "DELETE FROM {s}.gateway_sessions WHERE session_id = %s",
             }.items()
         }
@@ -201,15 +201,12 @@ class PostgresKeyStore:
     def tenant_sessions(self, tenant_id: str) -> builtins.list[RememberedSession]:
         """Every recorded session of ``tenant_id`` in the cluster, oldest first."""
         rows = self._rows("listing a tenant's sessions", "tenant", (tenant_id,))
-        return [
-            RememberedSession(str(sid), str(tenant), str(template), str(metadata), int(created))
-            for sid, tenant, template, metadata, created in rows
-        ]
+        return [_remembered(row) for row in rows]
 
-    def session_row(self, session_id: str) -> tuple[str, str] | None:
-        """``(template name, metadata JSON)`` of a recorded session, or ``None``."""
+    def session_row(self, session_id: str) -> RememberedSession | None:
+        """The record of a session, or ``None``."""
         rows = self._rows("reading a session's template", "session", (session_id,))
-        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+        return _remembered(rows[0]) if rows else None
 
     def forget_session(self, session_id: str) -> None:
         """Drop a deleted session's record."""
@@ -217,3 +214,8 @@ class PostgresKeyStore:
 
     def close(self) -> None:
         """Nothing to release: the connections are the store's (its owner closes it)."""
+
+
+def _remembered(row: tuple[Any, ...]) -> RememberedSession:
+    sid, tenant, template, metadata, created = row
+    return RememberedSession(str(sid), str(tenant), str(template), str(metadata), int(created))

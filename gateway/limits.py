@@ -119,19 +119,26 @@ class LimitsMiddleware:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         received = 0
-        started = False
+        started = over = refused = False
+        too_large = problem_response(_too_large(limit), scope.get("path"))
 
         async def counted_receive() -> Message:
-            nonlocal received
+            nonlocal received, over
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    over = True
                     raise BodyTooLarge
             return message
 
         async def watched_send(message: Message) -> None:
-            nonlocal started
+            nonlocal started, refused
+            if over and not started:  # the app answers a read it could not finish (FastAPI:
+                started = refused = True  # 400, "error parsing the body"): say why instead
+                await too_large(scope, receive, send)
+            if refused:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
@@ -139,9 +146,10 @@ class LimitsMiddleware:
         try:
             await self.app(scope, counted_receive, watched_send)
         except BodyTooLarge:
-            if started:
+            if not started:
+                await too_large(scope, receive, send)
+            elif not refused:
                 raise
-            await problem_response(_too_large(limit), scope.get("path"))(scope, receive, send)
 
     @staticmethod
     async def _refuse(scope: Scope, receive: Receive, send: Send, problem: Problem) -> None:

@@ -9,6 +9,7 @@ unexpected error answers 500 with a fixed text (and is logged).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -113,6 +114,20 @@ def not_found(session_id: str) -> Problem:
 
 def problem_for(error: BaseException, session_id: str | None = None) -> Problem:
     """The problem a library error answers with (500 ``internal`` for unknown ones).
+
+    A session the error names is named by the id its client knows, never by the
+    host's ``tenant/id``.
+    """
+    problem = _problem_for(error, session_id)
+    internal = getattr(error, "session_id", None)
+    if isinstance(internal, str) and "/" in internal:
+        detail = problem.detail.replace(internal, internal.rpartition("/")[2])
+        problem = dataclasses.replace(problem, detail=detail)
+    return problem
+
+
+def _problem_for(error: BaseException, session_id: str | None) -> Problem:
+    """``problem_for``'s answer, before the session's id is made public.
 
     The order matters: subclasses before their bases (``WorkerCrashed`` is a
     ``SessionCrashed``).

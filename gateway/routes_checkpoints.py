@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 
 from actors import redact_secrets
 from gateway._context import Caller, GatewayDep, host_id
@@ -38,13 +38,22 @@ async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) ->
 
 @router.post("/checkpoints", status_code=201, summary="Take a checkpoint")
 async def take_checkpoint(
-    session_id: str, body: CheckpointRequest, gateway: GatewayDep, key: Caller
+    session_id: str,
+    gateway: GatewayDep,
+    key: Caller,
+    body: Annotated[CheckpointRequest | None, Body()] = None,
 ) -> CheckpointOut:
-    """Save a checkpoint now."""
+    """Save a checkpoint now (the body, and its label, may be left out)."""
     internal = host_id(key.tenant_id, session_id)
-    snap = await gateway.ahost.checkpoint(internal, body.label, tenant_id=key.tenant_id)
+    label = None if body is None else body.label
+    snap = await gateway.ahost.checkpoint(internal, label, tenant_id=key.tenant_id)
+    infos = await asyncio.to_thread(gateway.ahost.host.store.list, internal)
+    size = next((i.size for i in infos if i.checkpoint_id == snap.checkpoint_id), None)
     return CheckpointOut(
-        checkpoint_id=snap.checkpoint_id, saved_at=snap.saved_at.isoformat(), label=snap.label
+        checkpoint_id=snap.checkpoint_id,
+        saved_at=snap.saved_at.isoformat(),
+        label=snap.label,
+        size=size,
     )
 
 
@@ -61,4 +70,5 @@ async def export(
     internal = host_id(key.tenant_id, session_id)
     snapshot = await asyncio.to_thread(store.load, internal, checkpoint_id)
     plain: dict[str, Any] = json.loads(snapshot.redact(redact_secrets).to_json())
+    plain["session_id"] = session_id  # the id the client knows, not the host's tenant/id
     return plain

@@ -10,7 +10,7 @@ from typing import Final
 from fastapi import APIRouter, Response
 
 from gateway._context import Caller, Gateway, GatewayDep, host_id, public_id
-from gateway.keys import now_ms
+from gateway.keys import RememberedSession, now_ms
 from gateway.problems import Problem, ProblemError
 from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
 from supervisor import SessionAlreadyExists, SessionInfo, SessionNotFound, SessionOwnedElsewhere
@@ -31,17 +31,17 @@ def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
     return session_body(info, gateway.keys.session_row(info.session_id))
 
 
-def session_body(info: SessionInfo, row: tuple[str, str] | None) -> SessionOut:
-    """The response body of one session, given its key store row (``session_row``)."""
-    template, metadata = (None, {}) if row is None else (row[0], json.loads(row[1]))
+def session_body(info: SessionInfo, row: RememberedSession | None) -> SessionOut:
+    """The response body of one session, given its key store record (``session_row``):
+    created when the gateway recorded it, not when this host last resumed it."""
     return SessionOut(
         session_id=public_id(info.session_id),
         tenant_id=info.tenant_id,
-        template=template,
+        template=None if row is None else row.template,
         status=info.status,
         model=info.model,
-        created_at=info.created_at,
-        metadata=metadata,
+        created_at=info.created_at if row is None else row.created_at,
+        metadata={} if row is None else json.loads(row.metadata_json),
         usage=UsageOut(**info.usage.to_dict()),
     )
 
@@ -78,6 +78,9 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
         raise
     if not reserved.new:  # the id had a stale record: this session's replaces it
         await asyncio.to_thread(keys.remember_session, internal, tenant, body.template, metadata)
+    # Durable before it is answered: a restart (after a SIGKILL too) resumes the sessions
+    # that have a checkpoint, and one never sent a message would have none yet.
+    await gateway.ahost.checkpoint(internal, tenant_id=tenant)
     return session_out(gateway, gateway.owned(tenant, session_id))
 
 

@@ -369,7 +369,7 @@ class ClusterRouting:
         """Resume a session with no live owner here; ``None`` to serve it here, or the
         owner that won the race to claim it."""
         row = await asyncio.to_thread(self.keys.session_row, internal)
-        template = None if row is None else self.templates.get(row[0])
+        template = None if row is None else self.templates.get(row.template)
         if template is None:
             return None  # the host's own take-over rules answer
         try:

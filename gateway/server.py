@@ -94,7 +94,7 @@ def cluster_host(
 
         def template_for(session_id: str) -> AgentTemplate | None:
             row = keys.session_row(session_id)
-            return None if row is None else templates.get(row[0])
+            return None if row is None else templates.get(row.template)
 
         node = NodeConfig(
             node_id=options.node_id, address=options.advertise, ttl=options.ttl,
@@ -115,7 +115,7 @@ def resume_sessions(host: AgentHost, keys: ApiKeys, templates: dict[str, AgentTe
     resumed = 0
     for session_id in host.store.sessions():
         row = keys.session_row(session_id)
-        template = None if row is None else templates.get(row[0])
+        template = None if row is None else templates.get(row.template)
         if template is None:
             logger.warning("session %r: its template is not served here; not resumed", session_id)
             continue

@@ -51,10 +51,16 @@ def test_full_lifecycle(served: Served) -> None:
         assert rest["messages"][0]["role"] == "assistant"
         taken = c.post("/v1/sessions/s1/checkpoints", json={"label": "mine"})
         assert taken.status_code == 201, taken.text
+        unlabelled = c.post("/v1/sessions/s1/checkpoints")  # no body: every field is optional
+        assert unlabelled.status_code == 201, unlabelled.text
+        assert unlabelled.json()["label"] is None
         listed = c.get("/v1/sessions/s1/checkpoints").json()["checkpoints"]
-        assert any(cp["label"] == "mine" for cp in listed)
+        assert listed[0] == unlabelled.json()  # newest first, with its size
+        assert listed[1] == taken.json()
+        assert taken.json()["label"] == "mine"
+        assert taken.json()["size"] > 0
         exported = c.get("/v1/sessions/s1/export").json()
-        assert exported["session_id"] == "acme/s1"
+        assert exported["session_id"] == "s1"
         assert c.delete("/v1/sessions/s1").status_code == 204
         problem(c.get("/v1/sessions/s1"), 404, "session-not-found")
     assert served.host.store.list("acme/s1") == []
@@ -158,13 +164,23 @@ def test_bad_input_gets_problem_details(served: Served) -> None:
         problem(c.get("/v1/sessions/s/history", params={"cursor": "abc"}), 400, "bad-cursor")
         big = c.post("/v1/sessions/s/messages", json={"text": "x" * (2 << 20)})
         problem(big, 413, "body-too-large")
+        chunked = c.post(  # no Content-Length: refused as it is read
+            "/v1/sessions/s/messages",
+            content=iter([b'{"text": "', b"x" * (2 << 20), b'"}']),
+            headers={"Content-Type": "application/json"},
+        )
+        problem(chunked, 413, "body-too-large")
         long = c.post("/v1/sessions/s/messages", json={"text": "x" * 40_000})
         problem(long, 422, "message-too-long")
-        problem(
+        exists = problem(
             c.post("/v1/sessions", json={"template": "echo", "session_id": "s"}),
             409,
             "session-exists",
         )
+        assert "'s'" in exists["detail"]
+        assert "acme" not in exists["detail"]
+        missing = c.get("/v1/sessions/s/export", params={"checkpoint_id": "nope"})
+        assert "acme" not in problem(missing, 404, "checkpoint-not-found")["detail"]
         # the server and the session are fine
         assert c.post("/v1/sessions/s/messages", json={"text": "ok"}).status_code == 200
 

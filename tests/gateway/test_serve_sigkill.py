@@ -193,3 +193,35 @@ def test_sigkill_mid_stream_loses_no_answered_turn(
         if server.proc.returncode is None:
             server.kill()
     print(f"random seed {seed}; {answers.count} answered turns, {answers.cut} cut")
+
+
+def test_a_created_session_never_sent_to_survives_a_sigkill_as_it_was_created(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    key = create_key(data, "acme")
+    log = tmp_path / "serve.log"
+    auth = {"Authorization": f"Bearer {key}"}
+    server = ServeProcess(data, TEMPLATES, log)
+    try:
+        with httpx.Client(base_url=server.url, headers=auth) as c:
+            made = c.post(
+                "/v1/sessions",
+                json={"template": "slow", "session_id": "quiet", "metadata": {"team": "a"}},
+            )
+            assert made.status_code == 201, made.text
+        server.kill()  # answered 201, never sent a message
+        server = ServeProcess(data, TEMPLATES, log)
+        with httpx.Client(base_url=server.url, headers=auth) as c:
+            again = c.get("/v1/sessions/quiet")
+            assert again.status_code == 200, again.text
+            assert again.json()["metadata"] == {"team": "a"}
+            assert again.json()["created_at"] == made.json()["created_at"]
+            assert [s["session_id"] for s in c.get("/v1/sessions").json()["sessions"]] == ["quiet"]
+            answer = c.post("/v1/sessions/quiet/messages", json={"text": "hi"})
+            assert answer.json()["message"]["content"] == "echo: hi"
+        server.signal(signal.SIGTERM)
+        assert server.wait(60) == 0, log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()

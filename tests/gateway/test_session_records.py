@@ -52,7 +52,9 @@ def test_reserve_counts_the_tenants_other_sessions_and_records_below_the_limit(
     assert keys.reserve_session("acme/a", "acme", "other", "{}", 2) == Reservation(
         1, admitted=True, new=False
     )
-    assert keys.session_row("acme/a") == ("echo", '{"k": "v"}')
+    row = keys.session_row("acme/a")
+    assert row is not None
+    assert (row.template, row.metadata_json) == ("echo", '{"k": "v"}')
     listed = keys.tenant_sessions("acme")
     assert [(r.session_id, r.template, r.metadata_json) for r in listed] == [
         ("acme/a", "echo", '{"k": "v"}'),

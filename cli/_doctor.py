@@ -27,7 +27,6 @@ from cli._common import (
 )
 from cli._doctor_files import check_files
 from supervisor import SQLiteCheckpointStore, SupervisorError
-from supervisor._sqlite_schema import MARKER_SUFFIX, _check_identity, _identity
 
 __all__ = ["check", "doctor"]
 
@@ -99,9 +98,8 @@ def check(data_dir: Path) -> dict[str, object]:
         return report
     try:
         try:
-            identity = _identity(conn)
-            marked = Path(str(db) + MARKER_SUFFIX).exists()
-            if _check_identity(str(db), identity, marked):
+            version = SQLiteCheckpointStore.stored_schema(conn, str(db))
+            if version is None:
                 problems.append(f"{db} holds no store yet: no host has written there")
                 return report
             result = _integrity(conn, db, problems)
@@ -111,7 +109,6 @@ def check(data_dir: Path) -> dict[str, object]:
         except sqlite3.DatabaseError as exc:
             problems.append(f"{db} is not a readable database ({exc}): restore it from a backup")
             return report
-        version = identity[1]
         report.update(integrity=result, schema_version=version)
         writes = SQLiteCheckpointStore.SCHEMA_VERSION
         if version != writes:

@@ -11,9 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from supervisor import SupervisorError
-from supervisor._fingerprint_secret import SECRET_FILE as FINGERPRINT_FILE
-from supervisor._fingerprint_secret import _read as read_fingerprint_key
+from supervisor import FINGERPRINT_KEY_FILE, SupervisorError, check_fingerprint_key
 
 __all__ = ["check_files"]
 
@@ -57,10 +55,10 @@ def _secrets(data_dir: Path, problems: list[str]) -> None:
     """``fingerprint.key`` as a host reads it (mode and size; a host refuses to start
     otherwise), and ``gateway.secret`` by the same mode rule and the size the gateway
     needs. A missing secret is no problem: the first host or server creates it."""
-    key = data_dir / FINGERPRINT_FILE
+    key = data_dir / FINGERPRINT_KEY_FILE
     if key.exists():  # read only if there: the library's reader never creates one
         try:
-            read_fingerprint_key(key)
+            check_fingerprint_key(key)
         except SupervisorError as exc:
             problems.append(str(exc))
         except OSError as exc:

@@ -25,7 +25,7 @@ from cli._common import (
     require_data_dir,
     table,
 )
-from supervisor._session_attrs import validate
+from supervisor import check_tenant_id
 
 if TYPE_CHECKING:
     from gateway.keys import ApiKeys
@@ -57,10 +57,9 @@ def _postgres_option(func: F) -> F:
 
 def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``--tenant``, checked by the host's own rule for a session's ``tenant_id`` (every
-    session a key creates runs under it), applied without surrounding whitespace: a
-    blank tenant is as unusable as an empty one."""
+    session a key creates runs under it): not empty, not only whitespace."""
     try:
-        validate({"tenant_id": value.strip()})
+        check_tenant_id(value)
     except ValueError:
         raise click.BadParameter(
             f"{value!r}: a tenant id must be a non-empty name, not only whitespace"

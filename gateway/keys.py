@@ -16,12 +16,15 @@ import hmac
 import os
 import secrets
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
+
+from supervisor import check_tenant_id
 
 __all__ = [
     "KEY_PREFIX",
@@ -191,21 +194,32 @@ def mint_key(tenant_id: str, secret: bytes) -> tuple[NewKey, str]:
     (store the row and the fingerprint, never the key).
 
     Raises:
-        ValueError: ``tenant_id`` is empty.
+        TypeError, ValueError: ``tenant_id`` is not one sessions can run under (empty,
+            only whitespace: ``supervisor.check_tenant_id``).
     """
-    if not tenant_id:
-        raise ValueError("tenant_id must be a non-empty str")
+    check_tenant_id(tenant_id)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     info = ApiKey(f"key_{secrets.token_hex(6)}", tenant_id, now_ms(), None)
     return NewKey(key, info), key_fingerprint(secret, key)
 
 
 def read_or_create_secret(path: Path) -> bytes:
-    """The fingerprint secret: created once with 0600 (never widened), read ever after."""
+    """The fingerprint secret: created once with 0600 (never widened), read ever after.
+
+    Raises:
+        ValueError: the file is damaged, or others may read it (with it and the key
+            database, API keys of any tenant could be made): the message says what to do.
+    """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         secret = path.read_bytes()
+        mode = path.stat().st_mode
+        if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ValueError(
+                f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}); it keys "
+                f"the API-key fingerprints: run 'chmod 600 {path}'"
+            ) from None
         if len(secret) < 32:
             msg = f"{path} is damaged (fewer than 32 bytes); every key must be created anew"
             raise ValueError(msg) from None

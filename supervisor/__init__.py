@@ -10,6 +10,8 @@ from supervisor._actor import supervised_class as supervised_class
 from supervisor._actor import terminate as terminate
 from supervisor._credentials import CredentialsSource as CredentialsSource
 from supervisor._encryption_keys import EncryptionKeys as EncryptionKeys
+from supervisor._fingerprint_secret import SECRET_FILE as FINGERPRINT_KEY_FILE
+from supervisor._fingerprint_secret import check_fingerprint_key as check_fingerprint_key
 from supervisor._futures import EventWatch as EventWatch
 from supervisor._futures import HostFutures as HostFutures
 from supervisor._host_record import SessionInfo as SessionInfo
@@ -26,6 +28,7 @@ from supervisor._runtime import WorkerInfo as WorkerInfo
 from supervisor._runtimes import WorkerOptions as WorkerOptions
 from supervisor._session_attrs import SessionAttrs as SessionAttrs
 from supervisor._session_attrs import SessionMetadata as SessionMetadata
+from supervisor._session_attrs import check_tenant_id as check_tenant_id
 from supervisor.aio import AsyncAgentHost as AsyncAgentHost
 from supervisor.aio import EventStream as EventStream
 from supervisor.aio import wait_future as wait_future
@@ -89,6 +92,7 @@ from supervisor.workers import WorkerPool as WorkerPool
 
 __all__ = [
     "DEFAULT_KEEP_LAST",
+    "FINGERPRINT_KEY_FILE",
     "NOPROC",
     "NORMAL",
     "SHUTDOWN",
@@ -161,6 +165,8 @@ __all__ = [
     "WorkerOptions",
     "WorkerPool",
     "WorkerStartError",
+    "check_fingerprint_key",
+    "check_tenant_id",
     "demonitor",
     "freeze_startup_objects",
     "is_abnormal",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from supervisor.errors import SupervisorError
 
-__all__ = ["SECRET_FILE", "fingerprint_secret"]
+__all__ = ["SECRET_FILE", "check_fingerprint_key", "fingerprint_secret"]
 
 SECRET_FILE = "fingerprint.key"
 """Name of the fingerprint key's file inside a data directory."""
@@ -46,6 +46,19 @@ def fingerprint_secret(directory: Path) -> bytes:
     finally:
         os.close(fd)
     return _read(path)
+
+
+def check_fingerprint_key(path: Path) -> None:
+    """Check, without changing anything, that a host would accept the fingerprint key at
+    ``path`` (a data directory's ``fingerprint.key``), for tools that inspect a data
+    directory.
+
+    Raises:
+        SupervisorError: a host would refuse it (its mode or size; the message says what
+            to do).
+        OSError: it cannot be read.
+    """
+    _read(path)
 
 
 def _read(path: Path) -> bytes:

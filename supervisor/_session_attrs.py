@@ -16,6 +16,7 @@ __all__ = [
     "PluginSpec",
     "SessionAttrs",
     "SessionMetadata",
+    "check_tenant_id",
     "plain_text",
     "send_request",
     "validate",
@@ -61,11 +62,26 @@ ALLOWED_ATTRS: Final = SessionAttrs.__required_keys__ | SessionAttrs.__optional_
 def _text(name: str, value: object, *, optional: bool) -> str | None:
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value.strip():
         rule = "a non-empty str or None" if optional else "a non-empty str"
-        msg = f"session attribute {name} must be {rule}, got {value!r}"
+        msg = f"session attribute {name} must be {rule} (not only whitespace), got {value!r}"
         raise (ValueError if isinstance(value, str) else TypeError)(msg)
     return value
+
+
+def check_tenant_id(value: object) -> str:
+    """``value`` if sessions can be started under it as their ``tenant_id``.
+
+    For programs that take a tenant before any session exists (an API key's,
+    say), so that they refuse exactly what ``AgentHost.start_session`` would.
+
+    Raises:
+        TypeError: ``value`` is not a ``str``.
+        ValueError: it is empty or only whitespace.
+    """
+    tenant = _text("tenant_id", value, optional=False)
+    assert tenant is not None
+    return tenant
 
 
 def _int(name: str, value: object, *, minimum: int, optional: bool) -> int | None:

@@ -65,6 +65,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "open_database",
+    "stored_schema",
 ]
 
 SCHEMA_VERSION = 5
@@ -136,6 +137,20 @@ _DDL_3 = (
     "CREATE TABLE store_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
     "CREATE TABLE encryption_keys (key_id TEXT PRIMARY KEY, key_check BLOB NOT NULL)",
 )
+
+
+def stored_schema(conn: sqlite3.Connection, path: str) -> int | None:
+    """The schema version of the store in the database ``conn`` has open at ``path``, or
+    ``None`` if the file holds no store yet (opening it would create one); reads only.
+
+    Raises:
+        StoreCorrupted: the file is neither a store nor new (truncated, foreign).
+        SupervisorError: it is a store of a schema newer than this code supports.
+    """
+    identity = _identity(conn)
+    if _check_identity(path, identity, os.path.exists(path + MARKER_SUFFIX)):
+        return None
+    return identity[1]
 
 
 def _identity(conn: sqlite3.Connection) -> tuple[int, int, frozenset[str]]:

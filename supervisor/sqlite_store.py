@@ -42,6 +42,7 @@ from supervisor._sqlite_schema import (
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
     open_database,
+    stored_schema,
 )
 from supervisor._state_parts import checked, part_refs, read_refs
 from supervisor._store_encryption import encrypt_rows, open_rows, reencrypt_rows, scrub
@@ -263,6 +264,12 @@ class SQLiteCheckpointStore(ClosingContext):
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
     """The schema version (``PRAGMA user_version``) this code writes; a store of an older
     version is migrated when a store opens it, one of a newer version is refused."""
+
+    stored_schema = staticmethod(stored_schema)
+    """``stored_schema(conn, path)``: the schema version of the store in the database a
+    (read-only) connection ``conn`` has open at ``path``, ``None`` if the file holds no
+    store yet; raises what opening it would (``StoreCorrupted``, ``SupervisorError``).
+    For tools that inspect a data directory without writing to it."""
 
     APPLICATION_ID: ClassVar[int] = APPLICATION_ID
     """The ``PRAGMA application_id`` that marks a SQLite file as a sessionvisor store."""

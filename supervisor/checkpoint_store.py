@@ -136,16 +136,23 @@ class ClosingContext:
 
 
 def check_keep_last(keep_last: object, *, allow_none: bool) -> int | None:
-    """Validate a ``keep_last`` argument: an int >= 0 (or None when allowed).
+    """Validate a ``keep_last`` argument: a store's (``allow_none``) is an int >= 1 or
+    ``None`` (keep all), since a save pruned to nothing would store nothing while the
+    caller is told it is durable; ``prune``'s is an int >= 0 (0 deletes them all).
 
     Raises:
         TypeError: not an int (or None).
-        ValueError: negative.
+        ValueError: below its minimum.
     """
     if keep_last is None and allow_none:
         return None
     if isinstance(keep_last, bool) or not isinstance(keep_last, int):
         raise TypeError(f"keep_last must be an int, got {type(keep_last).__name__}")
+    if allow_none and keep_last < 1:
+        raise ValueError(
+            f"keep_last must be >= 1 (every save keeps at least itself), or None to keep "
+            f"every checkpoint; got {keep_last}"
+        )
     if keep_last < 0:
         raise ValueError(f"keep_last must be >= 0, got {keep_last}")
     return keep_last

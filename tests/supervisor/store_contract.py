@@ -130,6 +130,13 @@ class CheckpointStoreContract:
         for s in snaps[3:]:
             assert store.load("sess-1", s.checkpoint_id) == s
 
+    def test_a_store_that_would_keep_no_checkpoint_is_refused(self, make_store: MakeStore) -> None:
+        # every save would prune itself: nothing durable while send says it is
+        with pytest.raises(ValueError, match=r"keep_last must be >= 1 \(every save keeps at le"):
+            make_store(keep_last=0)
+        with pytest.raises(ValueError, match="or None to keep every checkpoint; got -1"):
+            make_store(keep_last=-1)
+
     def test_keep_last_none_keeps_everything(self, make_store: MakeStore) -> None:
         store = make_store(keep_last=None)
         for t in range(120):

@@ -28,7 +28,12 @@ from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
 from actors._storable import storable_message, storable_text
 from actors._strip import strip_live
-from actors.errors import SnapshotDecodeError, SnapshotEncodeError, TurnLimitExceeded
+from actors.errors import (
+    PluginError,
+    SnapshotDecodeError,
+    SnapshotEncodeError,
+    TurnLimitExceeded,
+)
 from actors.events import EventBatch, EventBuffer, Subscriber
 from actors.messages import Message, ToolCall, Usage
 from actors.model import GenerateModel, Model, ModelResponse
@@ -322,6 +327,8 @@ class AgentSession(pykka.ThreadingActor):
         try:
             try:
                 offered = self.plugins.start(self.tools)
+                if self._has_plugins:
+                    self._check_started_states()
             except Exception as exc:
                 self._start_error = exc
                 self.plugins.end("error")
@@ -521,6 +528,27 @@ class AgentSession(pykka.ThreadingActor):
             return self._state()
         except RecursionError:
             raise self._too_deep_error() from None
+
+    def _check_started_states(self) -> None:
+        """Fail the start if a checkpoint could not hold a plugin's state as its
+        ``session_start`` left it: such a session would start, then fail every turn.
+
+        Raises:
+            PluginError: naming the plugin; the ``SnapshotEncodeError`` (naming the path)
+                is its ``error``.
+        """
+        for name, state in self.plugins.states().items():
+            root = f"plugins.{name}"
+            try:
+                try:
+                    stripped, _ = strip_live(_copy_containers(state), root=root)
+                except (RecursionError, ValueError):
+                    raise SnapshotEncodeError(
+                        root, state, "it holds a cycle or nests deeper than a checkpoint can hold"
+                    ) from None
+                encode_plain(stripped, root=root)
+            except SnapshotEncodeError as exc:
+                raise PluginError(name, "session_start", exc) from exc
 
     def _check_plugin_states(self) -> None:
         """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the

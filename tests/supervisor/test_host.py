@@ -16,9 +16,12 @@ import pytest
 
 from actors import (
     SCHEMA_VERSION,
+    AgentTemplate,
     EchoModel,
     Message,
     MigrationRegistry,
+    Plugin,
+    PluginContext,
     PluginError,
     ProviderRegistry,
     RegistryProfileMissing,
@@ -150,6 +153,44 @@ def test_plugin_error_on_start_leaves_nothing_registered_or_running(
     journal.fail_first_start = False
     assert host.start_session(template(journal), "bad") == "bad"
     assert host.send("bad", "hello").content == "echo: hello"
+
+
+class SetsUnstorableState(Plugin):
+    """Leaves in its state what no checkpoint can hold (``kind``: a set, or a cycle)."""
+
+    name = "tags"
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def session_start(self, ctx: PluginContext) -> None:
+        if self.kind == "set":
+            ctx.state["tags"] = {"a", "b"}
+        else:
+            loop: list[Any] = []
+            loop.append(loop)
+            ctx.state["loop"] = loop
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("set", "at plugins.tags.tags: builtins.set is not a plain value"),
+        ("cycle", "at plugins.tags: it holds a cycle"),
+    ],
+)
+def test_a_state_no_checkpoint_can_hold_fails_the_start_not_every_turn(
+    make_host: HostFactory, kind: str, message: str
+) -> None:
+    host = make_host()
+
+    with pytest.raises(PluginError, match="'tags' failed in session_start") as caught:
+        host.start_session(AgentTemplate(model="echo", plugins=[SetsUnstorableState(kind)]), "s")
+
+    assert message in str(caught.value.error)
+    assert host.list_sessions() == []
+    assert host.start_session(AgentTemplate(model="echo"), "s") == "s"  # the id is free
+    assert host.send("s", "hi").content == "echo: hi"
 
 
 def test_plugin_error_keeps_the_plugin_exception_as_its_cause(

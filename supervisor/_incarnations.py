@@ -31,7 +31,15 @@ from typing import Any, NoReturn
 
 import pykka
 
-from actors import AgentTemplate, Model, ProviderRegistry, Snapshot, TakeSnapshot
+from actors import (
+    AgentTemplate,
+    GetHistory,
+    Message,
+    Model,
+    ProviderRegistry,
+    Snapshot,
+    TakeSnapshot,
+)
 from supervisor._checkpoints import EVENT_SEQ, Checkpoints, event_seq
 from supervisor._credentials import TenantCredentials
 from supervisor._host_policy import HostPolicy
@@ -399,12 +407,27 @@ class Incarnations:
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot(label))
         try:
             if snapshot is None:
-                latest = self._checkpoints.store.load(record.session_id)
-                return self._checkpoints.relabel(latest, label, record.events)
+                try:
+                    latest = self._checkpoints.store.load(record.session_id)
+                except CheckpointNotFound:  # restarting with none saved: its next incarnation's
+                    snapshot = self.call(record, TakeSnapshot(label), self.policy.call_timeout)
+                else:
+                    return self._checkpoints.relabel(latest, label, record.events)
             return self._checkpoints.save(snapshot, record.events)
         except OwnershipLost:
             self.lose(record)
             raise
+
+    def history(self, record: SessionRecord) -> list[Message]:
+        """``AgentHost.history``: the running incarnation's, else the last checkpoint's; none
+        (restarting before its first checkpoint) is the empty history it comes back with."""
+        history: list[Message] | None = self.ask_running(record, GetHistory())
+        if history is not None:
+            return history
+        try:
+            return self._checkpoints.store.load(record.session_id).messages()
+        except CheckpointNotFound:
+            return []
 
     def hibernate(self, record: SessionRecord) -> bool:
         """Checkpoint the session and stop its incarnation; False if another operation

@@ -106,7 +106,7 @@ class CheckpointNotFound(SupervisorError, LookupError):
     def __init__(self, session_id: str, checkpoint_id: str | None = None) -> None:
         self.session_id = session_id
         self.checkpoint_id = checkpoint_id
-        what = "any checkpoint" if checkpoint_id is None else f"checkpoint {checkpoint_id!r}"
+        what = "checkpoint" if checkpoint_id is None else f"checkpoint {checkpoint_id!r}"
         super().__init__(f"no {what} stored for session {session_id!r}")
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Self, Unpack
 from actors import (
     AgentTemplate,
     EventBatch,
-    GetHistory,
     Message,
     ProviderRegistry,
     Snapshot,
@@ -33,7 +32,17 @@ from supervisor._encryption_keys import EncryptionKeys
 from supervisor._futures import HostFutures
 from supervisor._hibernation import Sweeper
 from supervisor._host_backing import DEFAULT_DATA_DIR, open_backing
-from supervisor._host_policy import HostPolicy
+from supervisor._host_policy import (
+    HostPolicy,
+    call_wait,
+    check_label,
+    check_since,
+    check_subscriber,
+    check_worker_options,
+    resume_arguments,
+    start_arguments,
+    workers_wait,
+)
 from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
@@ -94,9 +103,12 @@ class AgentHost:
         auto_hibernate: Run a background sweeper that hibernates idle sessions;
             with ``False`` call ``hibernate_idle`` yourself (tests, custom loops).
         clock: Monotonic seconds, for restart intensity and idleness; injectable.
-        call_timeout: Default seconds a ``send`` may take.
-        restart_wait: Seconds a call waits for a crashed session to come back.
-        max_steps: Most model calls in one turn of each session.
+        call_timeout: Default seconds a ``send`` may take (a positive number, at most a
+            day: it also bounds each session's stop; a ``send`` may pass a longer
+            ``timeout``).
+        restart_wait: Seconds a call waits for a crashed session to come back (``>= 0``,
+            at most a day).
+        max_steps: Most model calls in one turn of each session (``>= 1``).
         workers: Run sessions in this many worker processes (``None``: in
             threads of this process). Templates must then be picklable by
             cloudpickle (``TemplateNotPicklable`` names the part that is not).
@@ -120,6 +132,11 @@ class AgentHost:
             ``SessionOwnedElsewhere``, orphans of dead nodes are taken over
             (with ``node.template``), and ``shutdown`` drains. ``host.node`` is the
             ``ClusterNode``.
+
+    Raises:
+        TypeError, ValueError: an invalid setting, named, before anything starts (no
+            store, thread or worker is left behind); a failure later in the constructor
+            releases what it had started.
     """
 
     def __init__(
@@ -144,7 +161,7 @@ class AgentHost:
         node: NodeConfig | None = None,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
-        policy = HostPolicy(
+        policy = HostPolicy(  # every check before anything starts: a bad value leaks nothing
             checkpoint_every,
             hibernate_after_ms,
             max_restarts,
@@ -154,63 +171,77 @@ class AgentHost:
             max_steps,
             clock,
         )
+        check_worker_options(workers, worker_options, WorkerOptions.__annotations__)
         keys = TenantCredentials(credentials)
         options = worker_options
         backing = open_backing(
             store, data_dir, encryption, node, workers, clock=clock, worker_options=options
         )
-        self._ownership = backing.ownership
-        self._runtime = backing.runtime
-        self.node = node_of(self._ownership)
-        self.store: CheckpointStore = backing.store
-        self._checkpoints = Checkpoints(self.store, redact, self._ownership.save)
-        self.providers = providers if providers is not None else ProviderRegistry()
-        self.checkpoint_every = checkpoint_every
-        self.max_restarts = max_restarts
-        self.max_seconds = max_seconds
-        self.hibernate_after_ms = hibernate_after_ms
-        self.call_timeout = call_timeout
-        self.restart_wait = restart_wait
-        self.max_steps = max_steps
-        self._clock = clock
-        self._table = SessionTable()
-        fanout = None if self.node is None else self.node.events
-        if fanout is not None:  # every event of the sessions it owns, to the other nodes
-            self._table.tap(
-                lambda record, event: fanout.publish(record.session_id, record.tenant_id, event)
+        # What was started, undone in reverse if a later step fails (then the shutdown's).
+        undo: list[Callable[[], object]] = []
+        if backing.close_store is not None:
+            undo.append(backing.close_store)
+        undo += [backing.ownership.drain, backing.runtime.close]
+        try:
+            self._ownership = backing.ownership
+            self._runtime = backing.runtime
+            self.node = node_of(self._ownership)
+            self.store: CheckpointStore = backing.store
+            self._checkpoints = Checkpoints(self.store, redact, self._ownership.save)
+            self.providers = providers if providers is not None else ProviderRegistry()
+            self.checkpoint_every = checkpoint_every
+            self.max_restarts = max_restarts
+            self.max_seconds = max_seconds
+            self.hibernate_after_ms = hibernate_after_ms
+            self.call_timeout = policy.call_timeout
+            self.restart_wait = policy.restart_wait
+            self.max_steps = max_steps
+            self._clock = clock
+            self._table = SessionTable()
+            fanout = None if self.node is None else self.node.events
+            if fanout is not None:  # every event of the sessions it owns, to the other nodes
+                self._table.tap(
+                    lambda record, event: fanout.publish(record.session_id, record.tenant_id, event)
+                )
+            self._sessions = Incarnations(
+                self._table,
+                self._runtime,
+                self._checkpoints,
+                self.providers,
+                policy,
+                self._ownership,
+                keys,
+                fingerprint_secret=backing.fingerprint_secret,
             )
-        self._sessions = Incarnations(
-            self._table,
-            self._runtime,
-            self._checkpoints,
-            self.providers,
-            policy,
-            self._ownership,
-            keys,
-            fingerprint_secret=backing.fingerprint_secret,
-        )
-        self._table.on_missing = self._sessions.adopt
-        self.registry = self._sessions.registry
-        self._root = self._sessions.root
-        calls = NonBlockingCalls(self._sessions, self._runtime, self._checkpoints, policy)
-        self._futures = HostFutures(self, self._table, self._checkpoints, calls)
-        self._sweeper: Sweeper | None = None
-        if auto_hibernate and hibernate_after_ms is not None:
-            interval = max(0.05, hibernate_after_ms / 4000)
-            self._sweeper = Sweeper(self.hibernate_idle, interval)
-        self._shutdown = HostShutdown(
-            self._table,
-            self._sessions,
-            self._runtime,
-            sweeper=self._sweeper,
-            stop_adopting=self._ownership.stop_adopting,
-            drain=self._ownership.drain,
-            close_store=backing.close_store,
-            close_calls=calls.close,
-            timeout=call_timeout,
-            owner=self,
-        )
-        self._ownership.start(self._sessions.adopt, self._sessions.lose_id)
+            undo.append(self._sessions.root.stop)
+            self._table.on_missing = self._sessions.adopt
+            self.registry = self._sessions.registry
+            self._root = self._sessions.root
+            calls = NonBlockingCalls(self._sessions, self._runtime, self._checkpoints, policy)
+            undo.append(calls.close)
+            self._futures = HostFutures(self, self._table, self._checkpoints, calls)
+            self._sweeper: Sweeper | None = None
+            if auto_hibernate and hibernate_after_ms is not None:
+                interval = max(0.05, hibernate_after_ms / 4000)
+                self._sweeper = Sweeper(self.hibernate_idle, interval)
+                undo.append(self._sweeper.stop)
+            self._shutdown = HostShutdown(
+                self._table,
+                self._sessions,
+                self._runtime,
+                sweeper=self._sweeper,
+                stop_adopting=self._ownership.stop_adopting,
+                drain=self._ownership.drain,
+                close_store=backing.close_store,
+                close_calls=calls.close,
+                timeout=policy.call_timeout,
+                owner=self,
+            )
+            undo = [self._shutdown.run]  # from here on, it releases everything
+            self._ownership.start(self._sessions.adopt, self._sessions.lose_id)
+        except BaseException:
+            _release(undo)
+            raise
 
     # -- starting and resuming -------------------------------------------------
 
@@ -233,10 +264,12 @@ class AgentHost:
             PluginError: a ``session_start`` hook raised; nothing was registered.
             RegistryProfileMissing, UnknownModel: the template's model string
                 cannot be resolved.
-            TypeError, ValueError: an invalid attribute (the message names it).
+            TypeError, ValueError: an invalid id, template or attribute (the message
+                names it), before anything is started.
         """
-        fresh = session_id is None  # 122 random bits: no earlier life to look for in the store
-        session_id = uuid.uuid4().hex if fresh else plain_text("session_id", session_id)
+        checked = start_arguments(template, session_id, tenant_id, api_key, attrs)
+        fresh = checked is None  # 122 random bits: no earlier life to look for in the store
+        session_id = uuid.uuid4().hex if checked is None else checked
         self._table.check_open()
         if not fresh and self.store.list(session_id):
             raise SessionAlreadyExists(session_id)
@@ -274,8 +307,12 @@ class AgentHost:
             RegistryProfileMissing: its model names a profile that is not
                 registered; register it and call again.
             PluginError: a ``session_start`` hook raised.
+            TypeError, ValueError: an invalid argument or attribute (the message names
+                it), before anything is loaded.
         """
-        session_id = plain_text("session_id", session_id)
+        session_id = resume_arguments(
+            session_id, template, checkpoint_id, tenant_id, api_key, attrs
+        )
         self._table.check_open()
         return self._sessions.resume(
             session_id, template, checkpoint_id, tenant_id, api_key, dict(attrs)
@@ -325,13 +362,17 @@ class AgentHost:
             SessionFailed: it was given up after repeated crashes.
             SessionCrashed: it crashed during the turn (not acknowledged: retry).
             TimeoutError: no answer within ``timeout`` (the turn may go on).
+            TypeError, ValueError: ``text`` or ``tag`` is not a ``str`` or holds text no
+                checkpoint can store, or ``timeout`` is not a positive, finite number of
+                seconds or ``None`` (the host's ``call_timeout``); nothing was sent. A
+                ``timeout`` past a year is taken as a year.
             Exception: what the model raised, or what the store raised saving
                 the turn's checkpoint; the session lives on and the turn is
                 rolled back (send it again), though not what plugin hooks did.
         """
         request = send_request(text, tag)
+        wait = call_wait(timeout, self.call_timeout)
         record = self._table.live(session_id, tenant_id)
-        wait = self.call_timeout if timeout is None else timeout
         with record.exclusive(wait):
             try:
                 answer: Message = self._sessions.call(record, request, wait)
@@ -345,8 +386,10 @@ class AgentHost:
         Raises:
             SessionNotFound: no such session (for ``tenant_id``).
             SteeringQueueFull: too many steering messages are waiting.
+            TypeError, ValueError: ``text`` is not a ``str``, or holds a lone surrogate.
         """
-        self._table.live(session_id, tenant_id).steering.put(plain_text("the steering text", text))
+        steering = plain_text("the steering text", text)
+        self._table.live(session_id, tenant_id).steering.put(steering)
 
     def history(self, session_id: str, *, tenant_id: str | None = None) -> list[Message]:
         """The conversation so far: the running session's, or its last checkpoint's when it
@@ -356,9 +399,7 @@ class AgentHost:
             SessionNotFound: no such session on this host (for ``tenant_id``).
             TimeoutError: the session did not answer within ``call_timeout``.
         """
-        record = self._table.live(session_id, tenant_id)
-        history: list[Message] | None = self._sessions.ask_running(record, GetHistory())
-        return self.store.load(session_id).messages() if history is None else history
+        return self._sessions.history(self._table.live(session_id, tenant_id))
 
     def events(
         self, session_id: str, since: int | None = None, *, tenant_id: str | None = None
@@ -367,8 +408,10 @@ class AgentHost:
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
+            TypeError: ``since`` is neither an ``int`` nor ``None``.
         """
-        return self._table.live(session_id, tenant_id).events.since(since)
+        cursor = check_since(since)
+        return self._table.live(session_id, tenant_id).events.since(cursor)
 
     def subscribe(
         self, session_id: str, subscriber: Subscriber, *, tenant_id: str | None = None
@@ -385,8 +428,10 @@ class AgentHost:
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
+            TypeError: ``subscriber`` is not callable.
         """
-        return self._table.live(session_id, tenant_id).events.subscribe(subscriber)
+        checked = check_subscriber(subscriber)
+        return self._table.live(session_id, tenant_id).events.subscribe(checked)
 
     def follow(
         self, session_id: str, *, since: int | None = None, tenant_id: str | None = None
@@ -417,8 +462,11 @@ class AgentHost:
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
             TimeoutError: the session did not answer within ``call_timeout``.
+            TypeError, ValueError: ``label`` is neither a ``str`` nor ``None``, or holds a
+                lone surrogate.
         """
-        return self._sessions.checkpoint(self._table.live(session_id, tenant_id), label)
+        checked = check_label(label)
+        return self._sessions.checkpoint(self._table.live(session_id, tenant_id), checked)
 
     def kill(
         self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
@@ -475,8 +523,12 @@ class AgentHost:
         worker died): True once they do (at once in thread mode), False after
         ``timeout`` seconds, or at once when no replacement will come
         (``workers_given_up``, or shut down). Thread-safe.
+
+        Raises:
+            TypeError, ValueError: ``timeout`` is neither ``None`` (no limit) nor a finite
+                number of seconds ``>= 0``.
         """
-        return self._runtime.wait_ready(timeout)
+        return self._runtime.wait_ready(workers_wait(timeout))
 
     @property
     def worker_deaths(self) -> int:
@@ -540,6 +592,16 @@ class AgentHost:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
+
+
+def _release(undo: list[Callable[[], object]]) -> None:
+    """Undo what a failed ``AgentHost()`` started, last first; a step that fails is logged and
+    the others still run (the constructor's error is the one that propagates)."""
+    for step in reversed(undo):
+        try:
+            step()
+        except Exception:
+            logger.exception("releasing what a failed AgentHost() had started")
 
 
 AgentHost.__module__ = "supervisor"

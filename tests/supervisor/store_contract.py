@@ -62,7 +62,7 @@ class CheckpointStoreContract:
         assert store.load("sess-1") == newer
 
     def test_missing_checkpoints(self, store: CheckpointStore) -> None:
-        with pytest.raises(CheckpointNotFound, match="any checkpoint") as info:
+        with pytest.raises(CheckpointNotFound, match="no checkpoint stored for session") as info:
             store.load("nobody")
         assert info.value.session_id == "nobody"
         store.save(snap())

@@ -3,7 +3,8 @@
 Each test runs in thread mode, process mode and portable process mode:
 
 - history and checkpoint right after ``kill`` answer from the resumed session
-  or the last checkpoint, never with an error;
+  or the last checkpoint (or, before the first, an empty history and the next
+  incarnation's checkpoint), never with an error;
 - a ``send`` right after ``kill`` runs on the next incarnation, never on the
   dying one;
 - leaving the host's ``with`` block while a session is being restarted logs no
@@ -63,6 +64,23 @@ def test_history_and_checkpoint_right_after_a_kill_answer(make_host: HostFactory
     for sid in sids:  # each came back, with its turn
         assert host.send(sid, "again").content == "echo: again"
         assert [user for user, _ in pairs(host.history(sid))] == [f"hello {sid}", "again"]
+
+
+def test_history_and_checkpoint_after_a_kill_before_any_checkpoint_answer(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    sids = [host.start_session(template(), session_id=f"s{n}") for n in range(10)]
+    for sid in sids:  # never sent to: no checkpoint yet
+        host.kill(sid)
+        assert host.history(sid) == []  # what its next incarnation comes back with
+        host.kill(sid)
+        snapshot = host.checkpoint(sid, label="first")  # the next incarnation's
+        assert snapshot.messages() == []
+        assert snapshot.label == "first"
+        assert [i.label for i in host.store.list(sid)] == ["first"]
+    for sid in sids:
+        assert host.send(sid, "hi").content == "echo: hi"
 
 
 def test_a_send_right_after_a_kill_runs_on_the_next_incarnation(make_host: HostFactory) -> None:

@@ -11,6 +11,7 @@ from gateway.keys import KeyNotFound as KeyNotFound
 from gateway.keys import KeyStore as KeyStore
 from gateway.keys import NewKey as NewKey
 from gateway.limits import Limits as Limits
+from gateway.templates import TemplateFactoryError as TemplateFactoryError
 from gateway.templates import TemplateLoadError as TemplateLoadError
 from gateway.templates import load_template as load_template
 from gateway.templates import load_templates as load_templates
@@ -21,6 +22,7 @@ __all__ = [
     "KeyStore",
     "Limits",
     "NewKey",
+    "TemplateFactoryError",
     "TemplateLoadError",
     "create_app",
     "load_template",

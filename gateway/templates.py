@@ -8,15 +8,23 @@ sessions with (without ``name=``, the name is ``attr``).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Iterable
 
-from actors import AgentTemplate
+from actors import AgentTemplate, Tool
 
-__all__ = ["TemplateLoadError", "load_template", "load_templates"]
+__all__ = ["TemplateFactoryError", "TemplateLoadError", "load_template", "load_templates"]
+
+_WANTED = "an actors.AgentTemplate (or a function of no arguments returning one)"
 
 
 class TemplateLoadError(ValueError):
     """An import string that does not name an ``AgentTemplate``; the message says why."""
+
+
+class TemplateFactoryError(TemplateLoadError):
+    """The template's module or factory raised while it was loaded; the original
+    exception is the ``__cause__``."""
 
 
 def load_template(target: str) -> AgentTemplate:
@@ -35,6 +43,10 @@ def load_template(target: str) -> AgentTemplate:
         raise TemplateLoadError(
             f"template {target!r}: cannot import {module_name!r}: {exc}"
         ) from exc
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise TemplateFactoryError(
+            f"template {target!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
     value: object = module
     for part in attr.split("."):
         try:
@@ -43,11 +55,40 @@ def load_template(target: str) -> AgentTemplate:
             msg = f"template {target!r}: module {module_name!r} has no attribute {attr!r}"
             raise TemplateLoadError(msg) from None
     if callable(value) and not isinstance(value, AgentTemplate):
-        value = value()
+        value = _made(target, value)
     if not isinstance(value, AgentTemplate):
-        msg = f"template {target!r} is a {type(value).__name__}, not an actors.AgentTemplate"
+        msg = f"template {target!r} is a {type(value).__name__}, not {_WANTED}"
         raise TemplateLoadError(msg)
     return value
+
+
+def _made(target: str, factory: object) -> object:
+    """What the factory ``target`` names returns, called without arguments; a callable
+    that is no factory (a tool, a function that needs arguments) is refused uncalled.
+
+    Raises:
+        TemplateLoadError: it cannot be called without arguments.
+        TemplateFactoryError: it raised.
+    """
+    assert callable(factory)
+    if isinstance(factory, Tool):
+        raise TemplateLoadError(f"template {target!r} is an actors.Tool, not {_WANTED}")
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        kind = "class" if inspect.isclass(factory) else "function"
+        raise TemplateLoadError(
+            f"template {target!r} is a {kind} that needs arguments, not {_WANTED}"
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins): the call decides
+        pass
+    try:
+        return factory()
+    except Exception as exc:
+        raise TemplateFactoryError(
+            f"template {target!r}: the factory raised {type(exc).__name__}: {exc}; "
+            "call it in Python to see where"
+        ) from exc
 
 
 def load_templates(specs: Iterable[str]) -> dict[str, AgentTemplate]:

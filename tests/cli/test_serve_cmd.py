@@ -51,12 +51,12 @@ def error_line(result: Result) -> str:
 
 def test_a_tool_or_a_function_needing_arguments_is_not_a_template(tmp_path: Path) -> None:
     for target, message in [
-        ("tests.cli.serve_targets:add", "is a Tool, not an AgentTemplate"),
+        ("tests.cli.serve_targets:add", "is an actors.Tool, not an actors.AgentTemplate"),
         ("tests.cli.serve_targets:needs_model", "is a function that needs arguments, not an"),
     ]:
         result = serve(tmp_path, f"chat={target}")
         assert result.exit_code == 2, result.output
-        assert f"Error: {target} {message}" in result.stderr
+        assert f"Error: template {target!r} {message}" in result.stderr
         assert "(or a function of no arguments returning one)" in result.stderr
     assert not any(tmp_path.iterdir())
 
@@ -65,7 +65,7 @@ def test_a_failing_factory_is_one_line(tmp_path: Path) -> None:
     result = serve(tmp_path, "chat=tests.cli.serve_targets:broken")
     assert result.exit_code == 1
     assert error_line(result) == (
-        "error: the template factory tests.cli.serve_targets:broken raised RuntimeError: "
+        "error: template 'tests.cli.serve_targets:broken': the factory raised RuntimeError: "
         "the model's credentials are missing; call it in Python to see where"
     )
 

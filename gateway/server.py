@@ -209,7 +209,11 @@ def serve(
         _serve_cluster(cluster, data_dir, templates, workers, limits, sock, host, port, announce)
         return
     keys = KeyStore(data_dir)
-    agent_host = AgentHost(data_dir=data_dir, workers=workers)
+    try:
+        agent_host = AgentHost(data_dir=data_dir, workers=workers)
+    except BaseException:  # the directory is in use, a secret refused, ...
+        keys.close()
+        raise
     listening = sock
     try:
         with _absorb_stop_signals() as stopped:

@@ -73,7 +73,9 @@ def test_a_failing_factory_is_one_line(tmp_path: Path) -> None:
 def test_a_data_dir_in_use(tmp_path: Path, process_state: None) -> None:
     host = AgentHost(data_dir=tmp_path)
     try:
+        fds = set(os.listdir("/proc/self/fd"))
         result = serve(tmp_path)
+        assert set(os.listdir("/proc/self/fd")) <= fds  # the key store it opened is closed
     finally:
         host.shutdown()
     assert result.exit_code == 1

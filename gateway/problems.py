@@ -209,6 +209,12 @@ async def handle_validation(request: Request, error: Exception) -> JSONResponse:
 async def handle_http(request: Request, error: Exception) -> JSONResponse:
     """Exception handler for routing errors (unknown path, wrong method)."""
     assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 400 and isinstance(error.__cause__, ValueError | RecursionError):
+        # FastAPI's "error parsing the body": bytes that are not UTF-8, JSON nested past
+        # what the parser takes (json's own errors answer through handle_validation)
+        detail = "the body is not valid JSON: UTF-8 text, nested a few hundred levels at most"
+        problem = Problem(400, "malformed-json", "Malformed JSON", detail)
+        return problem_response(problem, request.url.path)
     slug = {404: "not-found", 405: "method-not-allowed"}.get(error.status_code, "http-error")
     problem = Problem(error.status_code, slug, str(error.detail), str(error.detail))
     return problem_response(problem, request.url.path)

@@ -158,6 +158,9 @@ def test_bad_input_gets_problem_details(served: Served) -> None:
         c.post("/v1/sessions", json={"template": "echo", "session_id": "s"})
         bad = c.post("/v1/sessions", content=b"{nope", headers={"Content-Type": "application/json"})
         problem(bad, 400, "malformed-json")
+        for body in (b'{"template": "\xff"}', b"[" * 100_000 + b"]" * 100_000):
+            bad = c.post("/v1/sessions", content=body, headers={"Content-Type": "application/json"})
+            assert "not valid JSON" in problem(bad, 400, "malformed-json")["detail"]
         problem(c.post("/v1/sessions", json={"template": 5}), 422, "invalid-request")
         problem(c.post("/v1/sessions/s/messages", json={"text": 1}), 422, "invalid-request")
         problem(c.post("/v1/sessions", json={"template": "nope"}), 422, "unknown-template")

@@ -17,6 +17,33 @@ from actors.tools import Tool
 __all__ = ["AgentTemplate"]
 
 
+_MODEL_STRING = "a registered name such as 'echo', or 'registry:<profile>:<provider>:<model_id>'"
+
+
+def _check_model(model: object) -> None:
+    """Refuse what no session could call: a model is a model string (resolved by a
+    ``ProviderRegistry`` when a session starts) or an object of either ``Model`` form."""
+    if isinstance(model, str):
+        if not model:
+            raise ValueError(f"model must be a non-empty model string ({_MODEL_STRING}), got ''")
+        return
+    if isinstance(model, type):
+        raise TypeError(
+            f"model must be a model object, not the class {model.__name__}: pass an instance, "
+            f"such as {model.__name__}()"
+        )
+    if callable(getattr(model, "respond", None)) or callable(getattr(model, "generate", None)):
+        return
+    shown = repr(model)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise TypeError(
+        f"model must be a model string ({_MODEL_STRING}) or an object with a "
+        "generate(messages, tools) or respond(request) method (actors.GenerateModel, "
+        f"actors.RespondModel), got {type(model).__name__} {shown}"
+    )
+
+
 def _unique(kind: str, names: Sequence[str]) -> None:
     seen: set[str] = set()
     for name in names:
@@ -38,6 +65,11 @@ class AgentTemplate:
         tools: Tools the model may call; names must be unique.
         instructions: The system prompt, sent first on every model call.
         plugins: Plugins, run in this order; names must be unique.
+
+    Raises:
+        TypeError: ``model`` is neither a model string nor a model object (one with a
+            ``generate`` or ``respond`` method), or a tool or plugin is not one.
+        ValueError: ``model`` is an empty string, or two tools or plugins share a name.
     """
 
     model: Model | str = "echo"
@@ -46,6 +78,7 @@ class AgentTemplate:
     plugins: Sequence[Plugin] = ()
 
     def __post_init__(self) -> None:
+        _check_model(self.model)
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "plugins", tuple(self.plugins))
         for item in self.tools:

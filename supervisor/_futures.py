@@ -24,9 +24,16 @@ from actors import (
     TakeSnapshot,
 )
 from supervisor._checkpoints import Checkpoints
+from supervisor._host_policy import (
+    call_wait,
+    check_label,
+    check_subscriber,
+    resume_arguments,
+    start_arguments,
+)
 from supervisor._host_record import SessionRecord
 from supervisor._nonblocking import NonBlockingCalls
-from supervisor._session_attrs import SessionMetadata, send_request
+from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable
 
 __all__ = ["EventWatch", "HostFutures"]
@@ -70,8 +77,12 @@ class HostFutures:
     or fails with what it raises, with the same types (``SessionNotFound``,
     ``SessionFailed``, ``SessionCrashed``, ``TimeoutError``, the model's own
     error, ...). Only invalid arguments raise at the call itself (``TypeError``,
-    ``ValueError``), as programming errors. A future still unresolved when the
-    host shuts down fails with ``RuntimeError``.
+    ``ValueError``), as programming errors, with the blocking method's checks and
+    messages, before anything is queued or sent: a ``send``'s text, tag and
+    ``timeout``, a ``checkpoint``'s label, a ``steer``'s text, and the id, template,
+    checkpoint id and attributes of ``start_session`` and ``resume``. A session that
+    does not exist is no argument error: that future fails with ``SessionNotFound``.
+    A future still unresolved when the host shuts down fails with ``RuntimeError``.
 
     Calls that change what runs a session (``send``, ``stop_session``) wait for
     it in one FIFO queue per session, shared with the blocking methods: they run
@@ -115,11 +126,13 @@ class HostFutures:
         future fails with ``TimeoutError`` (a turn under way goes on).
 
         Raises:
-            TypeError, ValueError: ``text`` is not a ``str`` or holds text no
-                checkpoint can store (at the call, not in the future).
+            TypeError, ValueError: ``text`` or ``tag`` is not a ``str`` or holds text no
+                checkpoint can store, or ``timeout`` is not a positive, finite number of
+                seconds or ``None`` (at the call, not in the future; see
+                ``AgentHost.send``).
         """
         request = send_request(text, tag)
-        wait = self._host.call_timeout if timeout is None else timeout
+        wait = call_wait(timeout, self._host.call_timeout)
         return self._with_record(
             session_id, tenant_id, lambda record: self._calls.exclusive(record, request, wait)
         )
@@ -142,7 +155,12 @@ class HostFutures:
     def checkpoint(
         self, session_id: str, label: str | None = None, *, tenant_id: str | None = None
     ) -> Future[Snapshot]:
-        """``AgentHost.checkpoint`` without a waiting thread: the snapshot once it is saved."""
+        """``AgentHost.checkpoint`` without a waiting thread: the snapshot once it is saved.
+
+        Raises:
+            TypeError, ValueError: an invalid ``label`` (at the call).
+        """
+        label = check_label(label)
         checkpoints = self._checkpoints
 
         def ask(record: SessionRecord) -> Future[Any]:
@@ -175,8 +193,16 @@ class HostFutures:
 
     def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> Future[None]:
         """``AgentHost.steer`` on a helper thread (in process mode it is a round trip to
-        the worker)."""
-        return self._calls.helper(lambda: self._host.steer(session_id, text, tenant_id=tenant_id))
+        the worker).
+
+        Raises:
+            TypeError, ValueError: ``text`` is not a ``str``, or holds a lone surrogate
+                (at the call).
+        """
+        steering = plain_text("the steering text", text)
+        return self._calls.helper(
+            lambda: self._host.steer(session_id, steering, tenant_id=tenant_id)
+        )
 
     def start_session(
         self,
@@ -186,7 +212,12 @@ class HostFutures:
         api_key: str | None = None,
         **attrs: Unpack[SessionMetadata],
     ) -> Future[str]:
-        """``AgentHost.start_session`` on a helper thread; the session's id."""
+        """``AgentHost.start_session`` on a helper thread; the session's id.
+
+        Raises:
+            TypeError, ValueError: an invalid id, template or attribute (at the call).
+        """
+        start_arguments(template, session_id, tenant_id, api_key, attrs)
         host = self._host
         return self._calls.helper(
             lambda: host.start_session(template, session_id, tenant_id, api_key, **attrs)
@@ -202,7 +233,13 @@ class HostFutures:
         api_key: str | None = None,
         **attrs: Unpack[SessionMetadata],
     ) -> Future[str]:
-        """``AgentHost.resume`` on a helper thread; the session's id."""
+        """``AgentHost.resume`` on a helper thread; the session's id.
+
+        Raises:
+            TypeError, ValueError: an invalid id, template, checkpoint id or attribute
+                (at the call).
+        """
+        resume_arguments(session_id, template, checkpoint_id, tenant_id, api_key, attrs)
         host = self._host
         return self._calls.helper(
             lambda: host.resume(
@@ -226,7 +263,10 @@ class HostFutures:
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
+            TypeError: ``on_event`` or ``on_stopped`` is not callable.
         """
+        check_subscriber(on_event, "on_event")
+        check_subscriber(on_stopped, "on_stopped", "once the session is stopped")
         record = self._table.live(session_id, tenant_id)
         unsubscribe = record.events.subscribe(on_event)
         unwatch = self._table.when_stopped(record, on_stopped)

@@ -21,6 +21,7 @@ from typing import Self, TypeVar, Unpack
 
 from actors import AgentTemplate, Event, Message, Snapshot
 from supervisor._futures import EventWatch
+from supervisor._host_policy import check_since
 from supervisor._session_attrs import SessionMetadata
 from supervisor.host import AgentHost
 
@@ -157,8 +158,9 @@ class AsyncAgentHost:
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``); raised
                 by the first ``__anext__``.
+            TypeError: ``since`` is neither an ``int`` nor ``None`` (here, at the call).
         """
-        return EventStream(self.host, session_id, since, tenant_id)
+        return EventStream(self.host, session_id, check_since(since), tenant_id)
 
     async def shutdown(self) -> None:
         """``AgentHost.shutdown`` on a thread of its own (it waits for every session)."""

@@ -46,6 +46,7 @@ import pykka
 
 from actors import AgentTemplate, EventBuffer, Model
 from supervisor._actor import kill
+from supervisor._host_policy import worker_call_timeout
 from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
@@ -141,7 +142,7 @@ class WorkerPool:
         initargs: Arguments of ``initializer``.
         call_timeout: Seconds a call to a worker may take before the worker is
             SIGKILLed and replaced (``None``: no limit; a dead worker still
-            fails its calls at once).
+            fails its calls at once): positive and finite, at most a day.
         start_method: ``forkserver`` (default where available) or ``spawn``;
             never ``fork`` (the parent is threaded).
         max_restarts: Worker replacements allowed within ``max_seconds``.
@@ -173,6 +174,7 @@ class WorkerPool:
             raise ValueError(f"workers must be a positive integer, got {size!r}")
         if start_method == "fork":
             raise ValueError("start_method='fork' is unsafe in a threaded host; use forkserver")
+        call_timeout = worker_call_timeout(call_timeout)  # the host's rule: > 0, finite
         main_path = _unimportable_main()
         if main_path is not None:
             raise WorkerStartError(

@@ -63,6 +63,19 @@ class Gateway:
         except SessionNotFound:
             raise SessionNotFound(session_id) from None  # the id the client named
 
+    def unserved(self, authorization: str | None, session_id: str) -> Problem | None:
+        """Why the caller's session ``session_id``, which the host does not have, cannot
+        be served, if it exists: its template is not among this server's (so it was not
+        resumed at start). ``None`` otherwise, or for another tenant's session."""
+        token = (authorization or "")[7:].strip()
+        key = self.keys.authenticate(token) if token else None
+        if key is None:
+            return None
+        record = self.keys.session_row(host_id(key.tenant_id, session_id))
+        if record is None or record.template in self.templates:
+            return None
+        return template_not_served(session_id, record.template)
+
 
 def host_id(tenant_id: str, session_id: str) -> str:
     """The host's id of the tenant's session ``session_id``."""
@@ -114,3 +127,13 @@ async def caller(
 
 
 Caller = Annotated[ApiKey, Depends(caller)]
+
+
+def template_not_served(session_id: str, template: str) -> Problem:
+    """The answer for a session whose template this server was not started with."""
+    detail = (
+        f"session {session_id!r} was created from template {template!r}, which this server "
+        f"does not serve; restart it with --template {template}=pkg.module:attr, or delete "
+        "the session"
+    )
+    return Problem(503, "template-not-served", "The session's template is not served", detail)

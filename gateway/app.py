@@ -8,10 +8,13 @@ answer, or an exception turned into problem details by ``gateway.problems``.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
@@ -27,8 +30,16 @@ from gateway import (
 from gateway._context import Gateway
 from gateway.keys import ApiKeys
 from gateway.limits import Limits, LimitsMiddleware
-from gateway.problems import ProblemError, handle_http, handle_problem, handle_validation
-from supervisor import AsyncAgentHost, NotDelivered, SupervisorError
+from gateway.problems import (
+    PROBLEM_JSON,
+    ProblemError,
+    handle_http,
+    handle_problem,
+    handle_validation,
+    problem_response,
+)
+from gateway.schemas import PROBLEM_RESPONSES
+from supervisor import AsyncAgentHost, NotDelivered, SessionNotFound, SupervisorError
 from supervisor.metrics import HostMetrics
 
 __all__ = ["api_app", "create_app", "openapi_document"]
@@ -48,9 +59,11 @@ def api_app(limits: Limits | None = None) -> FastAPI:
         routes_messages.router,
         routes_checkpoints.router,
         routes_events.router,
-        routes_health.router,
     ):
-        app.include_router(router)
+        app.include_router(router, responses=PROBLEM_RESPONSES)
+    app.include_router(routes_health.router)
+    app.openapi = _problems_as_problem_json(app)  # type: ignore[method-assign]
+    app.add_exception_handler(SessionNotFound, _handle_not_found)
     for error in (
         ProblemError,
         SupervisorError,
@@ -92,6 +105,40 @@ def create_app(
     metrics = HostMetrics(host.host, CollectorRegistry())  # a registry per app and host
     app.state.gateway = Gateway(host, dict(templates), keys, limits, metrics)
     return app
+
+
+async def _handle_not_found(request: Request, error: Exception) -> JSONResponse:
+    """``handle_problem``'s 404, unless the session exists and only its template is not
+    served here (a 503 saying so); looked up only on this path, off the routes' way."""
+    session_id = request.path_params.get("session_id")
+    if session_id is not None:
+        gateway: Gateway = request.app.state.gateway
+        authorization = request.headers.get("authorization")
+        problem = await asyncio.to_thread(gateway.unserved, authorization, session_id)
+        if problem is not None:
+            return problem_response(problem, request.url.path)
+    return await handle_problem(request, error)
+
+
+def _problems_as_problem_json(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """``app.openapi``, with the problem answers' body under the media type they are sent
+    with (FastAPI documents every model as ``application/json``)."""
+    default = app.openapi
+    codes = {str(status) for status in PROBLEM_RESPONSES}
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = default()
+        for operations in document["paths"].values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    content = response.get("content", {})
+                    if status in codes and "application/json" in content:
+                        response["content"] = {PROBLEM_JSON: content["application/json"]}
+        return document
+
+    return openapi
 
 
 def openapi_document() -> dict[str, Any]:

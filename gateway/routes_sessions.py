@@ -114,11 +114,13 @@ async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> R
 
 
 def _forget_stale_record(gateway: Gateway, tenant_id: str, internal: str) -> bool:
-    """Drop the stale record of ``internal`` (see ``STALE_RECORD_SECONDS``), and any
+    """Drop the stale record of ``internal`` (see ``STALE_RECORD_SECONDS``), or that of a
+    session of a template this server does not serve (never resumed here), and any
     checkpoints of it; whether there was one."""
     cutoff = now_ms() - int(STALE_RECORD_SECONDS * 1000)
     stale = any(
-        record.session_id == internal and record.created_at <= cutoff
+        record.session_id == internal
+        and (record.created_at <= cutoff or record.template not in gateway.templates)
         for record in gateway.keys.tenant_sessions(tenant_id)
     )
     if stale:

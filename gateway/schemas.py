@@ -8,12 +8,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "PROBLEM_RESPONSES",
     "CheckpointOut",
     "CheckpointRequest",
     "CheckpointsOut",
     "CreateSession",
     "HistoryOut",
     "MessageOut",
+    "ProblemOut",
     "SendMessage",
     "SendResult",
     "SessionOut",
@@ -158,6 +160,38 @@ class CheckpointsOut(BaseModel):
     """``GET /v1/sessions/{id}/checkpoints``, newest first."""
 
     checkpoints: list[CheckpointOut]
+
+
+class ProblemOut(BaseModel):
+    """An error answer: RFC 9457 problem details (``application/problem+json``)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(description="/problems/<slug>: what kind of problem")
+    title: str
+    status: int
+    detail: str = Field(description="This occurrence, for a human")
+    retryable: bool = Field(description="Sending the same request again may succeed")
+    instance: str | None = Field(default=None, description="The request's path")
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ProblemOut, "description": description}
+    for status, description in (
+        (400, "Malformed JSON, or a bad cursor"),
+        (401, "No valid API key"),
+        (404, "No such session (or another tenant's), or checkpoint"),
+        (409, "The session exists already, was given up, or the tenant has too many"),
+        (413, "The body is too large"),
+        (422, "A body or parameter of the wrong shape, or unusable input"),
+        (429, "Too many requests of this key at once (see Retry-After)"),
+        (
+            503,
+            "The session is restarting or a store is busy (retryable: see Retry-After), or "
+            "its template is not served here",
+        ),
+    )
+}
+"""The problem answers every ``/v1`` operation documents."""
 
 
 def message_out(data: dict[str, Any]) -> MessageOut:

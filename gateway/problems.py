@@ -140,7 +140,8 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
         case CheckpointNotFound():
             return Problem(404, "checkpoint-not-found", "Checkpoint not found", str(error))
         case SessionAlreadyExists():
-            return Problem(409, "session-exists", "Session already exists", str(error))
+            detail = f"session {error.session_id!r} already exists; use another id, or delete it"
+            return Problem(409, "session-exists", "Session already exists", detail)
         case SessionFailed():
             return Problem(
                 409, "session-failed", "Session given up after repeated crashes", str(error)

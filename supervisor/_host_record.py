@@ -81,6 +81,7 @@ class SessionRecord:
         "attrs",
         "created_at",
         "events",
+        "failure",
         "fingerprint",
         "hibernate_after",
         "incarnations",
@@ -119,6 +120,7 @@ class SessionRecord:
         self.status: SessionStatus = "starting"
         self.ref: pykka.ActorRef[Any] | None = None
         self.incarnations = 0
+        self.failure: str | None = None  # the last crash, once given up
         self.last_active = 0.0
         self.op_lock = SessionGate()
         # A resumed session's stream goes on after the events its checkpoint had seen.

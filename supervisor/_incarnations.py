@@ -270,7 +270,9 @@ class Incarnations:
                 if record.status == "hibernated":
                     break
                 if record.status == "failed":
-                    raise SessionFailed(record.session_id, "restart intensity exceeded")
+                    raise SessionFailed(
+                        record.session_id, record.failure or "restart intensity exceeded"
+                    )
                 if record.status == "stopped":
                     raise SessionNotFound(record.session_id)
                 remaining = deadline - time.monotonic()
@@ -320,8 +322,9 @@ class Incarnations:
         if isinstance(reason, _Moved):  # not a failure here: another node may run it
             self._forget_moved(record, reason)
             return
-        self._table.set(record, "failed", None)
         why = describe_reason(reason)
+        record.failure = f"{why}; past its restart intensity"
+        self._table.set(record, "failed", None)
         record.events.publish("given_up", reason=why, kind=reason_kind(reason))
         logger.error(
             "session %r given up after repeated crashes (last: %s); fix the cause and resume() it",

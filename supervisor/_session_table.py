@@ -87,7 +87,11 @@ class SessionTable:
             self.check_open()
             existing = self._records.get(record.session_id)
             if existing is not None and existing.status != "failed":
-                raise SessionAlreadyExists(record.session_id)
+                raise SessionAlreadyExists(
+                    record.session_id,
+                    f"it is {existing.status} on this host: use it as it is, or stop_session() "
+                    "it first",
+                )
             if existing is not None:
                 self._unindex(existing)
             self._records[record.session_id] = record

@@ -50,13 +50,11 @@ class SupervisorError(Exception):
 
 
 class SessionAlreadyExists(SupervisorError):
-    """A session id is already registered; pick another id or delete the old entry first."""
+    """A session id is already taken; the message says by what, and what to do."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, detail: str = "use another id or delete it first") -> None:
         self.session_id = session_id
-        super().__init__(
-            f"session {session_id!r} already exists; use another id or delete it first"
-        )
+        super().__init__(f"session {session_id!r} already exists; {detail}")
 
 
 class SessionNotFound(SupervisorError, LookupError):

@@ -272,7 +272,11 @@ class AgentHost:
         session_id = uuid.uuid4().hex if checked is None else checked
         self._table.check_open()
         if not fresh and self.store.list(session_id):
-            raise SessionAlreadyExists(session_id)
+            raise SessionAlreadyExists(
+                session_id,
+                "it has checkpoints from an earlier life: resume() it, or delete them "
+                "(store.delete) to start anew",
+            )
         return self._sessions.start_new(session_id, template, tenant_id, api_key, dict(attrs))
 
     def resume(

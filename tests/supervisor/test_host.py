@@ -108,7 +108,7 @@ def test_start_session_rejects_a_taken_id(make_host: HostFactory) -> None:
     host = make_host()
     host.start_session(template(), "dup")
 
-    with pytest.raises(SessionAlreadyExists, match="dup"):
+    with pytest.raises(SessionAlreadyExists, match="'dup' already exists; it is active on th"):
         host.start_session(template(), "dup")
     assert [s.session_id for s in host.list_sessions()] == ["dup"]
 
@@ -123,7 +123,7 @@ def test_start_session_rejects_an_id_with_checkpoints_in_the_store(
     first.shutdown()
 
     host = make_host(store=store)
-    with pytest.raises(SessionAlreadyExists, match="old"):
+    with pytest.raises(SessionAlreadyExists, match=r"'old' .* earlier life: resume\(\) it"):
         host.start_session(template(), "old")
     assert host.list_sessions() == []
     # What the error suggests works.
@@ -658,8 +658,10 @@ def test_a_session_crashing_on_every_resume_is_given_up(
     assert [s.resumed for s in journal.of(sid)] == [False, True, True]
     assert [(s.session_id, s.status) for s in host.list_sessions("acme")] == [("doomed", "failed")]
     assert registry_lookup_fails(host, sid)
-    with pytest.raises(SessionFailed, match="doomed"):
+    with pytest.raises(SessionFailed, match="doomed") as failed:
         host.send(sid, "anyone?")
+    assert "journal cannot be reopened" in str(failed.value)  # the cause, not a set phrase
+    assert "past its restart intensity" in str(failed.value)
     assert host.send(other, "fine").content == "echo: fine"
     # Its checkpoints are kept: fix the cause and resume.
     journal.broken = False
@@ -781,7 +783,7 @@ def test_resume_errors(make_host: HostFactory) -> None:
     sid = host.start_session(template())
     host.send(sid, "one")
 
-    with pytest.raises(SessionAlreadyExists, match=sid):
+    with pytest.raises(SessionAlreadyExists, match=f"{sid}' already exists; it is active"):
         host.resume(sid, template())
     with pytest.raises(CheckpointNotFound, match="nobody"):
         host.resume("nobody", template())

@@ -538,10 +538,10 @@ class AgentSession(pykka.ThreadingActor):
                 is its ``error``.
         """
         for name, state in self.plugins.states().items():
-            root = f"plugins.{name}"
+            root = f"state.plugins.{name}"  # as a checkpoint's error names it
             try:
                 try:
-                    stripped, _ = strip_live(_copy_containers(state), root=root)
+                    stripped, _ = strip_live(_copy_containers(state))
                 except (RecursionError, ValueError):
                     raise SnapshotEncodeError(
                         root, state, "it holds a cycle or nests deeper than a checkpoint can hold"
@@ -558,7 +558,7 @@ class AgentSession(pykka.ThreadingActor):
         except RecursionError:
             raise self._too_deep_error() from None
         stripped, _ = strip_live(states)
-        encode_plain(stripped, root="plugins")
+        encode_plain(stripped, root="state.plugins")  # as a checkpoint's error names it
 
     def _too_deep_error(self) -> SnapshotEncodeError:
         part, value = self._too_deep()
@@ -570,9 +570,10 @@ class AgentSession(pykka.ThreadingActor):
         """The part of the state that holds a cycle or nests too deep, and its value."""
         parts: list[tuple[str, object]] = [
             ("metadata", self._metadata),
-            ("provider_state", self._provider_state),
+            ("state.provider_state", self._provider_state),
         ]
-        parts += [(f"plugins.{name}", state) for name, state in self.plugins.states().items()]
+        states = self.plugins.states().items()
+        parts += [(f"state.plugins.{name}", state) for name, state in states]
         for part, value in parts:
             try:
                 _copy_containers(value)

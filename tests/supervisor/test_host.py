@@ -175,8 +175,8 @@ class SetsUnstorableState(Plugin):
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
-        ("set", "at plugins.tags.tags: builtins.set is not a plain value"),
-        ("cycle", "at plugins.tags: it holds a cycle"),
+        ("set", "at state.plugins.tags.tags: builtins.set is not a plain value"),
+        ("cycle", "at state.plugins.tags: it holds a cycle"),
     ],
 )
 def test_a_state_no_checkpoint_can_hold_fails_the_start_not_every_turn(

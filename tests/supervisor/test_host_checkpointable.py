@@ -179,7 +179,7 @@ def test_plugin_state_a_checkpoint_cannot_hold_never_outlives_its_turn(
                 assert durable.messages() == host.history(sid)
                 assert list(durable.state["plugins"]["keeper"].values())[-1] == value
             else:  # the turn fails, and everything is as after the last good one
-                with pytest.raises(SnapshotEncodeError, match=r"plugins\.keeper\.turn-"):
+                with pytest.raises(SnapshotEncodeError, match=r"at state\.plugins\.keeper\.turn-"):
                     host.send(sid, f"turn {index}")
                 now = host.checkpoint(sid)
                 assert now.messages() == durable.messages()

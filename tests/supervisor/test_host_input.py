@@ -138,7 +138,7 @@ def test_plugin_state_no_checkpoint_can_hold_fails_the_turn_with_its_path(
     host = make_host()
     sid = host.start_session(AgentTemplate(plugins=(Hoarder(),)), "s")
 
-    with pytest.raises(SnapshotEncodeError, match=r"plugins\.hoarder: it holds a cycle"):
+    with pytest.raises(SnapshotEncodeError, match=r"at state\.plugins\.hoarder: it holds a cycle"):
         host.send(sid, "one")
 
     assert host.history(sid) == []  # the turn was rolled back
@@ -170,7 +170,7 @@ def test_a_turn_leaving_unstorable_plugin_state_is_undone_whatever_the_cadence(
     sid = host.start_session(AgentTemplate(plugins=(plugin,)), "s")
     host.send(sid, "one")
 
-    with pytest.raises(SnapshotEncodeError, match=r"plugins\.collector\.tags"):
+    with pytest.raises(SnapshotEncodeError, match=r"at state\.plugins\.collector\.tags"):
         host.send(sid, "poison")
 
     assert pairs(host.history(sid)) == [("one", "echo: one")]

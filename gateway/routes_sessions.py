@@ -9,6 +9,7 @@ from typing import Final
 
 from fastapi import APIRouter, Response
 
+from actors import Usage
 from gateway._context import Caller, Gateway, GatewayDep, host_id, public_id
 from gateway.keys import RememberedSession, now_ms
 from gateway.problems import Problem, ProblemError
@@ -86,9 +87,33 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
 
 @router.get("", summary="List your sessions")
 async def list_sessions(gateway: GatewayDep, key: Caller) -> SessionsOut:
-    """Every session of the caller's tenant: live, hibernated, restarting or failed."""
+    """Every session of the caller's tenant: live, hibernated, restarting or failed; and
+    ``unavailable``, one whose template this server does not serve (not resumed here)."""
+    records = await asyncio.to_thread(gateway.keys.tenant_sessions, key.tenant_id)
+    rows = {record.session_id: record for record in records}
     infos = gateway.ahost.host.list_sessions(key.tenant_id)
-    return SessionsOut(sessions=[session_out(gateway, info) for info in infos])
+    listed = [session_body(info, rows.get(info.session_id)) for info in infos]
+    here = {info.session_id for info in infos}
+    listed += [
+        _unserved(record)
+        for record in records
+        if record.session_id not in here and record.template not in gateway.templates
+    ]
+    return SessionsOut(sessions=listed)
+
+
+def _unserved(record: RememberedSession) -> SessionOut:
+    """A session of a template this server lacks, as its record has it."""
+    return SessionOut(
+        session_id=public_id(record.session_id),
+        tenant_id=record.tenant_id,
+        template=record.template,
+        status="unavailable",
+        model="",
+        created_at=record.created_at,
+        metadata=json.loads(record.metadata_json),
+        usage=UsageOut(**Usage().to_dict()),
+    )
 
 
 @router.get("/{session_id}", summary="Get a session")

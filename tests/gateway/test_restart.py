@@ -63,6 +63,10 @@ def test_a_session_of_a_template_no_longer_served_says_so_and_can_be_deleted(
         assert got.status_code == 503, got.text
         assert got.json()["type"] == "/problems/template-not-served"
         assert "template 'streaming', which this server does not serve" in got.text
+        (listed,) = c.get("/v1/sessions").json()["sessions"]
+        assert (listed["session_id"], listed["status"]) == ("r", "unavailable")
+        assert listed["template"] == "streaming"
+        assert listed["created_at"] == made.json()["created_at"]
         sent = c.post("/v1/sessions/r/messages", json={"text": "hi"})
         assert sent.json()["type"] == "/problems/template-not-served"
         again = c.post("/v1/sessions", json={"template": "echo", "session_id": "r"})

@@ -55,24 +55,13 @@ def runtime_for(
     workers: int | None, clock: Callable[[], float], options: WorkerOptions
 ) -> SessionRuntime:
     """A ``ThreadRuntime`` when ``workers`` is ``None``, else a ``WorkerRuntime`` of that size
-    with ``options``.
+    with ``options`` (checked already: ``_host_policy.check_worker_options``).
 
     Raises:
-        TypeError: an option that is not one of ``WorkerOptions`` (as Python says of an
-            unexpected keyword argument of ``AgentHost()``).
-        ValueError: a worker option given without ``workers`` (the message names it),
-            or an invalid one.
+        ValueError: an invalid worker option (the pool's own checks).
         WorkerStartError: the workers could not start.
     """
-    for name in options:
-        if name not in WorkerOptions.__annotations__:
-            raise TypeError(f"AgentHost() got an unexpected keyword argument {name!r}")
     if workers is not None:
         settings: dict[str, Any] = {k.removeprefix(_PREFIX): v for k, v in options.items()}
         return WorkerRuntime(WorkerPool(workers, clock=clock, **settings))
-    if options:
-        raise ValueError(
-            f"{', '.join(options)} only apply to worker processes; pass workers=N to run "
-            "sessions in worker processes, or drop them"
-        )
     return ThreadRuntime()

@@ -154,7 +154,7 @@ def test_worker_io_names_a_known_pipe_backend() -> None:
         ValueError, match="worker_io must be one of auto, epoll, portable; got 'fast'"
     ):
         AgentHost(MemoryCheckpointStore(), workers=1, worker_io="fast")
-    with pytest.raises(ValueError, match="worker_io only apply to worker processes"):
+    with pytest.raises(ValueError, match="worker_io only applies to worker processes"):
         AgentHost(MemoryCheckpointStore(), worker_io="portable")
 
 

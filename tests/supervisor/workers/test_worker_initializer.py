@@ -145,5 +145,5 @@ def test_bad_initializer_options_are_refused_before_any_worker_starts(
     ],
 )
 def test_worker_options_without_workers_are_refused(options: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="only apply to worker processes; pass workers=N"):
+    with pytest.raises(ValueError, match=r"only appl(y|ies) to worker processes; pass workers=N"):
         AgentHost(MemoryCheckpointStore(), **options)  # type: ignore[arg-type]

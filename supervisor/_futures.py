@@ -141,13 +141,14 @@ class HostFutures:
         """``AgentHost.history`` without a waiting thread (from the last checkpoint, on a
         helper thread, when the session is not running)."""
 
+        sessions = self._calls.sessions
+
         def ask(record: SessionRecord) -> Future[Any]:
-            store = self._checkpoints.store
             return self._calls.ask_running(
                 record,
                 GetHistory(),
                 answered=_same,
-                otherwise=lambda: store.load(session_id).messages(),
+                otherwise=lambda: sessions.saved_history(session_id),
             )
 
         return self._with_record(session_id, tenant_id, ask)
@@ -163,15 +164,14 @@ class HostFutures:
         label = check_label(label)
         checkpoints = self._checkpoints
 
-        def ask(record: SessionRecord) -> Future[Any]:
-            def relabel() -> Snapshot:
-                return checkpoints.relabel(checkpoints.store.load(session_id), label, record.events)
+        sessions = self._calls.sessions
 
+        def ask(record: SessionRecord) -> Future[Any]:
             return self._calls.ask_running(
                 record,
                 TakeSnapshot(label),
                 answered=lambda snapshot: checkpoints.save(snapshot, record.events),
-                otherwise=relabel,
+                otherwise=lambda: sessions.checkpoint(record, label),  # on a helper thread
             )
 
         return self._with_record(session_id, tenant_id, ask)

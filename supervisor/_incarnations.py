@@ -425,10 +425,13 @@ class Incarnations:
         """``AgentHost.history``: the running incarnation's, else the last checkpoint's; none
         (restarting before its first checkpoint) is the empty history it comes back with."""
         history: list[Message] | None = self.ask_running(record, GetHistory())
-        if history is not None:
-            return history
+        return self.saved_history(record.session_id) if history is None else history
+
+    def saved_history(self, session_id: str) -> list[Message]:
+        """The conversation of the session's last checkpoint; none (restarting before its
+        first checkpoint) is the empty history it comes back with."""
         try:
-            return self._checkpoints.store.load(record.session_id).messages()
+            return self._checkpoints.store.load(session_id).messages()
         except CheckpointNotFound:
             return []
 

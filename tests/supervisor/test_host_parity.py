@@ -71,14 +71,19 @@ def test_history_and_checkpoint_after_a_kill_before_any_checkpoint_answer(
 ) -> None:
     host = make_host()
     sids = [host.start_session(template(), session_id=f"s{n}") for n in range(10)]
-    for sid in sids:  # never sent to: no checkpoint yet
+    for n, sid in enumerate(sids):  # never sent to: no checkpoint yet
         host.kill(sid)
-        assert host.history(sid) == []  # what its next incarnation comes back with
+        history = host.futures.history(sid).result(WAIT) if n % 2 else host.history(sid)
+        assert history == []  # what its next incarnation comes back with
         host.kill(sid)
-        snapshot = host.checkpoint(sid, label="first")  # the next incarnation's
+        label = f"first {n}"
+        if n % 2:  # the non-blocking form alike
+            snapshot = host.futures.checkpoint(sid, label=label).result(WAIT)
+        else:
+            snapshot = host.checkpoint(sid, label=label)  # the next incarnation's
         assert snapshot.messages() == []
-        assert snapshot.label == "first"
-        assert [i.label for i in host.store.list(sid)] == ["first"]
+        assert snapshot.label == label
+        assert [i.label for i in host.store.list(sid)] == [label]
     for sid in sids:
         assert host.send(sid, "hi").content == "echo: hi"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,11 +49,8 @@ class SupervisorHandle:
         ):
             msg = f"SupervisorHandle needs the ref of a supervisor.Supervisor, got {actor_ref!r}"
             raise TypeError(msg)
-        if not timeout > 0:
-            msg = f"timeout must be > 0 seconds, got {timeout!r}"
-            raise ValueError(msg)
         self._ref = actor_ref
-        self._timeout = timeout
+        self._timeout = _checked_timeout(timeout)
 
     @classmethod
     def start(
@@ -74,6 +73,7 @@ class SupervisorHandle:
                 started were stopped in reverse order.
             ValueError, TypeError: an invalid option (the message names it).
         """
+        _checked_timeout(timeout)  # before the supervisor's thread starts: nothing to leak
         ref = Supervisor.start(
             children,
             strategy=strategy,
@@ -144,6 +144,7 @@ class SupervisorHandle:
         """
         try:
             budget = self._timeout + sum(c.shutdown for c in self.which_children())
+            budget = min(budget, threading.TIMEOUT_MAX)  # many long shutdowns: Python's longest
             abandoned: list[str] = self._call(ShutdownChildren(), timeout=budget)
         except pykka.ActorDeadError:
             return []
@@ -158,6 +159,20 @@ class SupervisorHandle:
 
     def __repr__(self) -> str:
         return f"<SupervisorHandle of {self._ref}>"
+
+
+def _checked_timeout(timeout: object) -> float:
+    """``timeout`` if it is a positive, finite number of seconds.
+
+    Raises:
+        TypeError: not a number (``bool`` included).
+        ValueError: not positive, or not finite.
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not 0 < timeout < math.inf:
+        raise ValueError(f"timeout must be > 0 seconds and finite, got {timeout!r}")
+    return float(timeout)
 
 
 for _cls in (SupervisorHandle,):

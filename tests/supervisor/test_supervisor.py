@@ -380,6 +380,26 @@ def test_handle_requires_a_supervisor_ref() -> None:
 
 
 @pytest.mark.parametrize(
+    ("timeout", "error", "match"),
+    [
+        (0, ValueError, "timeout must be > 0 seconds and finite, got 0"),
+        (float("inf"), ValueError, "got inf"),
+        (float("nan"), ValueError, "got nan"),
+        ("5", TypeError, "timeout must be a number of seconds, got str"),
+    ],
+)
+def test_a_bad_timeout_is_refused_before_the_supervisor_starts(
+    timeout: object, error: type[Exception], match: str
+) -> None:
+    running = pykka.ActorRegistry.get_all()
+    threads = threading.active_count()
+    with pytest.raises(error, match=match):
+        SupervisorHandle.start(timeout=timeout)  # type: ignore[arg-type]
+    assert pykka.ActorRegistry.get_all() == running  # no supervisor left running
+    assert threading.active_count() == threads
+
+
+@pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
         ({"strategy": "one_for_some"}, ValueError, "strategy"),

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from cli import main
@@ -45,12 +46,21 @@ def test_secrets_others_may_read(tmp_path: Path) -> None:
     assert run("doctor", "--data-dir", str(data)).exit_code == 0
 
 
-def test_a_short_secret(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        ("gateway.secret", b"x" * 31, "is damaged (fewer than 32 bytes)"),
+        ("gateway.sqlite3", b"not a database" * 100, "is not a readable database"),
+    ],
+)
+def test_a_damaged_file_is_a_finding(
+    tmp_path: Path, name: str, content: bytes, problem: str
+) -> None:
     data = hosted(tmp_path)
-    (data / "gateway.secret").write_bytes(b"x" * 31)
+    (data / name).write_bytes(content)
     result = run("doctor", "--data-dir", str(data))
     assert result.exit_code == 1
-    assert f"PROBLEM: {data / 'gateway.secret'} is damaged (fewer than 32 bytes)" in result.stdout
+    assert f"PROBLEM: {data / name} {problem}" in result.stdout
 
 
 def test_a_truncated_store_is_what_the_other_commands_say(tmp_path: Path) -> None:
@@ -75,11 +85,3 @@ def test_a_dangling_symlink_is_a_finding(tmp_path: Path) -> None:
         f"{data / 'x'} is a symbolic link to {str(tmp_path / 'nowhere')!r}, which does not "
         f"exist: remove it (rm {data / 'x'}) or restore what it points to"
     ]
-
-
-def test_a_damaged_key_store(tmp_path: Path) -> None:
-    data = hosted(tmp_path)
-    (data / "gateway.sqlite3").write_bytes(b"not a database" * 100)
-    result = run("doctor", "--data-dir", str(data))
-    assert result.exit_code == 1
-    assert f"PROBLEM: {data / 'gateway.sqlite3'} is not a readable database" in result.stdout

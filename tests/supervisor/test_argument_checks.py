@@ -116,24 +116,6 @@ BAD_SETTINGS: list[tuple[dict[str, Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("settings", "error", "message"), BAD_SETTINGS)
-def test_a_bad_setting_is_refused_by_name_before_anything_starts(
-    tmp_path: Path,
-    baseline: Baseline,
-    settings: dict[str, Any],
-    error: type[Exception],
-    message: str,
-) -> None:
-    data_dir = tmp_path / "data"
-    with pytest.raises(error) as caught:
-        AgentHost(data_dir=data_dir, **settings)
-    assert str(caught.value) == message
-    baseline.assert_nothing_started()
-    assert not data_dir.exists()  # the store was never opened
-    with AgentHost(data_dir=data_dir) as host:  # and the directory is free
-        assert host.send(host.start_session(AgentTemplate()), "hi").content == "echo: hi"
-
-
 BAD_WORKER_SETTINGS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"call_timeout": 0}, ValueError, f"{CALL_TIMEOUT} 0"),
     ({"worker_call_timeout": 0}, ValueError, f"{WORKER_CALL_TIMEOUT} 0"),
@@ -149,20 +131,26 @@ BAD_WORKER_SETTINGS: list[tuple[dict[str, Any], type[Exception], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("settings", "error", "message"), BAD_WORKER_SETTINGS)
-def test_with_workers_a_bad_setting_leaves_no_worker_thread_or_fd(
+@pytest.mark.parametrize(
+    ("workers", "settings", "error", "message"),
+    [(None, *case) for case in BAD_SETTINGS] + [(2, *case) for case in BAD_WORKER_SETTINGS],
+)
+def test_a_bad_setting_is_refused_by_name_before_anything_starts(  # noqa: PLR0917 (the cases)
     tmp_path: Path,
     baseline: Baseline,
+    workers: int | None,
     settings: dict[str, Any],
     error: type[Exception],
     message: str,
 ) -> None:
     data_dir = tmp_path / "data"
     with pytest.raises(error) as caught:
-        AgentHost(data_dir=data_dir, workers=2, **settings)
+        AgentHost(data_dir=data_dir, workers=workers, **settings)
     assert str(caught.value) == message
-    baseline.assert_nothing_started()
-    assert not data_dir.exists()
+    baseline.assert_nothing_started()  # no thread, worker process or file descriptor
+    assert not data_dir.exists()  # the store was never opened
+    with AgentHost(data_dir=data_dir) as host:  # and the directory is free
+        assert host.send(host.start_session(AgentTemplate()), "hi").content == "echo: hi"
 
 
 def test_worker_pool_refuses_a_bad_call_timeout_before_a_worker_starts(

@@ -203,9 +203,10 @@ def worker_call_timeout(value: object) -> float | None:
 def check_worker_options(
     workers: object, options: Mapping[str, object], known: Collection[str]
 ) -> None:
-    """The ``worker_*`` keywords of ``AgentHost()``, before anything starts: each one of
-    ``known``, given only with ``workers``, and ``worker_call_timeout`` in range (the
-    pool checks the others as it is built, before any worker starts).
+    """``workers`` and the ``worker_*`` keywords of ``AgentHost()``, before anything starts:
+    ``workers`` a positive int or ``None``, each keyword one of ``known``, given only with
+    ``workers``, and ``worker_call_timeout`` in range (the pool checks the others as it is
+    built, before any worker starts).
 
     Raises:
         TypeError: an unknown keyword (as Python says of one), or a wrong type.
@@ -214,6 +215,10 @@ def check_worker_options(
     for name in options:
         if name not in known:
             raise TypeError(f"AgentHost() got an unexpected keyword argument {name!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise TypeError(f"workers must be a positive int or None, got {_shown(workers)}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     if workers is None and options:
         verb = "applies" if len(options) == 1 else "apply"
         raise ValueError(

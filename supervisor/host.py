@@ -448,7 +448,9 @@ class AgentHost:
         Raises:
             RuntimeError: this host is not a cluster node with event fan-out.
             TimeoutError: the node could not listen on its transport in time.
+            TypeError: ``since`` is neither an ``int`` nor ``None``.
         """
+        since = check_since(since)
         fanout = None if self.node is None else self.node.events
         if fanout is None:
             raise RuntimeError(

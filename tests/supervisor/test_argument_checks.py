@@ -153,6 +153,25 @@ def test_a_bad_setting_is_refused_by_name_before_anything_starts(  # noqa: PLR09
         assert host.send(host.start_session(AgentTemplate()), "hi").content == "echo: hi"
 
 
+@pytest.mark.parametrize(
+    ("workers", "error", "message"),
+    [
+        (0, ValueError, "workers must be a positive int or None, got 0"),
+        (-2, ValueError, "workers must be a positive int or None, got -2"),
+        (True, TypeError, "workers must be a positive int or None, got bool True"),
+        ("2", TypeError, "workers must be a positive int or None, got str '2'"),
+    ],
+)
+def test_a_bad_worker_count_is_refused_before_the_data_dir_is_made(
+    tmp_path: Path, baseline: Baseline, workers: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as caught:
+        AgentHost(data_dir=tmp_path / "data", workers=workers)  # type: ignore[arg-type]
+    assert str(caught.value) == message
+    baseline.assert_nothing_started()
+    assert not (tmp_path / "data").exists()
+
+
 def test_worker_pool_refuses_a_bad_call_timeout_before_a_worker_starts(
     baseline: Baseline,
 ) -> None:

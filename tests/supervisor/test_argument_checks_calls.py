@@ -358,3 +358,9 @@ def test_watch_refuses_callbacks_that_are_not_callable(host: AgentHost, sid: str
     assert str(stopped.value) == (
         "on_stopped must be callable (it is called once the session is stopped), got NoneType None"
     )
+
+
+def test_follow_refuses_a_cursor_that_is_not_an_int_at_the_call() -> None:
+    with AgentHost(MemoryCheckpointStore()) as host:  # no cluster: the cursor is checked first
+        with pytest.raises(TypeError, match=r"since must be an int .* got str 'a'"):
+            host.follow("s", since="a")  # type: ignore[arg-type]

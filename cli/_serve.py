@@ -91,6 +91,13 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     "Python's 0.005 thrashes with thousands of session threads",
 )
 @click.option(
+    "--metrics-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding a token /metrics then asks for (Authorization: Bearer <token>, as "
+    "Prometheus' scrape config sends it); without it /metrics is open",
+)
+@click.option(
     "--postgres-schema",
     "schema",
     default="sessionvisor",
@@ -110,6 +117,7 @@ def serve(  # noqa: PLR0917 (the command's options)
     advertise: str | None,
     ttl: float,
     switch_interval: float,
+    metrics_token_file: Path | None,
     schema: str,
 ) -> None:
     """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM; with --postgres,
@@ -125,6 +133,7 @@ def serve(  # noqa: PLR0917 (the command's options)
     except ImportError as exc:
         fail(f"serve needs the server extra ({exc}): pip install 'sessionvisor[server]'")
     loaded = load(templates)
+    metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
 
     def cluster_at(advertised: str) -> ClusterOptions:
         assert dsn is not None
@@ -156,4 +165,27 @@ def serve(  # noqa: PLR0917 (the command's options)
         if dsn is not None:  # by default, the address this node listens at
             cluster = cluster_at(advertise or f"http://{host}:{sock.getsockname()[1]}")
         with data_dir_errors(data_dir):
-            run(data_dir, loaded, workers=workers, sock=sock, announce=click.echo, cluster=cluster)
+            run(
+                data_dir,
+                loaded,
+                workers=workers,
+                sock=sock,
+                announce=click.echo,
+                cluster=cluster,
+                metrics_token=metrics_token,
+            )
+
+
+def _token(path: Path) -> str:
+    """The metrics token in ``path``: one line, surrounding whitespace dropped.
+
+    Raises:
+        SystemExit: it cannot be read, or holds no token (status 1, on one line).
+    """
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read the metrics token file {str(path)!r}: {exc}")
+    if not token or "\n" in token:
+        fail(f"the metrics token file {str(path)!r} must hold one token on one line")
+    return token

@@ -44,6 +44,7 @@ class Gateway:
         keys: API keys, and which template each session was created from.
         limits: See ``Limits``.
         metrics: The host's Prometheus metrics, served at ``/metrics``.
+        metrics_token: The bearer token ``/metrics`` asks for, or ``None`` (open).
     """
 
     ahost: AsyncAgentHost
@@ -51,6 +52,7 @@ class Gateway:
     keys: ApiKeys
     limits: Limits
     metrics: HostMetrics
+    metrics_token: str | None = None
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The host's row of the tenant's session ``session_id`` (a public id).

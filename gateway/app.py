@@ -86,8 +86,11 @@ def create_app(
     templates: dict[str, AgentTemplate],
     keys: ApiKeys,
     limits: Limits | None = None,
+    *,
+    metrics_token: str | None = None,
 ) -> FastAPI:
-    """The gateway app serving ``host``'s sessions to holders of ``keys``.
+    """The gateway app serving ``host``'s sessions to holders of ``keys``; ``/metrics``
+    to holders of ``metrics_token`` (as a bearer token), or to anyone if ``None``.
 
     When the host is a cluster node (``AgentHost(node=...)``), requests naming a
     session another node owns are forwarded there (``gateway.routing``), and
@@ -103,7 +106,7 @@ def create_app(
         routing = Middleware(ClusterRouting, host=host.host, keys=keys, templates=templates)
         app.user_middleware.append(routing)
     metrics = HostMetrics(host.host, CollectorRegistry())  # a registry per app and host
-    app.state.gateway = Gateway(host, dict(templates), keys, limits, metrics)
+    app.state.gateway = Gateway(host, dict(templates), keys, limits, metrics, metrics_token)
     return app
 
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import hmac
+
+from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway._context import GatewayDep
@@ -36,7 +38,14 @@ async def readyz(gateway: GatewayDep) -> dict[str, bool]:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}}},
 )
-async def metrics(gateway: GatewayDep) -> Response:
-    """The host's metrics in Prometheus' text format (no key needed, as for probes)."""
+async def metrics(request: Request, gateway: GatewayDep) -> Response:
+    """The host's metrics in Prometheus' text format. No API key: a server started with
+    a metrics token (``serve --metrics-token-file``) asks for that token instead."""
+    expected = gateway.metrics_token
+    if expected is not None:
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+            detail = "send the server's metrics token as 'Authorization: Bearer <token>'"
+            raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
     body = generate_latest(gateway.metrics.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -185,6 +185,7 @@ def serve(
     sock: socket.socket | None = None,
     announce: Callable[[str], None] | None = None,
     cluster: ClusterOptions | None = None,
+    metrics_token: str | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM (or uvicorn stops), then shut the host down
     (final checkpoints) and return.
@@ -201,12 +202,16 @@ def serve(
         cluster: Serve as a node of that cluster (``cluster_host``): sessions live in
             PostgreSQL, requests for sessions another node owns are forwarded there,
             and ``data_dir`` holds only the API keys' secret. SIGINT/SIGTERM drain it.
+        metrics_token: ``/metrics`` answers only requests bearing it (``None``: any).
 
     Raises:
         OSError: ``host:port`` could not be bound.
     """
     if cluster is not None:
-        _serve_cluster(cluster, data_dir, templates, workers, limits, sock, host, port, announce)
+        _serve_cluster(
+            cluster, data_dir, templates, workers, limits, sock, host, port, announce,
+            metrics_token=metrics_token,
+        )  # fmt: skip
         return
     keys = KeyStore(data_dir)
     try:
@@ -218,7 +223,9 @@ def serve(
     try:
         with _absorb_stop_signals() as stopped:
             resume_sessions(agent_host, keys, templates)
-            app = create_app(AsyncAgentHost(agent_host), templates, keys, limits)
+            app = create_app(
+                AsyncAgentHost(agent_host), templates, keys, limits, metrics_token=metrics_token
+            )
             if listening is None:
                 listening = bind(host, port)
             config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
@@ -247,6 +254,8 @@ def _serve_cluster(  # noqa: PLR0917 (serve's own arguments, passed on)
     host: str,
     port: int,
     announce: Callable[[str], None] | None,
+    *,
+    metrics_token: str | None,
 ) -> None:
     """``serve`` as a cluster node. Idle connections are kept 30 s: longer than the other
     nodes keep theirs to it (2 s), so a forwarded request never meets a connection this
@@ -258,7 +267,9 @@ def _serve_cluster(  # noqa: PLR0917 (serve's own arguments, passed on)
             _absorb_stop_signals() as stopped,
             cluster_host(cluster, data_dir, templates, workers) as (node_host, keys),
         ):
-            app = create_app(AsyncAgentHost(node_host), templates, keys, limits)
+            app = create_app(
+                AsyncAgentHost(node_host), templates, keys, limits, metrics_token=metrics_token
+            )
             if listening is None:
                 listening = bind(host, port)
             config = uvicorn.Config(

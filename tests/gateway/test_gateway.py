@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from gateway import Limits, load_templates
-from tests.gateway.conftest import Served
+from gateway import KeyStore, Limits, create_app, load_templates
+from supervisor import AgentHost, AsyncAgentHost
+from tests.gateway.conftest import TEMPLATES, Served, run_server, stop_server
 
 
 def sse(text: str) -> list[tuple[str, dict[str, Any], str | None]]:
@@ -277,3 +279,27 @@ def test_metrics_count_the_tenants_turns(served: Served) -> None:
     assert response.headers["content-type"].startswith("text/plain")
     assert 'sessionvisor_turns_total{tenant="acme"} 1.0' in response.text
     assert 'sessionvisor_sessions{status="active",tenant="acme"} 1.0' in response.text
+
+
+def test_a_metrics_token_guards_metrics_and_nothing_else(tmp_path: Path) -> None:
+    keys = KeyStore(tmp_path)
+    host = AgentHost(data_dir=tmp_path, call_timeout=10)
+    app = create_app(
+        AsyncAgentHost(host), load_templates(TEMPLATES), keys, metrics_token="s3cret-token"
+    )
+    url, server, thread = run_server(app)
+    try:
+        with httpx.Client(base_url=url) as c:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+                body = problem(c.get("/metrics", headers=headers), 401, "unauthorized")
+                assert "metrics token" in body["detail"]
+            scraped = c.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+            assert scraped.status_code == 200
+            assert "sessionvisor_sessions" in scraped.text
+            assert c.get("/healthz").status_code == 200  # probes stay open
+            api = c.get("/v1/sessions", headers={"Authorization": "Bearer s3cret-token"})
+            problem(api, 401, "unauthorized")  # it is no API key
+    finally:
+        stop_server(server, thread)
+        host.shutdown()
+        keys.close()

@@ -158,3 +158,44 @@ def test_serve_refuses_a_switch_interval_out_of_range(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, (bad, done.stdout, done.stderr)
         assert "--switch-interval" in done.stderr, done.stderr
+
+
+def test_serve_asks_for_its_metrics_token_at_metrics(tmp_path: Path) -> None:
+    token_file = tmp_path / "metrics.token"
+    token_file.write_text("scrape-me\n", encoding="utf-8")
+    options = ["--metrics-token-file", str(token_file)]
+    server = ServeProcess(tmp_path / "data", ["echo=tests.gateway.agents:echo"], tmp_path / "log",
+                          options=options)  # fmt: skip
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            assert c.get("/metrics").status_code == 401
+            scraped = c.get("/metrics", headers={"Authorization": "Bearer scrape-me"})
+            assert scraped.status_code == 200
+            assert "sessionvisor_" in scraped.text
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "cannot read the metrics token file"), (" \n", "must hold one token on one line")],
+)
+def test_serve_refuses_a_metrics_token_file_it_cannot_use(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    token_file = tmp_path / "metrics.token"
+    if content is not None:
+        token_file.write_text(content, encoding="utf-8")
+    done = cli(
+        "serve", "--data-dir", str(tmp_path / "data"), "--template", "e=tests.gateway.agents:echo",
+        "--port", "0", "--metrics-token-file", str(token_file),
+    )  # fmt: skip
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: ")
+    assert problem in last
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything was made

@@ -120,7 +120,9 @@ class LimitsMiddleware:
     async def _serve(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         received = 0
         started = over = refused = False
-        too_large = problem_response(_too_large(limit), scope.get("path"))
+
+        async def too_large(scope: Scope, receive: Receive, send: Send) -> None:
+            await problem_response(_too_large(limit), scope.get("path"))(scope, receive, send)
 
         async def counted_receive() -> Message:
             nonlocal received, over

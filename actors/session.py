@@ -537,18 +537,18 @@ class AgentSession(pykka.ThreadingActor):
             PluginError: naming the plugin; the ``SnapshotEncodeError`` (naming the path)
                 is its ``error``.
         """
-        for name, state in self.plugins.states().items():
-            root = f"state.plugins.{name}"  # as a checkpoint's error names it
-            try:
-                try:
-                    stripped, _ = strip_live(_copy_containers(state))
-                except (RecursionError, ValueError):
-                    raise SnapshotEncodeError(
-                        root, state, "it holds a cycle or nests deeper than a checkpoint can hold"
-                    ) from None
-                encode_plain(stripped, root=root)
-            except SnapshotEncodeError as exc:
-                raise PluginError(name, "session_start", exc) from exc
+        try:
+            self._check_plugin_states()
+        except SnapshotEncodeError as exc:
+            raise PluginError(self._plugin_at(exc.path), "session_start", exc) from exc
+
+    def _plugin_at(self, path: str) -> str:
+        """The plugin whose state ``path`` (``state.plugins.<name>...``) is in."""
+        for name in sorted(self.plugins.states(), key=len, reverse=True):  # "a.b" before "a"
+            root = f"state.plugins.{name}"
+            if path == root or path.startswith((f"{root}.", f"{root}[")):
+                return name
+        return "?"  # pragma: no cover - every path of _check_plugin_states names a plugin
 
     def _check_plugin_states(self) -> None:
         """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the

@@ -65,11 +65,10 @@ class Gateway:
         except SessionNotFound:
             raise SessionNotFound(session_id) from None  # the id the client named
 
-    def unserved(self, authorization: str | None, session_id: str) -> Problem | None:
-        """Why the caller's session ``session_id``, which the host does not have, cannot
-        be served, if it exists: its template is not among this server's (so it was not
-        resumed at start). ``None`` otherwise, or for another tenant's session."""
-        token = (authorization or "")[7:].strip()
+    def unserved(self, token: str | None, session_id: str) -> Problem | None:
+        """Why the session ``session_id`` of the bearer of ``token``, which the host does
+        not have, cannot be served, if it exists: its template is not among this server's
+        (so it was not resumed at start). ``None`` otherwise, or for another tenant's."""
         key = self.keys.authenticate(token) if token else None
         if key is None:
             return None

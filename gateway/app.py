@@ -29,7 +29,7 @@ from gateway import (
 )
 from gateway._context import Gateway
 from gateway.keys import ApiKeys
-from gateway.limits import Limits, LimitsMiddleware
+from gateway.limits import Limits, LimitsMiddleware, _bearer
 from gateway.problems import (
     PROBLEM_JSON,
     ProblemError,
@@ -116,8 +116,8 @@ async def _handle_not_found(request: Request, error: Exception) -> JSONResponse:
     session_id = request.path_params.get("session_id")
     if session_id is not None:
         gateway: Gateway = request.app.state.gateway
-        authorization = request.headers.get("authorization")
-        problem = await asyncio.to_thread(gateway.unserved, authorization, session_id)
+        token = _bearer(request.scope)
+        problem = await asyncio.to_thread(gateway.unserved, token, session_id)
         if problem is not None:
             return problem_response(problem, request.url.path)
     return await handle_problem(request, error)

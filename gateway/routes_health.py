@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway._context import GatewayDep
+from gateway.limits import _bearer
 from gateway.problems import Problem, ProblemError
 
 __all__ = ["router"]
@@ -43,8 +44,8 @@ async def metrics(request: Request, gateway: GatewayDep) -> Response:
     a metrics token (``serve --metrics-token-file``) asks for that token instead."""
     expected = gateway.metrics_token
     if expected is not None:
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+        given = _bearer(request.scope) or ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
             detail = "send the server's metrics token as 'Authorization: Bearer <token>'"
             raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
     body = generate_latest(gateway.metrics.registry)

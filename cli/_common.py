@@ -1,9 +1,13 @@
 """What every data-directory command shares: options, opening the store, output, errors.
 
 Commands open the store beside a host that may be serving it: they never take
-``host.lock`` and never create a missing store (a typo in ``--data-dir`` is an
-error, not a new empty directory). SQLite lets several processes use one file;
-readers do not block the host's writes. Not thread-safe: one command per process.
+``host.lock``, never create a missing store (a typo in ``--data-dir`` is an
+error, not a new empty directory), and never change a store's schema: before
+the store is opened, a read-only connection checks that the file holds a store
+of the schema this sessionvisor writes (opening one of an older schema would
+migrate it under the host serving it). SQLite lets several processes use one
+file; readers do not block the host's writes. Not thread-safe: one command per
+process.
 
 Every failure a user can cause or meet (a wrong path, a damaged file, a locked
 directory) ends in one ``error: ...`` line on stderr and exit status 1, never a
@@ -17,7 +21,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -37,6 +41,7 @@ __all__ = [
     "json_option",
     "make_data_dir",
     "open_store",
+    "read_only",
     "render",
     "render_fields",
     "require_data_dir",
@@ -141,6 +146,7 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
     if not path.exists():
         fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
     with data_dir_errors(data_dir, f"the store {DB_NAME}"):
+        _check_schema(data_dir, path)
         try:
             keys = EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
             store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
@@ -153,6 +159,30 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
             yield store
         finally:
             store.close()
+
+
+def read_only(db: Path) -> sqlite3.Connection:
+    """A connection that cannot write ``db`` (nor create it)."""
+    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _check_schema(data_dir: Path, path: Path) -> None:
+    """Exit 1 unless ``path`` holds a store of the schema this code writes, read only.
+
+    Raises what the store's own check raises (a foreign or truncated file, a newer
+    schema) and SQLite's errors, for ``data_dir_errors``.
+    """
+    with closing(read_only(path)) as conn:
+        version = SQLiteCheckpointStore.stored_schema(conn, str(path))
+    if version is None:
+        fail(f"{str(path)!r} holds no store yet: no host has written there")
+    writes = SQLiteCheckpointStore.SCHEMA_VERSION
+    if version != writes:
+        fail(
+            f"the store {str(path)!r} has schema version {version}, this sessionvisor "
+            f"writes {writes}: start a host of this version on {str(data_dir)!r} to "
+            "migrate it, or use the sessionvisor that wrote it"
+        )
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

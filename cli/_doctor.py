@@ -21,6 +21,7 @@ from cli._common import (
     emit,
     fail,
     json_option,
+    read_only,
     render,
     render_fields,
     require_data_dir,
@@ -68,15 +69,10 @@ def _keys_db(data_dir: Path, problems: list[str]) -> None:
     if not db.is_file():
         return
     try:
-        with closing(_read_only(db)) as conn:
+        with closing(read_only(db)) as conn:
             _integrity(conn, db, problems)
     except sqlite3.Error as exc:
         problems.append(f"{db} is not a readable database ({exc}): restore it from a backup")
-
-
-def _read_only(db: Path) -> sqlite3.Connection:
-    """A connection that cannot write ``db`` (nor create it)."""
-    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
 
 
 def check(data_dir: Path) -> dict[str, object]:
@@ -92,7 +88,7 @@ def check(data_dir: Path) -> dict[str, object]:
     size = sum(p.stat().st_size for p in data_dir.glob(DB_NAME + "*") if p.is_file())
     report: dict[str, object] = {"data_dir": str(data_dir), "bytes": size, "problems": problems}
     try:
-        conn = _read_only(db)
+        conn = read_only(db)
     except sqlite3.Error as exc:
         problems.append(f"{db} cannot be opened ({exc}): check its owner and permissions")
         return report

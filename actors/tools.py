@@ -12,6 +12,7 @@ import inspect
 import re
 import types
 import typing
+from collections import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -68,19 +69,25 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
     if origin in (typing.Union, types.UnionType):
         options = [_type_schema(a, where) for a in args]
         return options[0] if len(options) == 1 else {"anyOf": options}
-    if hint in (list, tuple) or origin in (list, tuple, typing.Sequence):
+    # ``typing.Sequence[int]`` and ``typing.Mapping[...]`` have the ``collections.abc``
+    # classes as their origin, as the ``collections.abc`` forms do.
+    if hint in (list, tuple) or origin in (list, tuple, abc.Sequence):
         schema: dict[str, Any] = {"type": "array"}
-        if args and args[-1] is not Ellipsis:
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            # A fixed-length tuple: each position has its own type.
+            schema["prefixItems"] = [_type_schema(a, where) for a in args]
+            schema["minItems"] = schema["maxItems"] = len(args)
+        elif args and args[-1] is not Ellipsis:
             schema["items"] = _type_schema(args[0], where)
         return schema
-    if hint is dict or origin in (dict, typing.Mapping):
+    if hint is dict or origin in (dict, abc.Mapping):
         schema = {"type": "object"}
         if len(args) == 2:
             schema["additionalProperties"] = _type_schema(args[1], where)
         return schema
     raise ToolDefinitionError(
         f"{where}: type {hint!r} has no JSON schema; use str, int, float, bool, "
-        "None, Literal, list, dict or a union of these"
+        "None, Literal, list, tuple, Sequence, dict, Mapping or a union of these"
     )
 
 
@@ -98,13 +105,21 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
         summary.append(line.strip())
     described: dict[str, str] = {}
     in_args = False
+    current: str | None = None  # the argument whose description may go on
+    indent = 0  # its line's indentation: deeper lines continue its description
     for line in lines:
+        depth = len(line) - len(line.lstrip())
         if _ARGS_SECTION.match(line):
             in_args = True
         elif in_args and line and not line[0].isspace():
             in_args = False
+        elif in_args and current is not None and line.strip() and depth > indent:
+            described[current] += " " + line.strip()
         elif in_args and (match := _ARG_LINE.match(line)):
-            described[match.group(1)] = match.group(2).strip()
+            current, indent = match.group(1), depth
+            described[current] = match.group(2).strip()
+        else:
+            current = None
     return " ".join(summary), described
 
 

@@ -14,7 +14,8 @@ Its tools: ``add``, ``echo``, ``fail`` (the tool raises: an error result),
 ``pid`` (which process serves this connection), ``crash`` (the process exits
 during the call: a server that dies mid-session), ``block`` (never answers: a
 call that times out), ``wait_for`` (answers once a file exists: a call the
-test holds open) and ``picture`` (an image block, not text).
+test holds open), ``picture`` (an image block, not text) and ``notes.read`` (a name
+the MCP specification allows but model providers do not: a dot).
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ async def wait_for(path: str) -> str:
 def picture() -> ImageContent:
     """A one-pixel image."""
     return ImageContent(type="image", data="R0lGODlhAQABAAAAACw=", mime_type="image/gif")
+
+
+@app.tool(name="notes.read")
+def notes_read(topic: str) -> str:
+    """The note on ``topic``."""
+    return f"note on {topic}"
 
 
 async def _no_discover(ctx: object, params: RequestParams) -> None:

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from actors.model import ModelResponse
 from actors.request import Credentials, ModelRequest
@@ -30,11 +31,23 @@ _CLIENTS_KEPT = 64
 """Most SDK clients one adapter keeps (one per distinct credentials); the oldest goes."""
 
 
+_OWN_OPTIONS = {
+    "model": "it is the adapter's model_id (the model string's last part)",
+    "stream": "use the stream setting, which also makes the adapter read the answer as a stream",
+}
+"""Create-call arguments ``options`` may not set, and what to use instead: the adapter
+sets them, and reads the answer by them."""
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterSettings:
     """How an adapter reaches its provider; plain data, so it travels to worker processes.
 
-    Immutable and thread-safe. ``repr`` hides ``api_key``.
+    Immutable and thread-safe. ``repr`` leaves out ``api_key``, hides the user, password and
+    query of ``base_url``, and shows only the names of ``default_headers`` and
+    ``options``: their values may be credentials (an ``api-key`` or
+    ``Authorization`` header, ``extra_headers``), and a template's ``repr``
+    includes its model's.
 
     Attributes:
         base_url: The API's URL (an OpenAI-compatible server, a proxy, a test
@@ -55,7 +68,8 @@ class AdapterSettings:
             OpenAI-compatible servers that refuse unknown fields).
         max_tokens: The output limit; required by Anthropic (default 4096 there).
         options: More keyword arguments for the SDK's create call
-            (``temperature``, ``reasoning_effort``, ...), plain values only.
+            (``temperature``, ``reasoning_effort``, ...), plain values only; not
+            ``model`` or ``stream``, which the adapter sets.
 
     Raises:
         TypeError, ValueError: a setting of the wrong type or out of range; the
@@ -63,7 +77,7 @@ class AdapterSettings:
     """
 
     base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
+    api_key: str | None = None
     max_retries: int | None = None
     timeout: float | None = None
     stream: bool = False
@@ -107,8 +121,29 @@ class AdapterSettings:
             isinstance(k, str) for k in self.options
         ):
             raise TypeError("adapter setting options must be a mapping with str keys")
+        for name, instead in _OWN_OPTIONS.items():
+            if name in self.options:
+                raise ValueError(f"adapter setting options must not set {name!r}: {instead}")
         object.__setattr__(self, "default_headers", dict(headers))
         object.__setattr__(self, "options", dict(self.options))
+
+    def __repr__(self) -> str:
+        return (
+            f"AdapterSettings(base_url={_shown_url(self.base_url)!r}, "
+            f"max_retries={self.max_retries!r}, timeout={self.timeout!r}, "
+            f"stream={self.stream!r}, default_headers={sorted(self.default_headers)}, "
+            f"end_user={self.end_user!r}, max_tokens={self.max_tokens!r}, "
+            f"options={sorted(self.options)})"
+        )
+
+
+def _shown_url(url: str | None) -> str | None:
+    """``url`` without the parts that may hold credentials: user, password and query."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    query = "..." if parts.query else ""
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, query, ""))
 
 
 class ProviderAdapter(ABC, Generic[ClientT]):

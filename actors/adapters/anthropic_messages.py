@@ -19,14 +19,22 @@ Mapping, both ways:
   as ``tool_calls``, ``max_tokens`` as ``length``, ``refusal`` as
   ``content_filter``.
 
+Extended thinking (``options={"thinking": {...}}``): the API wants an answer's
+thinking blocks back, unchanged, when it answered with tool calls (else the
+request that carries the tool results fails with HTTP 400). The adapter keeps
+them in the provider state (``{"thinking": [blocks], "before": <first call id>}``)
+and puts them back before the tool calls of that assistant message; thinking of
+earlier answers is not sent (the API ignores it).
+
 ``max_tokens`` is required by the API: 4096 unless the settings say otherwise.
-A stream cut off halfway raises ``anthropic.APIConnectionError``, as the
-same failure does outside a stream.
+A stream cut off halfway raises ``anthropic.APIConnectionError``, and one that
+stalls past ``timeout`` ``anthropic.APITimeoutError``, as the same failures do
+outside a stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anthropic
@@ -46,6 +54,9 @@ __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel", "anthropic_messages", "anthro
 DEFAULT_MAX_TOKENS = 4096
 """The output limit sent when the settings give none (the API requires one)."""
 
+_THINKING = ("thinking", "redacted_thinking")
+"""The content blocks of extended thinking, which go back to the API with tool results."""
+
 _STOP = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -62,7 +73,7 @@ def _tool_input(call: ToolCall) -> dict[str, Any]:
     return dict(call.arguments)
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _blocks(message: Message, thinking: _Thinking = None) -> list[dict[str, Any]]:
     if message.role == "tool":
         return [
             {
@@ -72,6 +83,8 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
             }
         ]
     blocks: list[dict[str, Any]] = []
+    if thinking is not None and message.tool_calls and message.tool_calls[0].id == thinking[0]:
+        blocks.extend(dict(block) for block in thinking[1])
     if message.content:
         blocks.append({"type": "text", "text": message.content})
     blocks.extend(
@@ -81,16 +94,20 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
-def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def anthropic_messages(
+    messages: Sequence[Message], provider_state: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Conversation messages (no system ones) as Messages API ``messages``: consecutive
     messages of one side (tool results and the user text after them) share one message,
     and a message that is one text block is sent as its text (the API's short form,
-    which the SDK also prepares faster).
+    which the SDK also prepares faster). The thinking blocks ``provider_state`` holds
+    go first in the assistant message they came with (see the module docstring).
 
     Runs at every model call over the whole conversation, so the usual message (text
     alone, on the other side than the one before) becomes its short form directly,
     with no block list built and taken apart again.
     """
+    thinking = _thinking_of(provider_state)
     out: list[dict[str, Any]] = []
     last_role = None
     for message in messages:
@@ -100,7 +117,7 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 out.append({"role": role, "content": message.content})
                 last_role = role
             continue
-        blocks = _blocks(message)
+        blocks = _blocks(message, thinking)
         if not blocks:
             continue
         if role == last_role:  # joins the message before it
@@ -113,6 +130,31 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             out.append({"role": role, "content": blocks})
             last_role = role
     return out
+
+
+_Thinking = tuple[str, Sequence[Mapping[str, Any]]] | None
+"""The first tool call id of an answer and its thinking blocks, or ``None``."""
+
+
+def _thinking_of(state: Mapping[str, Any] | None) -> _Thinking:
+    """The thinking blocks a provider state keeps, with the call id they go before."""
+    if not state:
+        return None
+    before, blocks = state.get("before"), state.get("thinking")
+    if not isinstance(before, str) or not isinstance(blocks, list):
+        return None
+    return before, [b for b in blocks if isinstance(b, Mapping)]
+
+
+def _state_after(
+    request: ModelRequest, calls: Sequence[ToolCall], thinking: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The provider state an answer leaves: its thinking blocks when it called tools (the
+    API wants them back with the results); ``{}`` to forget older ones; ``None`` when
+    there is nothing to keep or forget (the usual case: no thinking)."""
+    if calls and thinking:
+        return {"thinking": thinking, "before": calls[0].id}
+    return {} if _thinking_of(request.provider_state) is not None else None
 
 
 def anthropic_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
@@ -178,7 +220,7 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
         arguments: dict[str, Any] = {
             "model": self.model_id,
             "max_tokens": self.settings.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": anthropic_messages(conversation),
+            "messages": anthropic_messages(conversation, request.provider_state),
         }
         if system is not None:
             arguments["system"] = system
@@ -193,18 +235,27 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
     def _once(self, client: anthropic.Anthropic, request: ModelRequest) -> ModelResponse:
         create: Any = client.messages.create
         answer = create(**self._arguments(request))
+        if answer.content is None:  # a proxy's error body sent with HTTP 200, say
+            raise ProviderError(
+                f"{self.model_string} answered without content: not a Messages API answer "
+                "(check base_url)"
+            )
         texts: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[dict[str, Any]] = []
         for block in answer.content:
             if block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use":
                 arguments = block.input if isinstance(block.input, dict) else {}
                 calls.append(ToolCall(block.id, block.name, dict(arguments)))
+            elif block.type in _THINKING:
+                thinking.append(block.model_dump(mode="json", exclude_none=True))
         return ModelResponse(
             Message.assistant("".join(texts) if texts else None, tuple(calls)),
             _usage(answer.usage),
-            stop_reason=normalized_stop(answer.stop_reason, _STOP),
+            _state_after(request, calls, thinking),
+            normalized_stop(answer.stop_reason, _STOP),
         )
 
     def _stream(self, client: anthropic.Anthropic, request: ModelRequest) -> ModelResponse:
@@ -216,7 +267,9 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
             try:
                 for event in events:
                     read.take(event)
-            except httpx2.TransportError as exc:  # the SDK's type, as outside a stream
+            except httpx2.TimeoutException as exc:  # the SDK's types, as outside a stream
+                raise anthropic.APITimeoutError(request=events.response.request) from exc
+            except httpx2.TransportError as exc:
                 raise anthropic.APIConnectionError(request=events.response.request) from exc
         if not read.finished:
             raise ProviderError(
@@ -225,18 +278,23 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
             )
         message = request.streamed_message() if request.streamed else Message.assistant(None)
         return ModelResponse(
-            message, _usage(read.started, read.last), stop_reason=normalized_stop(read.stop, _STOP)
+            message,
+            _usage(read.started, read.last),
+            _state_after(request, message.tool_calls, read.thinking),
+            normalized_stop(read.stop, _STOP),
         )
 
 
 class _StreamRead:
     """What one Messages stream said so far; emits its deltas. Used on one thread."""
 
-    __slots__ = ("calls", "finished", "last", "request", "started", "stop")
+    __slots__ = ("calls", "finished", "last", "request", "started", "stop", "thinking", "thoughts")
 
     def __init__(self, request: ModelRequest) -> None:
         self.request = request
         self.calls: dict[int, int] = {}  # content block index -> the call's index
+        self.thoughts: dict[int, dict[str, Any]] = {}  # content block index -> thinking block
+        self.thinking: list[dict[str, Any]] = []  # the thinking blocks, in order
         self.started: Any = None  # message_start's usage
         self.last: Any = None  # the last message_delta's usage
         self.stop: str | None = None
@@ -252,10 +310,21 @@ class _StreamRead:
             elif delta.type == "input_json_delta" and event.index in self.calls:
                 index = self.calls[event.index]
                 self.request.emit(ToolCallDelta(index, arguments=delta.partial_json))
+            elif delta.type == "thinking_delta" and event.index in self.thoughts:
+                self.thoughts[event.index]["thinking"] += delta.thinking
+            elif delta.type == "signature_delta" and event.index in self.thoughts:
+                self.thoughts[event.index]["signature"] += delta.signature
         elif kind == "content_block_start" and event.content_block.type == "tool_use":
             block = event.content_block
             index = self.calls[event.index] = len(self.calls)
             self.request.emit(ToolCallDelta(index, block.id, block.name))
+        elif kind == "content_block_start" and event.content_block.type in _THINKING:
+            block = event.content_block.model_dump(mode="json", exclude_none=True)
+            if block["type"] == "thinking":
+                block.setdefault("thinking", "")
+                block.setdefault("signature", "")
+                self.thoughts[event.index] = block
+            self.thinking.append(block)
         elif kind == "message_start":
             self.started = event.message.usage
         elif kind == "message_delta":

@@ -6,15 +6,20 @@ a LiteLLM proxy, Azure OpenAI's ``/openai/v1`` endpoint.
 
 Mapping, both ways:
 
-- ``system``/``user`` messages as they are; an ``assistant`` message's tool
+- ``system``/``user`` messages as they are; an ``assistant`` message's text (``""``
+  for an empty answer: the API takes ``null`` only beside tool calls) and its tool
   calls as ``tool_calls`` (``id``, ``function.name``, ``function.arguments``
   as JSON text); a ``tool`` message as ``role: tool`` with its ``tool_call_id``;
 - a ``@tool`` as ``{"type": "function", "function": {name, description, parameters}}``;
 - usage: ``prompt_tokens`` (cached: ``prompt_tokens_details.cached_tokens``),
   ``completion_tokens`` (reasoning: ``completion_tokens_details.reasoning_tokens``);
-- ``finish_reason`` as the stop reason (``function_call`` reads as ``tool_calls``).
+- ``finish_reason`` as the stop reason (``function_call`` reads as ``tool_calls``); a
+  refusal is the answer's text, with the stop reason ``content_filter``.
 
-Streaming asks for usage in the last chunk (``stream_options.include_usage``).
+Streaming asks for usage in the last chunk (``stream_options.include_usage``). It
+takes what OpenAI-compatible servers send besides: chunks without ``choices``
+(usage or filter results alone), and tool-call deltas without an ``index`` (a new
+call id then opens the next call).
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 }
             )
         elif message.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": message.content}
+            # Text may be null only beside tool calls: an empty answer (a filtered one, or
+            # a provider's empty reply) goes as "", or every later request is refused.
+            content = message.content if message.tool_calls else message.content or ""
+            item: dict[str, Any] = {"role": "assistant", "content": content}
             if message.tool_calls:
                 item["tool_calls"] = [
                     {
@@ -146,10 +154,11 @@ class OpenAIChatModel(OpenAIAdapter):
             if call.type == "function"
         )
         text = answer.content if answer.content is not None else answer.refusal
+        stop = normalized_stop(choice.finish_reason, _STOP)
+        if answer.refusal and stop == "stop":
+            stop = "content_filter"
         return ModelResponse(
-            Message.assistant(text, calls),
-            chat_usage(completion.usage),
-            stop_reason=normalized_stop(choice.finish_reason, _STOP),
+            Message.assistant(text, calls), chat_usage(completion.usage), stop_reason=stop
         )
 
     def _stream(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
@@ -158,15 +167,18 @@ class OpenAIChatModel(OpenAIAdapter):
         arguments["stream"] = True
         arguments["stream_options"] = {"include_usage": True}
         finish: str | None = None
+        refused = False
         usage: Any = None
+        calls = _CallIndexes()
         with create(**arguments) as chunks:
             for chunk in chunks:
                 if chunk.usage is not None:
                     usage = chunk.usage
-                for choice in chunk.choices:
+                for choice in chunk.choices or ():  # None: a chunk of usage or filter results
                     if choice.index != 0:
                         continue
                     delta = choice.delta
+                    refused = refused or bool(delta.refusal)
                     text = delta.content or delta.refusal
                     if text:
                         request.emit(TextDelta(text))
@@ -174,7 +186,7 @@ class OpenAIChatModel(OpenAIAdapter):
                         function = call.function
                         request.emit(
                             ToolCallDelta(
-                                call.index,
+                                calls.index(call.index, call.id),
                                 call.id,
                                 None if function is None else function.name,
                                 "" if function is None else function.arguments or "",
@@ -188,4 +200,46 @@ class OpenAIChatModel(OpenAIAdapter):
                 "(no finish_reason): the connection closed early"
             )
         message = request.streamed_message() if request.streamed else Message.assistant(None)
-        return ModelResponse(message, chat_usage(usage), stop_reason=normalized_stop(finish, _STOP))
+        stop = normalized_stop(finish, _STOP)
+        if refused and stop == "stop":
+            stop = "content_filter"
+        return ModelResponse(message, chat_usage(usage), stop_reason=stop)
+
+
+class _CallIndexes:
+    """The index of each streamed tool-call delta in the message. Used on one thread.
+
+    OpenAI numbers a stream's calls (``index``) and gives each call's id on its first
+    delta. Some OpenAI-compatible servers leave the index out, or give every call
+    index 0. So a delta with an id the stream has not had opens a call of its own
+    (at the index it names, unless a call took that one already), and a delta without
+    an id continues the call last opened at its index (the last one, without an
+    index): parallel calls stay apart instead of being glued into one call with
+    broken arguments.
+    """
+
+    __slots__ = ("_given", "_ids", "_last")
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}  # call id -> its index in the message
+        self._given: dict[int, int] = {}  # the server's index -> the call last opened there
+        self._last = -1
+
+    def index(self, given: int | None, call_id: str | None) -> int:
+        """The delta's index in the message (see the class docstring)."""
+        if call_id is not None and call_id not in self._ids:
+            taken = self._ids.values()
+            if given is not None and given not in taken:
+                self._last = given
+            else:
+                self._last = max(taken, default=-1) + 1
+            self._ids[call_id] = self._last
+            if given is not None:
+                self._given[given] = self._last
+        elif call_id is not None:
+            self._last = self._ids[call_id]
+        elif given is not None:
+            self._last = self._given.get(given, given)
+        else:
+            self._last = max(self._last, 0)
+        return self._last

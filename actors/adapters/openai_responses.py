@@ -3,11 +3,14 @@
 Needs ``sessionvisor[openai]``. Each answer's id is kept in the session's
 ``provider_state`` as ``previous_response_id``, with ``covers``: how many
 messages of the conversation (system messages aside) the server holds under
-that id. The next request then sends ``previous_response_id`` and only the
-messages after those (tool results, the next user text); since the state is in
-every checkpoint, this holds after a resume too. When the conversation no
-longer matches (a turn rolled back, a plugin that rewrote the prompt), the
-whole conversation is sent without an id.
+that id, and ``ends``: a digest of the first of them and of the answer. The
+next request then sends ``previous_response_id`` and only the messages after
+those (tool results, the next user text); since the state is in every
+checkpoint, this holds after a resume too. When the conversation no longer
+matches (a turn rolled back; a plugin that rewrote the prompt, such as one that
+drops old messages or puts retrieved context first), the whole conversation is
+sent without an id: else the server would answer from what it held, without
+the rewrite.
 
 Mapping, both ways:
 
@@ -19,12 +22,18 @@ Mapping, both ways:
 - a ``@tool`` as ``{"type": "function", name, description, parameters}``;
 - usage: ``input_tokens`` (cached: ``input_tokens_details.cached_tokens``),
   ``output_tokens`` (reasoning: ``output_tokens_details.reasoning_tokens``);
-- stop reason: ``tool_calls`` when it called tools, else ``stop``; an
-  incomplete response's reason (``max_output_tokens`` reads as ``length``).
+- a refusal (``refusal`` content, streamed as ``response.refusal.delta``) as the
+  answer's text, as the Chat Completions adapter does, so the model's reason reaches
+  the caller instead of an empty answer;
+- stop reason: ``tool_calls`` when it called tools, ``content_filter`` when it
+  refused, else ``stop``; an incomplete response's reason (``max_output_tokens``
+  reads as ``length``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +50,7 @@ from actors.tools import Tool
 
 __all__ = [
     "OpenAIResponsesModel",
+    "ends_digest",
     "responses_input",
     "responses_tools",
     "responses_usage",
@@ -104,7 +114,10 @@ def unsent(
     conversation: Sequence[Message], state: Mapping[str, Any] | None
 ) -> tuple[str | None, Sequence[Message]]:
     """The ``previous_response_id`` to continue from and the messages the server lacks, or
-    ``(None, conversation)`` when ``state`` does not match the conversation."""
+    ``(None, conversation)`` when ``state`` does not match the conversation: its
+    ``covers`` messages do not end with an answer, or (``ends``, absent from states
+    written before it) their first message or the answer differ from those the server
+    holds."""
     if not state:
         return None, conversation
     previous, covers = state.get("previous_response_id"), state.get("covers")
@@ -115,19 +128,58 @@ def unsent(
         or conversation[covers - 1].role != "assistant"
     ):
         return None, conversation
+    ends = state.get("ends")
+    if ends is not None and ends != ends_digest(conversation[0], conversation[covers - 1]):
+        return None, conversation
     return previous, conversation[covers:]
 
 
-def _message_of(response: Any) -> Message:
-    """The assistant message of a whole ``Response``."""
+def ends_digest(first: Message, answer: Message) -> str:
+    """A digest of the first message a response covers and of its answer (``ends`` in the
+    provider state): a rewrite of the prompt's start, or of the answer, changes it. Two
+    messages, not all: it is computed at every call of a conversation that may be long."""
+    digest = hashlib.sha256()
+    for message in (first, answer):
+        calls = [[c.id, c.name, c.arguments] for c in message.tool_calls]
+        shown = [message.role, message.content, message.tool_call_id, calls]
+        digest.update(json.dumps(shown, ensure_ascii=False, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:32]
+
+
+def _message_of(response: Any, model_string: str) -> Message:
+    """The assistant message of a whole ``Response``: its text and refusals, its calls.
+
+    Raises:
+        ProviderError: the answer has no ``output`` (a proxy's error body sent with
+            HTTP 200, say), so it is no Responses API answer.
+    """
+    if response.output is None:
+        raise ProviderError(
+            f"{model_string} answered without an output list: not a Responses API answer "
+            "(check base_url)"
+        )
     texts: list[str] = []
     calls: list[ToolCall] = []
     for item in response.output:
         if item.type == "message":
-            texts.extend(part.text for part in item.content if part.type == "output_text")
+            for part in item.content:
+                if part.type == "output_text":
+                    texts.append(part.text)
+                elif part.type == "refusal":
+                    texts.append(part.refusal)
         elif item.type == "function_call":
             calls.append(ToolCall(item.call_id, item.name, parse_tool_arguments(item.arguments)))
     return Message.assistant("".join(texts) if texts else None, tuple(calls))
+
+
+def _refused(response: Any) -> bool:
+    """Whether a finished ``Response`` holds a refusal."""
+    return any(
+        part.type == "refusal"
+        for item in response.output or ()
+        if item.type == "message"
+        for part in item.content
+    )
 
 
 class OpenAIResponsesModel(OpenAIAdapter):
@@ -147,8 +199,8 @@ class OpenAIResponsesModel(OpenAIAdapter):
 
     provider = "openai-responses"
 
-    def _arguments(self, request: ModelRequest) -> tuple[dict[str, Any], int]:
-        """The create call's arguments, and how many messages the answer will cover."""
+    def _arguments(self, request: ModelRequest) -> tuple[dict[str, Any], Sequence[Message]]:
+        """The create call's arguments, and the conversation (without system messages)."""
         instructions, conversation = split_system(request.messages)
         previous, new = unsent(conversation, request.provider_state)
         arguments: dict[str, Any] = {"model": self.model_id, "input": responses_input(new)}
@@ -164,41 +216,47 @@ class OpenAIResponsesModel(OpenAIAdapter):
         if end_user is not None:
             arguments["safety_identifier"] = end_user
         arguments.update(self.settings.options)
-        return arguments, len(conversation) + 1
+        return arguments, conversation
 
-    def _answer(self, response: Any, message: Message, covers: int) -> ModelResponse:
-        """The ``ModelResponse`` of a finished ``Response`` whose message is ``message``."""
+    def _answer(
+        self, response: Any, message: Message, conversation: Sequence[Message]
+    ) -> ModelResponse:
+        """The ``ModelResponse`` of a finished ``Response`` whose message is ``message``, the
+        answer to ``conversation``."""
         if response.status == "failed":
             error = response.error
             detail = f"{error.code}: {error.message}" if error is not None else "no detail"
             raise ProviderError(f"{self.model_string} failed the response ({detail})")
         stop = "tool_calls" if message.tool_calls else "stop"
+        if _refused(response):
+            stop = "content_filter"
         if response.status == "incomplete":
             details = response.incomplete_details
             stop = normalized_stop(getattr(details, "reason", None), _INCOMPLETE) or "incomplete"
-        return ModelResponse(
-            message,
-            responses_usage(response.usage),
-            {"previous_response_id": response.id, "covers": covers},
-            stop,
-        )
+        first = conversation[0] if conversation else message
+        state = {
+            "previous_response_id": response.id,
+            "covers": len(conversation) + 1,
+            "ends": ends_digest(first, message),
+        }
+        return ModelResponse(message, responses_usage(response.usage), state, stop)
 
     def _once(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
         create: Any = client.responses.create
-        arguments, covers = self._arguments(request)
+        arguments, conversation = self._arguments(request)
         response = create(**arguments)
-        return self._answer(response, _message_of(response), covers)
+        return self._answer(response, _message_of(response, self.model_string), conversation)
 
     def _stream(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
         create: Any = client.responses.create
-        arguments, covers = self._arguments(request)
+        arguments, conversation = self._arguments(request)
         arguments["stream"] = True
         calls: dict[int, int] = {}  # output index -> the call's index in the message
         final: Any = None
         with create(**arguments) as events:
             for event in events:
                 kind = event.type
-                if kind == "response.output_text.delta":
+                if kind in ("response.output_text.delta", "response.refusal.delta"):
                     request.emit(TextDelta(event.delta))
                 elif kind == "response.function_call_arguments.delta":
                     index = calls.setdefault(event.output_index, len(calls))
@@ -220,5 +278,8 @@ class OpenAIResponsesModel(OpenAIAdapter):
                 f"the stream of {self.model_string} ended before the response was complete: "
                 "the connection closed early"
             )
-        message = request.streamed_message() if request.streamed else _message_of(final)
-        return self._answer(final, message, covers)
+        if request.streamed:
+            message = request.streamed_message()
+        else:
+            message = _message_of(final, self.model_string)
+        return self._answer(final, message, conversation)

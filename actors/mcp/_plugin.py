@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -12,10 +14,34 @@ from actors.mcp._servers import HttpServer, ServerAddress, StdioServer
 from actors.plugins import Plugin, PluginContext
 from actors.tools import Tool
 
-__all__ = ["MCPTools"]
+__all__ = ["MCPTools", "model_tool_name"]
 
 _CONNECTION = "connection"
 """The key of the live connection in the plugin's ``ctx.state``."""
+
+_NAME_MAX = 64
+"""The longest tool name OpenAI and Anthropic accept."""
+
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")
+"""A character OpenAI and Anthropic refuse in a tool name (``^[A-Za-z0-9_-]{1,64}$``)."""
+
+
+def model_tool_name(prefix: str, name: str) -> str:
+    """The name the model sees for the server's tool ``name``: ``prefix + name``, made one
+    that providers accept. Pure, thread-safe.
+
+    MCP allows tool names that providers refuse (``notes.read``, 128 characters), and
+    one refused name fails every model call of the session. So each character outside
+    ``A-Z a-z 0-9 _ -`` becomes ``_``, and a name longer than 64 characters is cut to
+    55 and ends with ``_`` and 8 hex digits of its hash, which keeps distinct long
+    names apart. A name that was fine stays as it is.
+    """
+    full = prefix + name
+    shown = _NOT_NAME.sub("_", full)
+    if len(shown) <= _NAME_MAX:
+        return shown
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{shown[: _NAME_MAX - 9]}_{digest}"
 
 
 class MCPTools(Plugin):
@@ -49,7 +75,10 @@ class MCPTools(Plugin):
             snapshots, so keep it stable.
         prefix: Put before every tool's name the model sees (``"github_"``),
             so that tools of two servers, or of a server and the template, do
-            not clash. A clash fails the session's start.
+            not clash. A clash fails the session's start. The name the model
+            sees is one providers accept (``model_tool_name``: a ``.`` becomes
+            ``_``, a name over 64 characters is shortened); the server is
+            called by its own name.
         include: Offer only these tools (names on the server); one the server
             does not offer fails the start. ``None`` offers them all.
         connect_timeout: Seconds to connect and list the tools (a stdio server
@@ -137,7 +166,7 @@ class MCPTools(Plugin):
     def _tool(self, connection: MCPConnection, listed: mcp_types.Tool) -> Tool:
         description = listed.description or listed.title or ""
         return Tool(
-            self.prefix + listed.name,
+            model_tool_name(self.prefix, listed.name),
             description,
             listed.input_schema,
             _RemoteCall(connection, listed.name),

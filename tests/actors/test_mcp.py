@@ -9,8 +9,11 @@ they are gone afterwards (the autouse fixture checks threads).
 from __future__ import annotations
 
 import json
+import re
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import mcp.types as mcp_types
@@ -34,8 +37,10 @@ from actors.mcp import (
     StdioServer,
 )
 from actors.mcp._loop import SHARED_LOOP, SharedLoop
+from actors.mcp._plugin import model_tool_name
 from actors.mcp._results import result_text
 from tests.mcp_helpers import (
+    SERVER_SCRIPT,
     WAIT,
     HttpServerProcess,
     descendants,
@@ -150,6 +155,23 @@ def test_prefix_and_include_choose_what_the_model_sees(refs: list[Ref]) -> None:
     ref = _start(refs, mcp_tools(stdio_server(), prefix="srv_", include=["add", "echo"]))
     assert sorted(ref.proxy().tools.get(timeout=WAIT)) == ["srv_add", "srv_echo"]
     assert _send(ref, '/srv_add {"a": 1, "b": 1}') == "srv_add returned: 2"
+
+
+def test_tool_names_providers_refuse_are_offered_in_a_form_they_accept(
+    refs: list[Ref],
+) -> None:
+    # MCP allows "notes.read"; OpenAI and Anthropic refuse any tool name outside
+    # ^[A-Za-z0-9_-]{1,64}$, which would fail every model call of the session.
+    ref = _start(refs, mcp_tools(stdio_server(), prefix="kb.", include=["notes.read", "add"]))
+    tools = ref.proxy().tools.get(timeout=WAIT)
+    assert sorted(tools) == ["kb_add", "kb_notes_read"]
+    assert _send(ref, '/kb_notes_read {"topic": "mcp"}') == "kb_notes_read returned: note on mcp"
+    valid = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+    long_a, long_b = model_tool_name("", "x" * 70 + "a"), model_tool_name("", "x" * 70 + "b")
+    assert valid.match(long_a)
+    assert valid.match(long_b)
+    assert long_a != long_b
+    assert model_tool_name("srv_", "add") == "srv_add"
 
 
 def test_include_naming_a_tool_the_server_lacks_fails_the_start() -> None:
@@ -340,6 +362,11 @@ def test_a_closed_connection_refuses_calls() -> None:
         (lambda: StdioServer(""), ValueError, "command"),
         (lambda: StdioServer("npx", "server"), TypeError, "split it"),
         (lambda: HttpServer("127.0.0.1:80/mcp"), ValueError, "http"),
+        # Each of these failed every session's start instead, with a TypeError or a
+        # pydantic error from deep in the SDK.
+        (lambda: StdioServer("npx", ["server", 8080]), TypeError, "got 8080 at position 1"),  # type: ignore[list-item]
+        (lambda: StdioServer("npx", env={"PORT": 8080}), TypeError, "'PORT' maps to a int"),  # type: ignore[dict-item]
+        (lambda: HttpServer("http://h/mcp", headers={"X-N": 1}), TypeError, "'X-N' maps"),  # type: ignore[dict-item]
     ],
 )
 def test_bad_configuration_is_refused_where_it_is_written(
@@ -347,6 +374,15 @@ def test_bad_configuration_is_refused_where_it_is_written(
 ) -> None:
     with pytest.raises(error, match=match):
         make()
+
+
+def test_paths_are_taken_as_the_command_and_arguments(refs: list[Ref]) -> None:
+    # Typed as str (what the fields hold); a path, the usual value, is taken as its str.
+    server = StdioServer(Path(sys.executable), [SERVER_SCRIPT, "stdio"])  # type: ignore[arg-type, list-item]
+    assert server.args == (str(SERVER_SCRIPT), "stdio")
+    assert server.describe() == stdio_server().describe()
+    ref = _start(refs, mcp_tools(server))
+    assert _send(ref, '/add {"a": 1, "b": 2}') == "add returned: 3"
 
 
 def test_credentials_stay_out_of_reprs_and_descriptions() -> None:

@@ -5,6 +5,8 @@ objects, as in most user code (the session tests cover string annotations).
 """
 
 import dataclasses
+import typing
+from collections import abc
 from typing import Any, Literal, Optional
 
 import pytest
@@ -203,6 +205,26 @@ def test_docstring_args_stop_at_next_section() -> None:
     assert set(f.parameters["properties"]) == {"a"}
 
 
+def test_an_argument_description_over_several_lines_is_kept_whole() -> None:
+    @tool
+    def read(path: str, limit: int = 100) -> str:
+        """Read a file.
+
+        Args:
+            path: The file to read, relative to the project root;
+                never an absolute path: those are refused.
+            limit: At most this many lines.
+        """
+        return path
+
+    props = read.parameters["properties"]
+    assert props["path"]["description"] == (
+        "The file to read, relative to the project root; never an absolute path: those are refused."
+    )
+    assert props["limit"]["description"] == "At most this many lines."
+    assert set(props) == {"path", "limit"}
+
+
 def test_no_docstring_gives_empty_description() -> None:
     @tool
     def f(a: int) -> int:
@@ -352,3 +374,29 @@ def test_decorator_form_reports_custom_name() -> None:
         @tool(name="custom")
         def f(*args: int) -> None:
             return None
+
+
+def test_abstract_containers_and_fixed_tuples() -> None:
+    # typing.Sequence/Mapping and their collections.abc forms are what typed code takes;
+    # a fixed-length tuple types each position, so the model is not told (str, int) is
+    # two integers.
+    @tool
+    def f(
+        *,
+        tags: typing.Sequence[str],
+        more: abc.Sequence[int],
+        limits: typing.Mapping[str, int],
+        pair: tuple[int, str],
+    ) -> None:
+        return None
+
+    props = f.parameters["properties"]
+    assert props["tags"] == {"type": "array", "items": {"type": "string"}}
+    assert props["more"] == {"type": "array", "items": {"type": "integer"}}
+    assert props["limits"] == {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert props["pair"] == {
+        "type": "array",
+        "prefixItems": [{"type": "integer"}, {"type": "string"}],
+        "minItems": 2,
+        "maxItems": 2,
+    }

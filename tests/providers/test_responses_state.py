@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from actors import Message, ModelRequest, ModelResponse, ToolCall
-from actors.adapters.openai_responses import OpenAIResponsesModel, unsent
+from actors.adapters.openai_responses import OpenAIResponsesModel, ends_digest, unsent
 from tests.providers.wire import RESPONSES, Calls, Text, WireServer
 
 
@@ -40,7 +40,11 @@ def test_each_call_sends_what_the_server_lacks_and_the_id_it_continues(
     wire.script(Calls([("c1", "add", {"a": 1, "b": 2})]), Text("3"), Text("bye"))
     history = [Message.user("1+2?")]
     first = _call(model, history, None)
-    assert first.provider_state == {"previous_response_id": "resp_1", "covers": 2}
+    assert first.provider_state == {
+        "previous_response_id": "resp_1",
+        "covers": 2,
+        "ends": ends_digest(history[0], first.message),
+    }
     history += [first.message, Message("tool", "3", tool_call_id="c1", name="add")]
     second = _call(model, history, first.provider_state)
     history += [second.message, Message.user("thanks")]
@@ -77,3 +81,27 @@ def test_an_assistant_message_with_text_and_calls_maps_to_both(
         {"role": "assistant", "content": "Let me add."},
         {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a": 1}'},
     ]
+
+
+def test_a_prompt_rewritten_at_its_start_is_sent_whole(
+    wire: WireServer, model: OpenAIResponsesModel
+) -> None:
+    # A plugin that puts retrieved context first, or drops the oldest messages: with the
+    # old id the server would answer from what it held, without the rewrite.
+    wire.script(Text("Paris."), Text("Lyon."), Text("Nice."))
+    asked = [Message.user("context: France"), Message.user("capital?")]
+    first = _call(model, asked, None)
+    assert first.provider_state is not None
+    history = [*asked, first.message, Message.user("second city?")]
+    second = _call(model, history, first.provider_state)
+    rewritten = [Message.user("context: Rhône"), *history[1:], second.message]
+    rewritten.append(Message.user("and the third?"))
+    _call(model, rewritten, second.provider_state)
+    bodies = [r.body for r in wire.requests]
+    assert bodies[1]["previous_response_id"] == "resp_1"  # nothing rewritten: continued
+    assert bodies[1]["input"] == [{"role": "user", "content": "second city?"}]
+    assert "previous_response_id" not in bodies[2]
+    assert bodies[2]["input"][0] == {"role": "user", "content": "context: Rhône"}
+    assert len(bodies[2]["input"]) == len(rewritten)
+    old_state = {"previous_response_id": "resp_2", "covers": 5}  # written before "ends"
+    assert unsent(rewritten, old_state) == ("resp_2", rewritten[5:])

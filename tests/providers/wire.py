@@ -4,8 +4,9 @@
 SDKs, unmodified and pointed at ``base_url``, the way the provider would:
 JSON bodies, or Server-Sent Events in HTTP chunks when the request streams.
 What it answers is scripted per test (``Text``, ``Calls``, ``Status``,
-``CutOff``); with an empty script it echoes the last user text. Every request
-it gets is kept (``requests``), so a test asserts on what the SDK sent.
+``CutOff``, or ``Raw``: a provider's odd answer as it is); with an empty script it
+echoes the last user text. Every request it gets is kept (``requests``), so a test
+asserts on what the SDK sent.
 
 Three dialects: ``CHAT`` (``POST /v1/chat/completions``), ``RESPONSES``
 (``POST /v1/responses``, numbering its response ids) and ``ANTHROPIC``
@@ -33,6 +34,7 @@ __all__ = [
     "Calls",
     "CutOff",
     "Dialect",
+    "Raw",
     "Received",
     "Reply",
     "Status",
@@ -96,7 +98,20 @@ class CutOff:
     clean: bool = False
 
 
-Reply = Text | Calls | Status | CutOff
+@dataclass(frozen=True)
+class Raw:
+    """Answer exactly this, whatever the dialect: a JSON ``body``, or a stream of ``events``
+    (a dict is one Server-Sent Event, ``event:`` its ``type`` if it has one; a str is sent
+    as it is, ``data: [DONE]`` say). For what real servers send that the dialects do not."""
+
+    body: dict[str, Any] | None = None
+    events: Sequence[dict[str, Any] | str] = ()
+
+    def encoded(self) -> list[bytes]:
+        return [e.encode() if isinstance(e, str) else _sse(e, e.get("type")) for e in self.events]
+
+
+Reply = Text | Calls | Status | CutOff | Raw
 
 
 @dataclass(frozen=True)
@@ -448,6 +463,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
         elif isinstance(reply, Status):
             self._json(reply.status, dialect.error(reply), reply.headers)
+        elif isinstance(reply, Raw):
+            if reply.body is not None:
+                self._json(200, reply.body)
+            else:
+                self._stream(reply.encoded())
         elif isinstance(reply, CutOff):
             events = dialect.events(reply.reply, body, number)[: reply.after]
             self._stream(events, cut=not reply.clean)

@@ -11,19 +11,30 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
+from actors._strip import is_stripped_marker
 from actors.errors import PluginError
 from actors.events import EventBuffer
+from actors.messages import Message, ToolCall
+from actors.model import ModelResponse
 from actors.plugins import Plugin, PluginContext
 from actors.tools import Tool
 
-__all__ = ["PluginRunner"]
+__all__ = ["PROMPT", "RESPONSE", "TOOL_CALL", "PluginRunner", "Returns"]
 
 logger = logging.getLogger("actors.plugins")
 T = TypeVar("T")
 
+Returns = tuple[Callable[[object], bool], str]
+"""What a piped hook may return besides ``None``: a test of the result, and its words."""
+
 
 class PluginRunner:
-    """The plugins of one session and their contexts. Used only on the session's thread."""
+    """The plugins of one session and their contexts. Used only on the session's thread.
+
+    Raises:
+        TypeError: a restored state of one of the plugins is not a dict (a damaged or
+            wrongly redacted checkpoint; the session reports it as ``SnapshotDecodeError``).
+    """
 
     def __init__(
         self,
@@ -40,10 +51,21 @@ class PluginRunner:
         self.contexts: dict[str, PluginContext] = {}
         for plugin in self.plugins:
             prefix = f"plugins.{plugin.name}."
+            state = states.get(plugin.name, {})
+            if is_stripped_marker(state):
+                # The whole state was stripped (a checkpoint written when ``strip_secrets``
+                # judged plugin names as keys): the plugin starts afresh, without the marker's
+                # key in its state for good.
+                state = {}
+            elif type(state) is not dict:  # the checkpoint's fault, not the plugin's
+                raise TypeError(
+                    f"state.plugins.{plugin.name} must be a dict (the plugin's ctx.state), "
+                    f"got {type(state).__name__}"
+                )
             self.contexts[plugin.name] = PluginContext(
                 session_id=session_id,
                 plugin=plugin.name,
-                state=states.get(plugin.name, {}),
+                state=state,
                 events=events,
                 resumed=resumed,
                 stripped=tuple(p[len(prefix) :] for p in stripped_fields if p.startswith(prefix)),
@@ -89,19 +111,57 @@ class PluginRunner:
         return offered
 
     def end(self, reason: str) -> None:
-        """Run ``session_end`` of every plugin that started, last started first."""
-        for plugin in reversed(self.started):
-            self._guarded(plugin, "session_end", lambda p, c: p.session_end(c, reason))
-        self.started.clear()
+        """Run ``session_end`` of every plugin that started, last started first, once each.
 
-    def pipe(self, hook: str, value: T, call: Callable[[Plugin, PluginContext, T], T | None]) -> T:
-        """Pass ``value`` through ``hook`` of every plugin; a ``None`` result keeps it."""
+        A plugin is taken off ``started`` before its hook runs, and a ``SystemExit`` (or
+        other ``BaseException``) a hook raises is raised again only once every other
+        plugin's ``session_end`` has run: it ends the session, but must not leave the
+        other plugins' resources open, nor have the failure path that follows
+        (``on_failure``) run the same hook again.
+        """
+        pending: BaseException | None = None
+        while self.started:
+            plugin = self.started.pop()
+            try:
+                self._guarded(plugin, "session_end", lambda p, c: p.session_end(c, reason))
+            except BaseException as exc:  # SystemExit & co.: the others still end first
+                pending = pending or exc
+        if pending is not None:
+            raise pending
+
+    def pipe(
+        self,
+        hook: str,
+        value: T,
+        call: Callable[[Plugin, PluginContext, T], T | None],
+        returns: Returns,
+    ) -> T:
+        """Pass ``value`` through ``hook`` of every plugin; a ``None`` result keeps it.
+
+        ``returns`` says what the hook may return instead: a result it does not accept
+        is that hook's failure (a ``plugin_error`` event naming the plugin, the hook and
+        what it must return), and ``value`` goes on unchanged, as when a hook raises.
+        Without this check the wrong value failed the turn later, far from the plugin,
+        with an error that named neither (``'dict' object has no attribute 'to_dict'``).
+        """
         if not self.plugins:
             return value
+        accepts, what = returns
         for plugin in self.plugins:
             result = self._guarded(plugin, hook, call, value)
-            if result is not None:
-                value = result
+            if result is None:
+                continue
+            if not accepts(result):
+                self._failed(
+                    plugin,
+                    hook,
+                    TypeError(
+                        f"{hook} must return {what} or None, got {type(result).__name__}; "
+                        "its result was ignored"
+                    ),
+                )
+                continue
+            value = result
         return value
 
     def notify(self, hook: str, call: Callable[[Plugin, PluginContext], object]) -> None:
@@ -115,9 +175,25 @@ class PluginRunner:
         try:
             return call(plugin, self.contexts[plugin.name], *args)
         except Exception as exc:
-            logger.warning("plugin %r failed in %s: %r", plugin.name, hook, exc)
-            self.events.publish("plugin_error", plugin=plugin.name, hook=hook, error=repr(exc))
+            self._failed(plugin, hook, exc)
             return None
+
+    def _failed(self, plugin: Plugin, hook: str, exc: Exception) -> None:
+        """Report a failure of ``plugin``'s ``hook``: a warning and a ``plugin_error`` event."""
+        logger.warning("plugin %r failed in %s: %r", plugin.name, hook, exc)
+        self.events.publish("plugin_error", plugin=plugin.name, hook=hook, error=repr(exc))
+
+
+def _is_prompt(value: object) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(m, Message) for m in value)
+
+
+PROMPT: Returns = (_is_prompt, "a list of Message (the system prompt first)")
+"""What ``before_model`` may return."""
+RESPONSE: Returns = (lambda value: isinstance(value, ModelResponse), "a ModelResponse")
+"""What ``after_model`` may return."""
+TOOL_CALL: Returns = (lambda value: isinstance(value, ToolCall), "a ToolCall")
+"""What ``on_tool_call`` may return."""
 
 
 def _claim(owners: dict[str, str], item: object, plugin: str) -> None:

@@ -30,7 +30,7 @@ from actors._codec import join_path
 from actors.messages import Message, ToolCall
 from actors.streaming import INVALID_ARGUMENTS
 
-__all__ = ["storable_message", "storable_text"]
+__all__ = ["storable_message", "storable_text", "user_text"]
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
@@ -43,6 +43,33 @@ def storable_text(text: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def user_text(text: str, name: str) -> str:
+    """The user's ``text`` (a ``str`` checked by the caller) as a plain ``str`` a checkpoint
+    can hold, or ``ValueError``: what a session's ``send`` and its steering queue take in.
+
+    A ``str`` subclass becomes a plain copy (a checkpoint refuses the subclass). Text with a
+    lone surrogate is refused, not escaped: the caller can fix it, and once in the history
+    (or in the steering queue, which a failed turn fills again) it would fail every later
+    checkpoint of the session.
+
+    Raises:
+        ValueError: ``text`` holds a lone surrogate; ``name`` says whose text it is.
+    """
+    if type(text) is not str:
+        text = str.__str__(text)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} holds a lone surrogate at index {exc.start} ({text[exc.start]!r}), which "
+            "no checkpoint can store; escape it first, e.g. "
+            "text.encode('utf-8', 'backslashreplace').decode()"
+        ) from None
     return text
 
 

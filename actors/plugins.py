@@ -72,7 +72,9 @@ class Plugin:
     An exception in ``session_start`` or ``session_tools`` makes the session
     fail to start with ``PluginError`` naming the plugin. An exception in any
     other hook is published as a ``plugin_error`` event and the session goes on
-    as if the hook had returned ``None``.
+    as if the hook had returned ``None``; so is a replacement of the wrong type
+    (``before_model`` must return a list of ``Message``, ``after_model`` a
+    ``ModelResponse``, ``on_tool_call`` a ``ToolCall``).
     """
 
     name: str = ""

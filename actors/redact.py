@@ -17,11 +17,13 @@ survive redaction.
 
 ``strip_secrets`` is the policy an ``AgentHost`` applies to every checkpoint by
 default. It looks where live configuration sits (plugin states, provider state,
-session metadata; not the conversation) and replaces each secret, a value under a
-secret-looking key or a string that looks like a credential (``Bearer ...``,
-``sk-...``), by the stripped marker ``{"__stripped__": "secret"}``, listing its
-path with the snapshot's other stripped fields: on resume, ``session_start``
-finds it in ``ctx.stripped`` and rebuilds it, as it rebuilds a live value.
+session metadata; not the conversation, nor the plugins' names, which key their
+states, nor the session's ``tenant_id``: none of them is a secret) and replaces
+each secret, a value under a secret-looking key or a string that looks like a
+credential (``Bearer ...``, ``sk-...``), by the stripped marker
+``{"__stripped__": "secret"}``, listing its path with the snapshot's other
+stripped fields: on resume, ``session_start`` finds it in ``ctx.stripped`` and
+rebuilds it, as it rebuilds a live value.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ SECRET_MARKER = {STRIPPED_KEY: "secret"}
 
 SECRET_PARTS = ("plugins", "provider_state", "metadata")
 """The parts of a session's state ``strip_secrets`` scans: where configuration lives."""
+
+TENANT_KEY = "tenant_id"
+"""The key of a session's metadata that holds its tenant, which ``strip_secrets`` keeps."""
 
 _SECRET_VALUE = re.compile(r"^\s*(?:bearer\s+\S{8,}|sk-[A-Za-z0-9_-]{16,})\s*$", re.IGNORECASE)
 
@@ -98,13 +103,48 @@ def strip_secrets(snapshot: Snapshot) -> Snapshot:
     changed = {}
     for part in SECRET_PARTS:
         if part in state:
-            value = _strip(state[part], part, found)
+            strip = _PART_STRIPS.get(part, _strip)
+            value = strip(state[part], part, found)
             if value is not state[part]:
                 changed[part] = value
     if not found:
         return snapshot
     fields = tuple(dict.fromkeys((*snapshot.stripped_fields, *found)))
     return dataclasses.replace(snapshot, state={**state, **changed}, stripped_fields=fields)
+
+
+def _strip_plugins(states: Any, path: str, found: list[str]) -> Any:
+    """``_strip`` of each plugin's state: the keys of ``plugins`` are plugin names, which
+    name no secret (a plugin called ``token_budget`` is not a token), so they are not
+    judged; judged by them, a plugin's whole state would be dropped from every checkpoint
+    and its ``session_start`` would find a marker, not its state, on resume."""
+    if not isinstance(states, dict):
+        return _strip(states, path, found)
+    copy: dict[Any, Any] | None = None
+    for name, state in states.items():
+        new = _strip(state, join_path(path, name), found)
+        if new is not state:
+            copy = dict(states) if copy is None else copy
+            copy[name] = new
+    return states if copy is None else copy
+
+
+def _strip_metadata(metadata: Any, path: str, found: list[str]) -> Any:
+    """``_strip`` of the session's metadata, but for its ``tenant_id``: the tenant a host
+    resumes the session under, an identifier and never a credential. Were one shaped
+    like a key (``sk-bratislava-office-01``) stripped, the session would come back under
+    the ``default`` tenant: readable by that tenant, lost to its own."""
+    if not isinstance(metadata, dict) or TENANT_KEY not in metadata:
+        return _strip(metadata, path, found)
+    rest = {key: value for key, value in metadata.items() if key != TENANT_KEY}
+    stripped = _strip(rest, path, found)
+    if stripped is rest:
+        return metadata
+    return {key: metadata[key] if key == TENANT_KEY else stripped[key] for key in metadata}
+
+
+_PART_STRIPS = {"plugins": _strip_plugins, "metadata": _strip_metadata}
+"""How each of ``SECRET_PARTS`` is stripped where it differs from ``_strip``."""
 
 
 def _strip(value: Any, path: str, found: list[str]) -> Any:

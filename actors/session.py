@@ -21,12 +21,12 @@ import pykka
 
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
-from actors._hooks import PluginRunner
+from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
 from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
 from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
-from actors._storable import storable_message, storable_text
+from actors._storable import storable_message, storable_text, user_text
 from actors._strip import strip_live
 from actors.errors import (
     PluginError,
@@ -87,21 +87,74 @@ class _TurnMark:
     messages: int
     turns: int
     provider_state: Any
-    plugin_states: dict[str, dict[str, Any]] | None  # None: no plugins, or too deep to copy
+    plugin_states: _Undo | None  # None: no plugins, or too deep to record
 
 
-def _copy_for_undo(value: Any) -> Any:
-    """Copy every mutable container all the way down, keeping each one's type; leaves are shared."""
+@dataclass(frozen=True, slots=True)
+class _Undo:
+    """The plugins' states as a turn found them, to be put back in place (``restore``).
+
+    ``states`` is each plugin's ``ctx.state`` dict object; ``contents`` holds every dict,
+    list and set found in them with a shallow copy of what it held. Restoring puts each
+    container's own items back into it, so a rolled-back state is made of the very
+    objects it was made of before the turn: a plugin's tool that closes over a list or
+    dict of its state (``notes = ctx.state["notes"]``) still writes into the state
+    afterwards. Copies swapped in instead left such a tool writing into a container no
+    checkpoint held any more, and what it wrote after the first failed turn was lost.
+    """
+
+    states: dict[str, dict[str, Any]]
+    contents: list[tuple[Any, Any]]
+
+    @classmethod
+    def record(cls, states: dict[str, dict[str, Any]]) -> _Undo:
+        """Record ``states`` (``RecursionError`` if they nest too deep)."""
+        contents: list[tuple[Any, Any]] = []
+        seen: set[int] = set()
+        for state in states.values():
+            _record_containers(state, contents, seen)
+        return cls(dict(states), contents)
+
+    def restore(self, contexts: Mapping[str, Any]) -> None:
+        """Put every recorded container's items back, and each plugin's ``ctx.state`` dict."""
+        for container, items in self.contents:
+            if type(container) is list:
+                container[:] = items
+            else:  # a dict or a set
+                container.clear()
+                container.update(items)
+        for name, state in self.states.items():
+            ctx = contexts.get(name)
+            if ctx is not None:
+                ctx.state = state
+
+
+def _record_containers(value: Any, contents: list[tuple[Any, Any]], seen: set[int]) -> None:
+    """Add every dict, list and set under ``value`` (itself included, tuples walked) to
+    ``contents`` with a shallow copy of its items, once each; leaves are not copied."""
     kind = type(value)
+    if kind is not dict and kind is not list and kind is not set and kind is not tuple:
+        return
+    if id(value) in seen:
+        return
+    seen.add(id(value))
     if kind is dict:
-        return {k: _copy_for_undo(v) for k, v in value.items()}
-    if kind is list:
-        return [_copy_for_undo(v) for v in value]
-    if kind is tuple:
-        return tuple(_copy_for_undo(v) for v in value)
-    if kind is set:
-        return set(value)
-    return value
+        contents.append((value, dict(value)))
+        children: Any = value.values()
+    elif kind is list:
+        contents.append((value, list(value)))
+        children = value
+    elif kind is set:
+        contents.append((value, set(value)))
+        return
+    else:
+        children = value
+    for child in children:
+        if type(child) in _WALKED:
+            _record_containers(child, contents, seen)
+
+
+_WALKED = frozenset((dict, list, set, tuple))
 
 
 def _copy_containers(value: Any) -> Any:
@@ -379,8 +432,9 @@ class AgentSession(pykka.ThreadingActor):
         (``tag``: see ``Send``).
 
         A failed turn (the model raised, ``TurnLimitExceeded``, or the
-        ``checkpointer`` raised after the turn, or a plugin's state became one
-        no checkpoint can hold: ``SnapshotEncodeError``) is rolled back: the
+        ``checkpointer`` raised after the turn, or a plugin's state or the model's
+        provider state became one no checkpoint can hold: ``SnapshotEncodeError``,
+        whether a checkpoint was due or not) is rolled back: the
         history, the turn counter, the provider state and every plugin's
         ``ctx.state`` are as before the call, steering messages it had taken go
         back to the front of the queue, an ``error`` event is published, and
@@ -389,9 +443,15 @@ class AgentSession(pykka.ThreadingActor):
         already published, the side effects of plugin hooks (``after_turn``
         included when the checkpoint failed), and changes made inside a value
         of a plugin's state that is not a dict, list, tuple or set.
+
+        Raises:
+            TypeError: ``text`` is not a ``str``.
+            ValueError: ``text`` holds a lone surrogate, which no checkpoint can store;
+                refused before the turn starts (a ``str`` subclass is taken as a plain copy).
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
+        text = user_text(text, "the user's text")
         mark = self._mark()
         self._steered = []
         self._messages.append(Message.user(text))
@@ -417,12 +477,16 @@ class AgentSession(pykka.ThreadingActor):
             seconds=time.perf_counter() - started,
         )
         checkpointer = self.checkpointer if self._turns % self.checkpoint_every == 0 else None
-        if checkpointer is not None or self._has_plugins:
+        provider_changed = self._provider_state is not mark.provider_state
+        if checkpointer is not None or self._has_plugins or provider_changed:
             try:
                 if checkpointer is not None:
                     checkpointer(self.snapshot())
                 else:  # what a later checkpoint would refuse must not outlive this turn
-                    self._check_plugin_states()
+                    if self._has_plugins:
+                        self._check_plugin_states()
+                    if provider_changed:
+                        self._check_provider_state()
             except Exception as exc:
                 self._rollback(mark)
                 self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
@@ -435,7 +499,7 @@ class AgentSession(pykka.ThreadingActor):
         states = None
         if self._has_plugins:
             try:
-                states = _copy_for_undo(self.plugins.states())
+                states = _Undo.record(self.plugins.states())
             except RecursionError:  # already unstorable: the turn's checkpoint will say where
                 states = None
         return _TurnMark(len(self._messages), self._turns, self._provider_state, states)
@@ -451,9 +515,7 @@ class AgentSession(pykka.ThreadingActor):
         self._turns = mark.turns
         self._provider_state = mark.provider_state
         if mark.plugin_states is not None:  # in place: a plugin may hold on to its ctx.state
-            for name, state in self.plugins.states().items():
-                state.clear()
-                state.update(mark.plugin_states.get(name, {}))
+            mark.plugin_states.restore(self.plugins.contexts)
         self.steering.requeue(self._steered)
         self._steered = []
 
@@ -492,7 +554,8 @@ class AgentSession(pykka.ThreadingActor):
 
     def steer(self, text: str) -> None:
         """Queue ``text`` to be injected before the next model call (``SteeringQueueFull``
-        when ``max_steering_queue`` messages wait)."""
+        when ``max_steering_queue`` messages wait; ``ValueError`` for text with a lone
+        surrogate, which no checkpoint could store)."""
         self.steering.put(text)
 
     def history(self) -> list[Message]:
@@ -560,6 +623,23 @@ class AgentSession(pykka.ThreadingActor):
         stripped, _ = strip_live(states)
         encode_plain(stripped, root="state.plugins")  # as a checkpoint's error names it
 
+    def _check_provider_state(self) -> None:
+        """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the
+        provider state the model left. Checked when a turn changed it and no checkpoint was
+        due: a model keeps its state until it returns another, and the rollback of every
+        later checkpointed turn would restore the same unstorable one, so no checkpoint of
+        the session would succeed again."""
+        try:
+            state = _copy_containers(self._provider_state)
+        except RecursionError:
+            raise SnapshotEncodeError(
+                "state.provider_state",
+                self._provider_state,
+                "it holds a cycle or nests deeper than a checkpoint can hold",
+            ) from None
+        stripped, _ = strip_live(state)
+        encode_plain(stripped, root="state.provider_state")
+
     def _too_deep_error(self) -> SnapshotEncodeError:
         part, value = self._too_deep()
         return SnapshotEncodeError(
@@ -624,7 +704,7 @@ class AgentSession(pykka.ThreadingActor):
             self._usage += response.usage
             if self._has_plugins:
                 response = self.plugins.pipe(
-                    "after_model", response, lambda p, c, v: p.after_model(c, v)
+                    "after_model", response, lambda p, c, v: p.after_model(c, v), RESPONSE
                 )
             message = self._record(response, seconds)
             if not message.tool_calls:
@@ -659,7 +739,9 @@ class AgentSession(pykka.ThreadingActor):
         self.event_buffer.publish_now("delta", **delta.event_data())
 
     def _piped_prompt(self, prompt: list[Message]) -> list[Message]:
-        return self.plugins.pipe("before_model", prompt, lambda p, c, v: p.before_model(c, v))
+        return self.plugins.pipe(
+            "before_model", prompt, lambda p, c, v: p.before_model(c, v), PROMPT
+        )
 
     def _record(self, response: ModelResponse, seconds: float) -> Message:
         """Append the model's message, made storable (see ``actors._storable``); return it.
@@ -682,7 +764,9 @@ class AgentSession(pykka.ThreadingActor):
         return message
 
     def _call_tool(self, call: ToolCall) -> None:
-        call = self.plugins.pipe("on_tool_call", call, lambda p, c, v: p.on_tool_call(c, v))
+        call = self.plugins.pipe(
+            "on_tool_call", call, lambda p, c, v: p.on_tool_call(c, v), TOOL_CALL
+        )
         self.event_buffer.publish("tool_call", **call.to_dict())
         tool = self.tools.get(call.name)
         ok = False

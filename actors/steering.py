@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from actors._storable import user_text
 from actors.errors import SteeringQueueFull
 
 __all__ = ["SteeringQueue"]
@@ -37,13 +38,18 @@ class SteeringQueue:
     def put(self, text: str) -> None:
         """Queue ``text`` for the next model call.
 
+        A ``str`` subclass is queued as a plain copy: what waits here must be text a
+        checkpoint can hold, since a turn that fails puts it back for the next one.
+
         Raises:
             TypeError: ``text`` is not a string.
+            ValueError: ``text`` holds a lone surrogate (no checkpoint could store it).
             SteeringQueueFull: ``limit`` messages are already waiting; nothing was queued.
             Exception: what the ``forward_to`` target raised, when forwarding.
         """
         if not isinstance(text, str):
             raise TypeError(f"steering text must be a str, got {type(text).__name__}")
+        text = user_text(text, "the steering text")
         with self._lock:
             target = self._forward
             if target is None and len(self._items) >= self.limit:

@@ -40,6 +40,7 @@ from actors import (
     Snapshot,
     TakeSnapshot,
 )
+from supervisor._calls import TerminateChild
 from supervisor._checkpoints import EVENT_SEQ, Checkpoints, event_seq
 from supervisor._credentials import TenantCredentials
 from supervisor._host_policy import HostPolicy
@@ -166,18 +167,46 @@ class Incarnations:
             return None
 
     def launch(self, record: SessionRecord) -> str:
-        """Start the record's first incarnation as a child of the root supervisor."""
+        """Start the record's first incarnation as a child of the root supervisor.
+
+        Raises:
+            TimeoutError: the start took longer than ``call_timeout`` (a plugin's
+                ``session_start`` still running, say); nothing is registered, and the
+                incarnation is stopped as soon as its start is over.
+        """
         try:
             self.resolve_model(record.template)
             self.root.start_child(self._spec(record))
         except ChildStartError as err:
             self._table.forget(record)
             _reraise(err)
+        except pykka.Timeout as exc:
+            self._table.forget(record)
+            self._abandon_start(record.session_id)
+            raise TimeoutError(
+                f"session {record.session_id!r} did not start within "
+                f"{self.policy.call_timeout} s (call_timeout): its start (its plugins' "
+                "session_start, or a start ahead of it) took longer; it is not registered, "
+                "is stopped as soon as that start is over, and its id is free again then; "
+                "make session_start faster or raise call_timeout"
+            ) from exc
         except BaseException:
             self._table.forget(record)
             raise
         hint_if_untuned()
         return record.session_id
+
+    def _abandon_start(self, session_id: str) -> None:
+        """Have the root supervisor stop and remove the child ``session_id`` once the start
+        its caller stopped waiting for is over, without waiting for it here.
+
+        The supervisor goes on with a start its caller gave up on: without this, a start
+        that ended after the caller's timeout left a running session the host had
+        forgotten, and its id taken (``ChildAlreadyExists``) until shutdown. The request
+        is queued behind that start, so it finds the child if the start succeeded (and
+        nothing, harmlessly, if it failed).
+        """
+        self.root.actor_ref.ask(TerminateChild(session_id), block=False)
 
     def _spec(self, record: SessionRecord) -> ChildSpec:
         return ChildSpec(

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypedDict
 
 from actors import Send
+from actors._storable import user_text
 
 __all__ = [
     "ALLOWED_ATTRS",
@@ -179,16 +180,7 @@ def plain_text(name: str, value: object) -> str:
     """
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    text = str.__str__(value) if type(value) is not str else value
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} holds a lone surrogate at index {exc.start} ({text[exc.start]!r}), which "
-            "no checkpoint can store; escape it first, e.g. "
-            "text.encode('utf-8', 'backslashreplace').decode()"
-        ) from None
-    return text
+    return user_text(value, name)
 
 
 MAX_TAG_CHARS = 256

@@ -185,7 +185,9 @@ def redact_secrets(state: Mapping[str, Any]) -> dict[str, Any]:
     """Copy of ``state`` without the keys that look like secrets, at any depth.
 
     Use as ``snapshot.redact(redact_secrets)``. Walks dicts, lists and tuples
-    (tuples become lists); the input is not modified. Pure, thread-safe.
+    (tuples become lists); the input is not modified. Pure, thread-safe. The keys of
+    a state's ``plugins`` map are plugin names, which name no secret: a plugin called
+    ``token_budget`` keeps its state, and the secret-looking keys inside it go.
 
     Args:
         state: A snapshot's state (or any mapping).
@@ -194,4 +196,7 @@ def redact_secrets(state: Mapping[str, Any]) -> dict[str, Any]:
         A new dict with every secret-looking key (see the module docstring) removed.
     """
     result: dict[str, Any] = _redact(state)
+    plugins = state.get("plugins") if isinstance(state, Mapping) else None
+    if isinstance(plugins, Mapping) and "plugins" in result:
+        result["plugins"] = {name: _redact(value) for name, value in plugins.items()}
     return result

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from actors import redact_secrets
+from actors import redact_secrets, strip_secrets
 from gateway._context import Caller, GatewayDep, host_id
 from gateway.schemas import CheckpointOut, CheckpointRequest, CheckpointsOut
 
@@ -64,11 +64,15 @@ async def export(
     key: Caller,
     checkpoint_id: Annotated[str | None, Query(min_length=1)] = None,
 ) -> dict[str, Any]:
-    """A checkpoint (the newest by default) as JSON, secret-looking values redacted."""
+    """A checkpoint (the newest by default) as JSON, secrets redacted: credential-looking
+    values and what sits under secret-looking keys (as the host strips them by default,
+    so a host saving with ``redact=None`` or its own ``redact`` exports no secret either),
+    then the secret-looking keys themselves."""
     gateway.owned(key.tenant_id, session_id)
     store = gateway.ahost.host.store
     internal = host_id(key.tenant_id, session_id)
     snapshot = await asyncio.to_thread(store.load, internal, checkpoint_id)
-    plain: dict[str, Any] = json.loads(snapshot.redact(redact_secrets).to_json())
+    redacted = strip_secrets(snapshot).redact(redact_secrets)
+    plain: dict[str, Any] = json.loads(redacted.to_json())
     plain["session_id"] = session_id  # the id the client knows, not the host's tenant/id
     return plain

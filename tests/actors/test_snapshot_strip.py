@@ -337,3 +337,13 @@ def test_ids_are_unique_across_threads() -> None:
     ids = [i for out in results for i in out]
     assert len(set(ids)) == 8000
     assert all(out == sorted(out) for out in results)
+
+
+def test_redact_secrets_keeps_plugins_named_like_secrets() -> None:
+    state = session_state(1)
+    state["plugins"]["token_budget"] = {"used": 120, "api_key": "sk-1"}
+    state["plugins"]["password_policy"] = {"min_length": 12}
+    red = Snapshot.new(session_id="s", state=state).redact(redact_secrets)
+    assert red.state["plugins"]["token_budget"] == {"used": 120}
+    assert red.state["plugins"]["password_policy"] == {"min_length": 12}
+    assert state["plugins"]["token_budget"]["api_key"] == "sk-1"  # the input is untouched

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
-__all__ = ["Fence", "PostgresCheckpointStore"]
+__all__ = ["Fence", "PostgresCheckpointStore", "check_text", "storable_text"]
 
 T = TypeVar("T")
 
@@ -66,6 +66,12 @@ _NONE_LOG = (None, None, None, None, None, None)
 """The expectation and append columns of a save without a message log."""
 # SQLSTATEs of a connection that is gone: class 08, and the server shutting it down.
 _CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+_INT4_MAX = 2**31 - 1
+_INT8_MAX = 2**63 - 1
+_TOO_LARGE = "54000"
+"""SQLSTATE ``program_limit_exceeded``; with "index row" in its message, a key too long
+for a btree index entry (about 2,700 bytes after compression): a session id of thousands
+of bytes."""
 _SAVE_CURSOR = "_sessionvisor_save_cursor"
 """The attribute of a pooled connection holding its cursor for saves (``_save_cursor``)."""
 _CANCELLED_WAITING = frozenset({"55P03", "57014"})
@@ -94,7 +100,11 @@ _LIST = (
     "SELECT checkpoint_id, saved_at_us, label, size FROM {s}.checkpoints"
     " WHERE session_id = %s ORDER BY epoch DESC, checkpoint_id DESC"
 )
-_SESSIONS = "SELECT DISTINCT session_id FROM {s}.checkpoints ORDER BY session_id"
+_SESSIONS = (
+    'SELECT session_id FROM {s}.checkpoints GROUP BY session_id ORDER BY session_id COLLATE "C"'
+)
+"""Sorted by code point (bytes), as ``sorted`` and the other stores do, whatever the
+database's collation (``en_US.UTF-8`` would put ``"a"`` before ``"B"``)."""
 _DELETE_ALL = "DELETE FROM {s}.checkpoints WHERE session_id = %s"
 _DELETE_ONE = "DELETE FROM {s}.checkpoints WHERE session_id = %s AND checkpoint_id = %s"
 _PRUNE = (
@@ -236,6 +246,9 @@ class PostgresCheckpointStore(ClosingContext):
         self.schema = check_schema_name(schema)
         self.max_snapshot_bytes = max_snapshot_bytes
         self.keep_last = check_keep_last(keep_last, allow_none=True)
+        # The save function's keep_last is an SQL integer: a larger one keeps every
+        # checkpoint a session can hold anyway, as the largest integer does.
+        self._keep_last = None if self.keep_last is None else min(self.keep_last, _INT4_MAX)
         self._migrations = migrations
         self._logs = LogCache(_LOG_CACHE_BYTES)
         timeout_ms = max(1, int(transaction_timeout * 1000))
@@ -321,21 +334,29 @@ class PostgresCheckpointStore(ClosingContext):
         finally:
             self._pool.putconn(conn)
 
-    def run(self, action: str, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
+    def run(
+        self,
+        action: str,
+        work: Callable[[psycopg.Connection[tuple[Any, ...]]], T],
+        session_id: str | None = None,
+    ) -> T:
         """Run ``work`` on a pooled autocommit connection; once more on a fresh one if the
         connection broke (``work`` must be idempotent). For the cluster layer's statements.
 
         Raises:
             StoreUnreachable: the connection broke twice, or none could be had.
-            ValueError: the store is closed.
+            ValueError: the store is closed; or ``work`` writes ``session_id`` and it is
+                too long for the tables' indexes.
         """
-        return self._retrying(action, lambda: self._once(work))
+        return self._retrying(action, lambda: self._once(work), session_id)
 
     def _once(self, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
         with self._borrow() as conn:
             return work(conn)
 
-    def _retrying(self, action: str, attempt: Callable[[], T]) -> T:
+    def _retrying(self, action: str, attempt: Callable[[], T], session_id: str | None = None) -> T:
+        """``attempt()``, once more if the connection broke; the driver's errors as the
+        store's (``session_id``: the session whose id the attempt writes, if one)."""
         psycopg = self._psycopg
         for tries in (1, 2):
             try:
@@ -346,6 +367,8 @@ class PostgresCheckpointStore(ClosingContext):
                 state = exc.sqlstate or ""
                 if state in _CANCELLED_WAITING:
                     raise StoreBusy(self.where, action, exc) from exc
+                if state == _TOO_LARGE and session_id is not None and "index row" in str(exc):
+                    raise _too_long_id(session_id, exc) from exc
                 lost = not state or state.startswith(_CONNECTION_LOST)
                 if not lost:
                     raise
@@ -371,12 +394,19 @@ class PostgresCheckpointStore(ClosingContext):
             StoreBusy: it waited past ``transaction_timeout`` for a lock another
                 connection held; nothing was stored, and saving it again is safe.
             SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
+            ValueError: PostgreSQL cannot store its session id, checkpoint id or label (a
+                NUL character in it, or a session id of thousands of bytes); nothing was
+                stored.
         """
         if not isinstance(snapshot, Snapshot):
             raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
         if fence is not None and not isinstance(fence, Fence):
             raise TypeError(f"fence must be a Fence or None, got {type(fence).__name__}")
         sid = snapshot.session_id
+        check_text("session_id", sid)
+        check_text("checkpoint_id", snapshot.checkpoint_id)
+        if snapshot.label is not None:
+            check_text("label", snapshot.label)
         cached = self._logs.get(sid)
         # Large states stay in the body: this store has no shared state parts (yet).
         cut = split(snapshot, None if cached is None else cached.known, parts=False)
@@ -384,7 +414,7 @@ class PostgresCheckpointStore(ClosingContext):
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
         write = functools.partial(self._write, snapshot, cut, cached, fence)
         try:
-            entry = self._retrying("a save", lambda: self._commits.run(write))
+            entry = self._retrying("a save", lambda: self._commits.run(write), sid)
         except BaseException:
             self._logs.drop(sid)
             raise
@@ -417,7 +447,7 @@ class PostgresCheckpointStore(ClosingContext):
         messages = cut.messages
         if messages is None:
             check = seal(cut.body, _NO_LOG)
-            row = self._call(conn, (*head, cut.body, check, *_NO_LOG, *_NONE_LOG, self.keep_last))
+            row = self._call(conn, (*head, cut.body, check, *_NO_LOG, *_NONE_LOG, self._keep_last))
             self._check_fence(row, sid, fence)
             return None
         plan = extend_cached(cut, cached) if cached is not None else new_log(cut, None)
@@ -453,7 +483,7 @@ class PostgresCheckpointStore(ClosingContext):
         expect = plan.expect or (None, None, None)
         check = seal(cut.body, ref)
         params = (*head, cut.body, check, *ref, *expect, plan.append_at, plan.append)
-        row = self._call(conn, (*params, plan.digest, self.keep_last))
+        row = self._call(conn, (*params, plan.digest, self._keep_last))
         self._check_fence(row, head[0], fence)
         if row[0] != 0:
             return None
@@ -503,6 +533,10 @@ class PostgresCheckpointStore(ClosingContext):
 
     def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
         """The checkpoint, or the session's newest (see ``CheckpointStore.load``)."""
+        if not storable_text(session_id) or not (
+            checkpoint_id is None or storable_text(checkpoint_id)
+        ):
+            raise CheckpointNotFound(session_id, checkpoint_id)  # no save could store it
         query = self._q_latest if checkpoint_id is None else self._q_one
         params = (session_id,) if checkpoint_id is None else (session_id, checkpoint_id)
         row = self.run("a load", lambda conn: conn.execute(query, params, binary=True).fetchone())
@@ -525,6 +559,8 @@ class PostgresCheckpointStore(ClosingContext):
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first by ``(epoch, checkpoint_id)``."""
+        if not storable_text(session_id):
+            return []
         rows = self.run(
             "a listing", lambda conn: conn.execute(self._q_list, (session_id,)).fetchall()
         )
@@ -542,6 +578,10 @@ class PostgresCheckpointStore(ClosingContext):
 
     def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
         """Remove one or all of the session's checkpoints; returns how many (not fenced)."""
+        if not storable_text(session_id) or not (
+            checkpoint_id is None or storable_text(checkpoint_id)
+        ):
+            return 0
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
             with conn.transaction():
@@ -560,6 +600,10 @@ class PostgresCheckpointStore(ClosingContext):
     def prune(self, session_id: str, keep_last: int) -> int:
         """Keep the ``keep_last`` newest checkpoints of the session; returns how many went."""
         keep = check_keep_last(keep_last, allow_none=False)
+        if not storable_text(session_id):
+            return 0
+        assert keep is not None
+        keep = min(keep, _INT8_MAX)  # OFFSET is a bigint; no session holds more anyway
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
             with conn.transaction():
@@ -577,6 +621,43 @@ class PostgresCheckpointStore(ClosingContext):
         self._closed = True
         self._pool.close()
         self._logs.clear()
+
+
+def storable_text(value: object) -> bool:
+    """Whether ``value`` is a ``str`` a PostgreSQL ``text`` column can hold (no NUL
+    character): an id that is not can have no row, so a read of it finds nothing."""
+    return isinstance(value, str) and "\x00" not in value
+
+
+def check_text(name: str, value: object) -> str:
+    """``value`` if a PostgreSQL ``text`` column can store it.
+
+    Raises:
+        TypeError: not a ``str``.
+        ValueError: it holds a NUL character, which PostgreSQL text cannot store (the
+            SQLite and memory stores can: such an id cannot move to PostgreSQL).
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    at = value.find("\x00")
+    if at >= 0:
+        raise ValueError(
+            f"{name} {value[:80]!r} holds a NUL character ('\\x00') at index {at}, which "
+            "PostgreSQL text cannot store; use an id without it (e.g. replace it, or "
+            "hex-encode such ids)"
+        )
+    return value
+
+
+def _too_long_id(session_id: str, exc: BaseException) -> ValueError:
+    """The error for a session id PostgreSQL refused as too long for an index entry
+    (SQLSTATE 54000, ``exc``): what was wrong and what to do. Nothing was written."""
+    size = len(session_id.encode())
+    return ValueError(
+        f"session id {session_id[:60]!r}... ({size} bytes) is too long for the PostgreSQL "
+        f"store's indexes ({exc}); nothing was stored. Use session ids of at most 2,000 bytes "
+        "(e.g. a hash of a longer name)"
+    )
 
 
 def _save_cursor(conn: psycopg.Connection[tuple[Any, ...]]) -> psycopg.Cursor[tuple[Any, ...]]:

@@ -97,6 +97,8 @@ _LOG_STATE_COUNTED = _LOG_STATE_TEMPLATE.format(
     ", (SELECT count(*) FROM checkpoints WHERE session_id = ?1)"
 )
 """``_LOG_STATE`` and the session's checkpoint count (a store with ``keep_last``)."""
+_SQLITE_INT_MAX = 2**63 - 1
+"""SQLite's largest integer: a larger Python int cannot be bound to a statement."""
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 """Whether this SQLite has ``DELETE ... RETURNING`` (a prune then says what it removed)."""
 
@@ -615,6 +617,7 @@ class SQLiteCheckpointStore(ClosingContext):
         """Keep the ``keep_last`` newest checkpoints of the session; returns how many went."""
         keep = check_keep_last(keep_last, allow_none=False)
         assert keep is not None
+        keep = min(keep, _SQLITE_INT_MAX)  # no session holds more; SQLite takes no larger
         with self._transaction("IMMEDIATE") as db:
             return self._prune(db, session_id, keep)
 

@@ -65,6 +65,17 @@ class NodeConfig:
             raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl!r}")
         if self.margin is not None and not (_positive(self.margin) and self.margin < self.ttl):
             raise ValueError(f"margin must be > 0 and < ttl ({self.ttl}), got {self.margin!r}")
+        if self.fence_after <= self.heartbeat_interval:
+            # Else the node fences itself (refusing turns) between two heartbeats, every time.
+            raise ValueError(
+                f"margin must be < 2/3 of ttl ({self.ttl * 2 / 3:g} s for ttl {self.ttl}), got "
+                f"{self.margin!r}: the node fences itself ttl - margin seconds after its last "
+                f"renewal and renews every ttl / 3 ({self.heartbeat_interval:g} s), so a larger "
+                "margin fences it between every two heartbeats"
+            )
+        for name, text in (("node_id", self.node_id), ("address", self.address)):
+            if "\x00" in text:  # PostgreSQL text cannot store it
+                raise ValueError(f"{name} must not hold a NUL character ('\\x00'), got {text!r}")
         if self.sweep_interval is not None and not _positive(self.sweep_interval):
             raise ValueError(f"sweep_interval must be > 0 seconds, got {self.sweep_interval!r}")
         batch = self.sweep_batch

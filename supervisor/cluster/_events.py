@@ -291,7 +291,11 @@ class ClusterEvents:
             try:
                 with conn.transaction():
                     ours = self._table.advance_marks(conn, self._node_id, self._incarnation, marks)
-                    payloads = [_payload(s, t, e, limit) for s, t, e in batch if s in ours]
+                    payloads = [
+                        payload
+                        for s, t, e in batch
+                        if s in ours and (payload := _payload(s, t, e, limit)) is not None
+                    ]
                     self._transport.in_transaction(conn, payloads)
                 break
             except psycopg.OperationalError:  # a broken connection: once more on a new one
@@ -398,7 +402,11 @@ class ClusterEvents:
         self._transport.close()
 
 
-def _payload(session_id: str, tenant_id: str, event: Event, limit: int | None) -> str:
+def _payload(session_id: str, tenant_id: str, event: Event, limit: int | None) -> str | None:
+    """The event's payload: whole if it is shorter than ``limit`` bytes, else a marker
+    with its size; ``None`` when not even the marker fits (a session id, tenant id or
+    event type of thousands of bytes). That event is then not sent (a gap for its
+    followers), rather than fail the transaction and so every other event of its batch."""
     fields = {"s": session_id, "n": tenant_id, "q": event.seq, "t": event.type, "a": event.at}
     whole = json.dumps({**fields, "d": event.data}, separators=(",", ":"), default=str)
     if limit is None:
@@ -406,7 +414,18 @@ def _payload(session_id: str, tenant_id: str, event: Event, limit: int | None) -
     size = len(whole.encode())
     if size < limit:
         return whole
-    return json.dumps({**fields, "x": size}, separators=(",", ":"))
+    marker = json.dumps({**fields, "x": size}, separators=(",", ":"))
+    if len(marker.encode()) < limit:
+        return marker
+    logger.warning(
+        "event fan-out: an event of session %.60r... (tenant %.60r) is not sent to other "
+        "nodes: even without its data it takes %d bytes, over the transport's %d",
+        session_id,
+        tenant_id,
+        len(marker.encode()),
+        limit,
+    )
+    return None
 
 
 for _cls in (ClusterEvents, EventFollower):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor._pg_schema import qualify
 from supervisor.errors import SessionOwnedElsewhere
+from supervisor.postgres_store import check_text, storable_text
 
 if TYPE_CHECKING:
     import psycopg
@@ -201,7 +202,10 @@ class LeaseTable:
 
         Raises:
             SessionOwnedElsewhere: a live other node owns it.
+            ValueError: PostgreSQL cannot store the session id (a NUL character in it, or
+                thousands of bytes); nothing was claimed.
         """
+        check_text("session_id", session_id)
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int | Owner | None:
             row = conn.execute(self._claim, (session_id, node_id, incarnation)).fetchone()
@@ -210,7 +214,7 @@ class LeaseTable:
             return self._read_owner(conn, session_id)
 
         for _ in range(3):  # the owner may die, or release it, between the two statements
-            outcome = self.store.run("claiming a session", work)
+            outcome = self.store.run("claiming a session", work, session_id)
             if isinstance(outcome, int):
                 return outcome
             if outcome is not None and outcome.live and outcome.node_id is not None:
@@ -219,6 +223,8 @@ class LeaseTable:
 
     def owner(self, session_id: str) -> Owner | None:
         """The session's row, or ``None`` when no node ever claimed it."""
+        if not storable_text(session_id):
+            return None  # no claim could store it
         return self.store.run("looking up an owner", lambda c: self._read_owner(c, session_id))
 
     def _read_owner(
@@ -232,6 +238,7 @@ class LeaseTable:
 
     def owners(self, session_ids: list[str]) -> dict[str, Owner]:
         """The rows of ``session_ids`` (one statement); ids never claimed are absent."""
+        session_ids = [sid for sid in session_ids if storable_text(sid)]
         rows = self.store.run(
             "looking up owners",
             lambda conn: conn.execute(self._owners, (session_ids,)).fetchall(),

@@ -132,8 +132,11 @@ class ClusterNode:
 
     def renew(self) -> bool:
         """One heartbeat: True if the lease was renewed. After a fence, the leases are
-        checked against the database before the fence is lifted (see the module docstring).
-        Called by the heartbeat thread; callable directly when the node was not started."""
+        checked against the database before the fence is lifted (see the module docstring);
+        if they cannot be read (the database unreachable, or the read cancelled), False and
+        the fence stays until a later heartbeat reads them. Never raises: called by the
+        heartbeat thread, which must outlive any failure; callable directly when the node
+        was not started."""
         if self._gone is not None:
             return False
         sent = self._clock()
@@ -155,7 +158,7 @@ class ClusterNode:
         if self._clock() > self._deadline:  # it was fenced: some sessions may have moved
             try:
                 self._check_leases(sent)
-            except StoreUnreachable as exc:
+            except (StoreUnreachable, StoreBusy, ValueError) as exc:  # ValueError: closed
                 logger.warning("node %r: cannot check its leases: %s", self.node_id, exc)
                 return False
         with self._lock:
@@ -246,16 +249,25 @@ class ClusterNode:
             raise
 
     def hibernated(self, session_id: str, hibernated: bool) -> None:
-        """Record the session's state, so a sweeper resumes only active sessions eagerly."""
+        """Record the session's state, so a sweeper resumes only active sessions eagerly.
+        Best effort (the host has hibernated or woken the session already): a state that
+        cannot be recorded is logged, and at worst a sweeper resumes a hibernated session
+        of this node's after it died."""
         epoch = self.epoch(session_id)
         if epoch is not None:
             state = "hibernated" if hibernated else "active"
-            self._table.set_state(session_id, self.node_id, self.incarnation, epoch, state)
+            try:
+                self._table.set_state(session_id, self.node_id, self.incarnation, epoch, state)
+            except (StoreUnreachable, StoreBusy, ValueError) as exc:  # ValueError: closed
+                logger.warning(
+                    "node %r: could not record %r as %s: %s", self.node_id, session_id, state, exc
+                )
 
     def release(self, session_id: str, *, stopped: bool) -> None:
         """Drop the lease and, if the database still gives it to us, release the session
-        (``stopped``: marked so that no sweeper resumes it). Best effort: a release that
-        cannot reach the database leaves the session to be claimed after the TTL."""
+        (``stopped``: marked so that no sweeper resumes it). Best effort, never raises (the
+        host has stopped the session already): a release that cannot reach the database,
+        or waits too long for the session's row, leaves it to be claimed after the TTL."""
         with self._lock:
             lease = self._leases.pop(session_id, None)
         if lease is None:
@@ -268,7 +280,7 @@ class ClusterNode:
                 lease.epoch,
                 "stopped" if stopped else None,
             )
-        except StoreUnreachable as exc:
+        except (StoreUnreachable, StoreBusy, ValueError) as exc:  # ValueError: store closed
             logger.warning("node %r: could not release %r: %s", self.node_id, session_id, exc)
 
     def owner(self, session_id: str) -> Owner | None:
@@ -325,7 +337,10 @@ class ClusterNode:
 
     def _beat(self) -> None:
         while not self._stopping.wait(self.config.heartbeat_interval):
-            self.renew()
+            try:
+                self.renew()
+            except Exception:  # a heartbeat thread that died would fence the node for good
+                logger.exception("node %r: heartbeat failed", self.node_id)
 
     def _housekeep(self) -> None:
         while True:

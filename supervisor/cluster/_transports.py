@@ -41,10 +41,37 @@ _RETRY = 0.5  # seconds between two attempts to listen again after an error
 _POLL = 0.2  # seconds a listener waits for a payload before it checks whether to stop
 
 
+_DATABASE = "SELECT current_database()"
+_SERVER = "SELECT system_identifier FROM pg_control_system()"
+
+
 def channel_for(store: PostgresCheckpointStore) -> str:
     """The channel of the cluster whose tables ``store`` opens: one per database and schema,
-    a lowercase identifier short enough for PostgreSQL (63 bytes)."""
-    digest = hashlib.blake2b(f"{store.where}/{store.schema}".encode(), digest_size=8)
+    a lowercase identifier short enough for PostgreSQL (63 bytes).
+
+    The database is named as the server knows it (its name, and the server's system
+    identifier), not by the address this process reached it at: nodes that reach one
+    database by different names (``localhost`` and ``127.0.0.1``, a DNS name and an IP, a
+    connection pooler) must share one channel, or they never hear each other's events.
+
+    Raises:
+        StoreUnreachable: the database cannot be reached.
+    """
+
+    def identify(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
+        import psycopg  # noqa: PLC0415 (the [postgres] extra, present once a store opened)
+
+        row = conn.execute(_DATABASE).fetchone()
+        database = "" if row is None else str(row[0])
+        try:  # one server's databases share a name space; a Redis server may serve many
+            with conn.transaction():
+                server = conn.execute(_SERVER).fetchone()
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+            server = None  # revoked by a hosted service, or a server without it
+        return f"{'' if server is None else server[0]}/{database}"
+
+    database = store.run("identifying the database", identify)
+    digest = hashlib.blake2b(f"{database}/{store.schema}".encode(), digest_size=8)
     return f"sessionvisor_events_{digest.hexdigest()}"
 
 

@@ -130,6 +130,21 @@ class CheckpointStoreContract:
         for s in snaps[3:]:
             assert store.load("sess-1", s.checkpoint_id) == s
 
+    @pytest.mark.parametrize("keep", [2**31, 2**63, 2**70])
+    def test_a_keep_last_beyond_the_databases_integers_keeps_everything(
+        self, make_store: MakeStore, keep: int
+    ) -> None:
+        # Accepted when the store opens, so it must work: as "keep every checkpoint".
+        store = make_store(keep_last=keep)
+        snaps = [snap(turns=t) for t in range(3)]
+        for s in snaps:
+            store.save(s)
+        assert [i.checkpoint_id for i in store.list("sess-1")] == [
+            s.checkpoint_id for s in reversed(snaps)
+        ]
+        assert store.prune("sess-1", keep_last=keep) == 0
+        assert store.load("sess-1") == snaps[-1]
+
     def test_a_store_that_would_keep_no_checkpoint_is_refused(self, make_store: MakeStore) -> None:
         # every save would prune itself: nothing durable while send says it is
         with pytest.raises(ValueError, match=r"keep_last must be >= 1 \(every save keeps at le"):

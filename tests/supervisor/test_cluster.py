@@ -8,6 +8,7 @@ tests (SIGKILL, SIGSTOP) are in ``test_cluster_failover.py``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -311,6 +312,11 @@ def test_node_needs_a_postgres_store() -> None:
         ({"node_id": ""}, "node_id must be a non-empty str"),
         ({"node_id": "a", "ttl": 0}, "ttl must be a positive number"),
         ({"node_id": "a", "ttl": 2.0, "margin": 2.0}, r"margin must be > 0 and < ttl \(2.0\)"),
+        # ttl - margin within one heartbeat interval: fenced between every two heartbeats
+        ({"node_id": "a", "ttl": 3.0, "margin": 2.5}, r"margin must be < 2/3 of ttl \(2 s for"),
+        ({"node_id": "a", "ttl": 3.0, "margin": 2.0}, r"renews every ttl / 3 \(1 s\)"),
+        ({"node_id": "a\x00b"}, r"node_id must not hold a NUL character"),
+        ({"node_id": "a", "address": "http://x\x00"}, r"address must not hold a NUL character"),
         ({"node_id": "a", "sweep_batch": 0}, "sweep_batch must be an int >= 1"),
         ({"node_id": "a", "sweep_interval": -1}, "sweep_interval must be > 0"),
     ],
@@ -448,3 +454,71 @@ def test_the_sweeper_takes_a_dead_nodes_sessions_when_its_lease_lapses_not_a_swe
     assert taken, "not taken over before the next regular sweep"
     assert time.monotonic() - started >= lapses_in * 0.5  # not before the lapse (roughly)
     assert [text for text, _ in pairs(b.history("s"))] == ["before"]
+
+
+def test_a_session_id_postgresql_cannot_store_is_refused_clearly_and_the_node_goes_on(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.node("a"), cluster.node("b")
+    with pytest.raises(ValueError, match=r"session_id 'n\\x00ul' holds a NUL character"):
+        a.start_session(template(), "n\x00ul")
+    long_id = os.urandom(1600).hex()  # 3,200 bytes that do not compress
+    with pytest.raises(ValueError, match=r"\(3200 bytes\) is too long for the PostgreSQL"):
+        a.start_session(template(), long_id)
+    assert a.node is not None
+    assert a.node.leases() == {}
+    assert a.node.owner("n\x00ul") is None  # no claim could store it
+    assert a.node.owners(["n\x00ul", "s"]) == {}
+    a.start_session(template(), "s")
+    assert a.send("s", "hello").content == "echo: hello"
+    with pytest.raises(SessionOwnedElsewhere):
+        b.send("s", "hi")
+
+
+def test_a_renewal_that_cannot_read_its_leases_keeps_the_fence_and_does_not_raise(
+    cluster: Cluster,
+) -> None:
+    # The heartbeat thread calls renew: an exception out of it would end the heartbeats,
+    # and the node would stay fenced (and lose every session) for good.
+    clock = FakeClock()
+    store = cluster.store(transaction_timeout=0.2)
+    node = ClusterNode(store, NodeConfig(node_id="a", ttl=8.0, clock=clock, events=None))
+    try:
+        node.claim("s")
+        clock.advance(10.0)  # fenced: the next renewal reads its leases first
+        assert node.fenced is not None
+        with psycopg.connect(store.conninfo) as locker:  # e.g. a DBA's ALTER TABLE
+            locker.execute(f'LOCK TABLE "{store.schema}".sessions IN ACCESS EXCLUSIVE MODE')
+            assert node.renew() is False  # the read is cancelled (StoreBusy): not renewed
+            assert node.fenced is not None
+            locker.rollback()
+        assert node.renew() is True
+        assert node.fenced is None
+        assert node.leases() == {"s": 1}
+    finally:
+        node.drain()
+
+
+def test_release_and_hibernated_are_best_effort_when_the_row_stays_locked(
+    cluster: Cluster,
+) -> None:
+    # The host calls them after it stopped or hibernated the session: an error out of
+    # them would leave the session half stopped there (still running, or not forgotten).
+    store = cluster.store(transaction_timeout=0.2)
+    node = ClusterNode(store, NodeConfig(node_id="a", ttl=60.0, events=None))
+    try:
+        node.claim("kept")
+        node.claim("gone")
+        with psycopg.connect(store.conninfo) as locker:
+            locker.execute(f'LOCK TABLE "{store.schema}".sessions IN ACCESS EXCLUSIVE MODE')
+            node.hibernated("kept", True)  # StoreBusy inside: logged, not raised
+            node.release("gone", stopped=True)
+            locker.rollback()
+        assert node.leases() == {"kept": 1}  # the released lease is gone all the same
+        state = sql(store, "SELECT state FROM {s}.sessions WHERE session_id = 'kept'")
+        assert state == [("active",)]  # not recorded; at worst a sweeper resumes it
+        node.hibernated("kept", True)
+        state = sql(store, "SELECT state FROM {s}.sessions WHERE session_id = 'kept'")
+        assert state == [("hibernated",)]
+    finally:
+        node.drain()

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from actors import Event
@@ -132,6 +133,54 @@ def test_a_large_event_reaches_other_nodes_whole_over_redis(cluster: Cluster) ->
         assert seen.wait_for(owner.events(sid).cursor)
         started = next(e for e in seen.events if e.type == "turn_started")
         assert started.data["text"] == big
+
+
+def test_an_event_too_large_even_as_a_marker_does_not_sink_other_sessions_events(
+    cluster: Cluster,
+) -> None:
+    owner = cluster.node("a")
+    other = cluster.node("b")
+    huge = "L" * (NOTIFY_LIMIT + 1000)  # a session id no NOTIFY payload can carry
+    owner.start_session(template(), huge)
+    sid = owner.start_session(template(), "s1")
+    assert owner.node is not None
+    fan_out = owner.node.events
+    assert fan_out is not None
+    with other.follow(sid) as follower:
+        seen = Collected(follower)
+        # Queued together, so one batch (one transaction) carries both.
+        fan_out.publish(huge, "default", Event(1000, "custom", {}, 0.0))
+        fan_out.publish(sid, "default", Event(1000, "custom", {"k": 1}, 0.0))
+        assert fan_out.flush(WAIT)
+        assert seen.wait_for(1000)  # s1's event arrives; only the one that cannot is dropped
+        assert [(e.seq, e.data) for e in seen.events] == [(1000, {"k": 1})]
+        assert fan_out.dropped == 1
+
+
+def test_nodes_reaching_one_database_by_different_names_hear_each_other(
+    cluster: Cluster, transport: str
+) -> None:
+    # One node reaches the database as 127.0.0.1, the other as localhost (as a node on
+    # the database's machine, or behind a pooler, would): one cluster, one channel.
+    owner = cluster.node("a", events=transport)
+    parts = psycopg.conninfo.conninfo_to_dict(cluster.dsn)
+    assert parts.get("host") == "127.0.0.1"
+    elsewhere = psycopg.conninfo.make_conninfo(
+        **{**{k: str(v) for k, v in parts.items()}, "host": "localhost"}
+    )
+    store = PostgresCheckpointStore(elsewhere, schema=cluster.schema)
+    cluster.stores.append(store)
+    assert isinstance(owner.store, PostgresCheckpointStore)
+    assert store.where != owner.store.where
+    other = AgentHost(
+        store=store, node=NodeConfig(node_id="b", address="http://b", events=transport)
+    )
+    cluster.hosts.append(other)
+    sid = owner.start_session(template(), "s1")
+    with other.follow(sid) as follower:
+        seen = Collected(follower)
+        owner.send(sid, "hello")
+        assert seen.wait_for(owner.events(sid).cursor)
 
 
 def test_a_new_owner_numbers_above_every_event_other_nodes_saw(cluster: Cluster) -> None:

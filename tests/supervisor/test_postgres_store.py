@@ -6,6 +6,7 @@ Needs the PostgreSQL server of ``tests/pg_server.py`` (skipped without one).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 
 from actors import Snapshot, SnapshotDecodeError
 from supervisor import (
+    CheckpointNotFound,
     CheckpointStore,
     Fence,
     OwnershipLost,
@@ -553,3 +555,47 @@ def test_in_schema_runs_statements_on_tables_kept_beside_the_stores(
         return list(conn.execute(store.in_schema("SELECT n FROM {s}.extra")).fetchall())
 
     assert store.run("a test table", roundtrip) == [(7,)]
+
+
+def test_ids_postgresql_cannot_store_are_clear_errors_and_reads_find_nothing(
+    store: PostgresCheckpointStore,
+) -> None:
+    # PostgreSQL text holds no NUL (the other stores do): a typed error naming the field,
+    # not the driver's DataError, and nothing stored.
+    with pytest.raises(ValueError, match=r"session_id 'a\\x00b' holds a NUL character"):
+        store.save(snap("a\x00b"))
+    with pytest.raises(ValueError, match=r"label 'x\\x00' holds a NUL character"):
+        store.save(snap("s1", label="x\x00"))
+    assert store.sessions() == []
+    # Such an id has no row: reads find nothing, as for any unknown id.
+    with pytest.raises(CheckpointNotFound):
+        store.load("a\x00b")
+    with pytest.raises(CheckpointNotFound):
+        store.load("s1", "c\x00")
+    assert store.list("a\x00b") == []
+    assert store.delete("a\x00b") == 0
+    assert store.prune("a\x00b", 0) == 0
+    # An id too long for the tables' indexes: a ValueError saying so, nothing stored.
+    long_id = os.urandom(1600).hex()  # 3,200 bytes that do not compress
+    with pytest.raises(ValueError, match=r"\(3200 bytes\) is too long for the PostgreSQL"):
+        store.save(snap(long_id))
+    assert store.sessions() == []
+    saved = snap("s1")
+    store.save(saved)  # the store goes on
+    assert store.load("s1") == saved
+
+
+def test_sessions_are_sorted_as_python_sorts_them_whatever_the_collation(
+    store: PostgresCheckpointStore,
+) -> None:
+    # A database made with a linguistic collation (en_US.UTF-8, common on managed servers)
+    # gives its text columns that collation: here, the ICU one, set on the column.
+    if not _sql(store, "SELECT 1 FROM pg_collation WHERE collname = 'en-US-x-icu'"):
+        pytest.skip("this PostgreSQL server was built without ICU collations")
+    _sql(
+        store, 'ALTER TABLE {s}.checkpoints ALTER COLUMN session_id TYPE text COLLATE "en-US-x-icu"'
+    )
+    ids = ["b", "B", "a", "A", "_x", "a-b", "ab", "é"]
+    for sid in ids:
+        store.save(snap(sid))
+    assert store.sessions() == sorted(ids)

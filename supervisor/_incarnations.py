@@ -58,6 +58,7 @@ from supervisor._session_table import SessionTable, require_tenant
 from supervisor.child_spec import ChildSpec
 from supervisor.errors import (
     CheckpointNotFound,
+    ChildAlreadyExists,
     ChildStartError,
     NodeFenced,
     OwnershipLost,
@@ -318,6 +319,22 @@ class Incarnations:
             if isinstance(err.cause, _Moved):
                 self.lose(record)
             _reraise(err)
+        except ChildAlreadyExists:
+            # Another call's reactivation, which this one queued behind, started it: its
+            # start is over (the supervisor answers in turn), so it serves now, unless it
+            # has already ended again.
+            ref, status = record.ref, str(record.status)  # changed since it was hibernated
+            if status == "active" and _serving(ref):
+                assert ref is not None
+                return ref
+            raise
+        except pykka.Timeout as exc:
+            raise TimeoutError(
+                f"session {record.session_id!r} is being reactivated and did not start within "
+                f"{self.policy.call_timeout} s (call_timeout): its start (its plugins' "
+                "session_start, or a start ahead of it) takes longer; it serves once that "
+                "start is over, so retry, or make session_start faster or raise call_timeout"
+            ) from exc
         self.ownership.hibernated(record.session_id, False)
         record.events.publish("reactivated")
         assert record.ref is not None

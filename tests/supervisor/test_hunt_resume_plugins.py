@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,3 +137,48 @@ def test_a_session_resumes_under_its_tenant_even_one_shaped_like_a_key(
         "private",
         "echo: private",
     ]
+
+
+class GatedStart(Plugin):
+    """A ``session_start`` that waits for ``release`` once ``gate`` is set (a resource slow
+    to reconnect on reactivation). Thread mode only: the events are this process's."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.release = threading.Event()
+
+    def session_start(self, ctx: PluginContext) -> None:
+        if self.gate.is_set():
+            self.release.wait(WAIT)
+
+
+@thread_only("the plugin's events are shared with the test in this process")
+def test_a_reactivation_slower_than_call_timeout_is_a_timeout_then_serves(
+    make_host: HostFactory, mode: str
+) -> None:
+    slow = GatedStart()
+    host = make_host(call_timeout=0.5)
+    host.start_session(AgentTemplate(plugins=(slow,)), "s")
+    host.send("s", "one")
+    host.hibernate("s")
+    slow.gate.set()
+
+    with pytest.raises(TimeoutError, match=r"session 's' is being reactivated and did not start"):
+        host.send("s", "two")
+
+    # A second call queues its own reactivation behind the first, still starting: when the
+    # first is over, the second finds the session serving, not "already has a child 's'".
+    sessions: Any = host._sessions  # to see the second call set out to start the session
+    starting = threading.Event()
+    spec = sessions._spec
+
+    def noticed(record: Any) -> Any:
+        starting.set()
+        return spec(record)
+
+    sessions._spec = noticed
+    second = host.futures.send("s", "three")
+    assert starting.wait(WAIT)
+    slow.release.set()
+    assert second.result(WAIT).content == "echo: three"
+    assert [m.content for m in host.history("s")][-2:] == ["three", "echo: three"]

@@ -242,6 +242,7 @@ class PostgresCheckpointStore(ClosingContext):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
         driver, pool_driver = _driver()
+        _check_conninfo(driver, conninfo)
         self._psycopg = driver
         self.schema = check_schema_name(schema)
         self.max_snapshot_bytes = max_snapshot_bytes
@@ -674,6 +675,28 @@ def _save_cursor(conn: psycopg.Connection[tuple[Any, ...]]) -> psycopg.Cursor[tu
         cursor = conn.cursor()
         setattr(conn, _SAVE_CURSOR, cursor)
     return cursor
+
+
+def _check_conninfo(psycopg: Any, conninfo: object) -> None:
+    """Refuse what is not a connection string before anything connects.
+
+    The driver's own message is not repeated: it quotes the string, which may hold a
+    password.
+
+    Raises:
+        TypeError: ``conninfo`` is not a ``str``.
+        ValueError: the driver cannot parse it.
+    """
+    if not isinstance(conninfo, str):
+        raise TypeError(f"conninfo must be a str, got {type(conninfo).__name__}")
+    try:
+        psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise ValueError(
+            "conninfo is not a PostgreSQL connection string: give a URI "
+            "(postgresql://user@host:5432/dbname) or key=value pairs "
+            "(host=... dbname=...), or '' for the PG* environment variables"
+        ) from None
 
 
 def _describe(psycopg: Any, conninfo: str) -> str:

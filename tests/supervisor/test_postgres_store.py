@@ -293,6 +293,23 @@ def test_an_unreachable_server_is_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize(
+    "conninfo", ["not a dsn", "host=h password='s3cret", "postgresql://u:s3cret@[::1/db"]
+)
+def test_a_malformed_connection_string_is_a_value_error_that_does_not_quote_it(
+    conninfo: str,
+) -> None:
+    with pytest.raises(ValueError, match="conninfo is not a PostgreSQL connection string") as err:
+        PostgresCheckpointStore(conninfo)
+    assert "s3cret" not in str(err.value)
+    assert "not a dsn" not in str(err.value)
+
+
+def test_a_connection_string_that_is_not_text_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="conninfo must be a str, got bytes"):
+        PostgresCheckpointStore(b"host=127.0.0.1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"schema": "Bad-Name"}, "schema must be a lowercase SQL identifier"),

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import weakref
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Self, TypeVar, Unpack
 
@@ -174,7 +176,8 @@ class EventStream:
     with ``call_soon_threadsafe`` when the session publishes; no thread waits.
     Iterate it from one task. The stream ends (``StopAsyncIteration``) once the
     session is stopped or the host shut down; ``aclose()`` (or leaving an
-    ``async with`` block) ends it early and unsubscribes.
+    ``async with`` block) ends it early and unsubscribes, and so does dropping
+    the last reference to it (an ``async for`` left with ``break``).
 
     Attributes:
         cursor: The seq of the last event handed out (or read past): pass it as
@@ -196,6 +199,8 @@ class EventStream:
         self._ready: collections.deque[Event] = collections.deque()
         self._watch: EventWatch | None = None
         self._wake: asyncio.Event | None = None
+        self._notify: Callable[[], None] | None = None
+        self._unwatch: weakref.finalize[[], EventStream] | None = None  # closes the watch once
         self._stopped = False
         self._closed = False
 
@@ -231,22 +236,39 @@ class EventStream:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody iterates
                 loop.call_soon_threadsafe(wake.set)
 
+        # The session's buffer and table hold ``notify`` and ``stopped``, never the stream
+        # itself: a stream its reader dropped (an ``async for`` left with ``break``, which
+        # calls no ``aclose``) is freed, and then unsubscribed, instead of being woken on
+        # every later event of the session for as long as the session runs.
+        this = weakref.ref(self)
+
         def stopped() -> None:
-            self._stopped = True
+            stream = this()
+            if stream is not None:
+                stream._stopped = True
             notify()
 
-        self._watch = self._host.futures.watch(
+        watch = self._host.futures.watch(
             self.session_id, notify, stopped, tenant_id=self._tenant_id
         )
+        self._watch = watch
+        self._unwatch = weakref.finalize(self, watch.close)
         self._wake = wake
+        self._notify = notify
         return wake
 
     async def aclose(self) -> None:
         """End the stream now and unsubscribe (events already read are still handed out
-        first). Idempotent."""
+        first). Idempotent.
+
+        A task waiting in ``__anext__`` (another task's ``async for``) is woken and its
+        iteration ends, so a disconnect handler can end a reader that waits for events.
+        """
         self._closed = True
-        if self._watch is not None:
-            self._watch.close()
+        if self._unwatch is not None:
+            self._unwatch()  # ``EventWatch.close``, once
+        if self._notify is not None:  # thread-safe: ``aclose`` may run on another loop
+            self._notify()
 
     async def __aenter__(self) -> Self:
         return self

@@ -49,7 +49,7 @@ from supervisor.workers._io import DEFAULT, PipeIO
 from supervisor.workers._protocol import POKE, decode_error, pack, unpack
 from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
 
-__all__ = ["Reply", "WorkerClient", "describe_exit"]
+__all__ = ["LoadedTemplate", "Reply", "WorkerClient", "describe_exit"]
 
 logger = logging.getLogger("supervisor.workers")
 
@@ -133,6 +133,17 @@ class Reply:
                 logger.exception("a reply's completion handler failed")
 
 
+class LoadedTemplate:
+    """A template in one worker: how many sessions placed there use it (or are starting
+    on it), and whether a ``load_template`` of it was answered (``ready``)."""
+
+    __slots__ = ("ready", "users")
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.ready = False
+
+
 def describe_exit(exitcode: int | None) -> str:
     """``exit code 1``, ``signal SIGKILL``, ``out of memory (exit code 75)``..."""
     if exitcode is None:
@@ -193,7 +204,9 @@ class WorkerClient:
         self.exitcode: int | None = None  # set once dead
         self.ready = False  # set (once) when the worker said it serves
         self._settled = threading.Event()  # set once ready, or dead
-        self.templates: set[str] = set()  # keys loaded in this worker (guarded by the pool)
+        # The templates loaded (or being loaded) in this worker, by key (guarded by the pool,
+        # which unloads one that no session placed here uses any more).
+        self.templates: dict[str, LoadedTemplate] = {}
         self.sessions = 0  # sessions placed here (guarded by the pool)
         self._on_push = on_push
         self._on_death = on_death
@@ -378,11 +391,31 @@ class WorkerClient:
 
         After this the process is joined and closed and the pipe is closed.
         """
+        self.finish_shutdown(self.ask_to_shut_down(), time.monotonic() + timeout)
+
+    def ask_to_shut_down(self) -> Reply | None:
+        """Write the ``shutdown`` frame without waiting (``None``: the worker is dead), so
+        that a pool's workers all stop their sessions at once; then ``finish_shutdown``."""
         self._closing = True
-        if not self._dead:
+        if self._dead:
+            return None
+        try:
+            return self.submit("shutdown")
+        except Exception:
+            return None
+
+    def finish_shutdown(self, asked: Reply | None, deadline: float) -> None:
+        """Wait until ``deadline`` for the worker to answer ``asked`` and exit. A worker that
+        has not answered by then (a session's ``session_end`` hangs in it, say) is killed at
+        once, as one that answered but does not exit is: the host already waited for its
+        sessions' stops (``call_timeout``) and must not wait again per worker."""
+        answered = False
+        if asked is not None:
             with contextlib.suppress(Exception):
-                self.submit("shutdown").result(timeout)
-        self._reader.join(timeout)
+                asked.result(max(deadline - time.monotonic(), 0.0))
+                answered = True
+        if answered:
+            self._reader.join(max(deadline - time.monotonic(), 0.0))
         if self._reader.is_alive():
             self.kill()
             self._reader.join(_JOIN_TIMEOUT)

@@ -31,6 +31,7 @@ set before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import multiprocessing
@@ -38,6 +39,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +52,7 @@ from supervisor._host_policy import worker_call_timeout
 from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
-from supervisor.workers._client import WorkerClient
+from supervisor.workers._client import LoadedTemplate, WorkerClient
 from supervisor.workers._io import named as io_named
 from supervisor.workers._worker import WorkerSetup
 
@@ -64,6 +66,10 @@ _START_TIMEOUT = 120.0
 _SPAWN_WAIT = 30.0
 """Seconds ``close`` waits for replacement workers being started, to shut them down too."""
 
+_SHUTDOWN_WAIT = 5.0
+"""Seconds ``close`` gives the workers, together, to stop their sessions and exit before it
+kills those still running."""
+
 _START_FAILURES = 3
 """Replacement workers in a row that exit before serving, after which the pool stops
 replacing them (one failure could be transient: no free memory or file descriptors)."""
@@ -76,11 +82,12 @@ _START_HINT = (
 
 
 class _Placement:
-    __slots__ = ("client", "events", "link", "ref")
+    __slots__ = ("client", "events", "link", "ref", "template_key")
 
     def __init__(self, client: WorkerClient, events: EventBuffer) -> None:
         self.client = client
         self.events = events
+        self.template_key: str | None = None  # the template it uses there, once loaded
         self.ref: pykka.ActorRef[Any] | None = None
         self.link: Any = None  # the incarnation's ``SessionLink``, once attached
 
@@ -205,7 +212,9 @@ class WorkerPool:
         self._changed = threading.Condition(self._lock)  # notified when workers come and go
         self._workers: list[WorkerClient] = []
         self._placements: dict[str, _Placement] = {}
-        self._pickled: dict[int, tuple[AgentTemplate, bytes]] = {}
+        # Each template's cloudpickle bytes, by ``id``, while the template lives: a template
+        # a program no longer holds (its sessions stopped) is forgotten with its bytes.
+        self._pickled: dict[int, tuple[weakref.ref[AgentTemplate], bytes]] = {}
         self._closed = False
         self.gave_up = False
         self._start_failures = 0  # workers in a row that exited before serving
@@ -415,17 +424,44 @@ class WorkerPool:
             kill(ref, f"worker pid {client.pid} died ({client.exit_status})")
 
     def release(self, session_id: str, client: WorkerClient) -> None:
-        """Forget the placement of ``session_id`` on ``client`` (its proxy ended)."""
+        """Forget the placement of ``session_id`` on ``client`` (its proxy ended); unload
+        its template from the worker if no other session there uses it."""
         with self._lock:
             placement = self._placements.get(session_id)
             if placement is not None and placement.client is client:
                 del self._placements[session_id]
                 client.sessions -= 1
+                if placement.template_key is not None:
+                    self._drop_template_user(client, placement.template_key)
+
+    def _drop_template_user(self, client: WorkerClient, key: str) -> None:
+        """One session less uses template ``key`` on ``client``; at none, unload it there.
+
+        The caller holds the pool's lock. Every start counts itself before it loads
+        (``_reserve_template``), so no start is under way on ``key`` when it is unloaded,
+        and the next one loads it again with a frame written after this one. A worker
+        hosting sessions for days on templates made per session (per user, say) so keeps
+        only those of its current sessions.
+        """
+        loaded = client.templates.get(key)
+        if loaded is None:
+            return
+        loaded.users -= 1
+        if loaded.users > 0:
+            return
+        del client.templates[key]
+        if client.alive:
+            with contextlib.suppress(Exception):  # a dead worker forgets everything anyway
+                client.submit("unload_template", {"key": key})
 
     # -- templates --------------------------------------------------------------------
 
-    def load_template(self, client: WorkerClient, template: AgentTemplate, model: Model) -> str:
-        """Ship ``template`` and its resolved ``model`` to ``client`` once; return their key.
+    def load_template(
+        self, client: WorkerClient, template: AgentTemplate, model: Model, session_id: str
+    ) -> str:
+        """Ship ``template`` and its resolved ``model`` to ``client`` unless loaded there;
+        return their key. The placement of ``session_id`` on ``client`` counts as a user
+        of the template there until it is released (see ``release``).
 
         The model is resolved in the parent (through the host's ProviderRegistry,
         as in thread mode), so a re-registered profile takes effect at once.
@@ -441,23 +477,53 @@ class WorkerPool:
         if not isinstance(model_bytes, bytes):
             model_bytes = b""  # the template's own model: shipped inside the template
         key = hashlib.blake2b(template_bytes + model_bytes, digest_size=16).hexdigest()
-        if key not in client.templates:
+        if not self._reserve_template(client, session_id, key):
             payload = {"key": key, "template": template_bytes, "model": model_bytes}
             client.call("load_template", payload, self.call_timeout)
-            client.templates.add(key)
+            with self._lock:
+                loaded = client.templates.get(key)
+                if loaded is not None:  # (still counted: the caller releases after this)
+                    loaded.ready = True
         return key
 
-    def _pickle(self, template: AgentTemplate) -> bytes:
+    def _reserve_template(self, client: WorkerClient, session_id: str, key: str) -> bool:
+        """Count ``session_id``'s placement as a user of template ``key`` on ``client``
+        (before any load, so that no release unloads it meanwhile); True if the worker has
+        it already, False if this start must load it (a start still loading it does not
+        count: a second load of one key is harmless)."""
         with self._lock:
-            cached = self._pickled.get(id(template))
-        if cached is not None and cached[0] is template:
+            loaded = client.templates.get(key)
+            if loaded is None:
+                loaded = client.templates[key] = LoadedTemplate()
+            mine = self._placements.get(session_id)
+            if mine is not None and mine.client is client and mine.template_key is None:
+                mine.template_key = key
+                loaded.users += 1
+            return loaded.ready
+
+    def _pickle(self, template: AgentTemplate) -> bytes:
+        """``template``'s cloudpickle bytes, made once per template object.
+
+        The cache holds the template weakly: a host that starts each session on a
+        template of its own (per user instructions, say) must not keep every one,
+        and its bytes, for as long as it runs once their sessions are gone.
+        """
+        key = id(template)
+        cached = self._pickled.get(key)  # one dict lookup: atomic
+        if cached is not None and cached[0]() is template:
             return cached[1]
         try:
             data: bytes = cloudpickle.dumps(template)
         except Exception as exc:
             raise _not_picklable(template, exc) from exc
         with self._lock:
-            self._pickled[id(template)] = (template, data)  # keeps it alive: the id stays valid
+            fresh = key not in self._pickled
+            self._pickled[key] = (weakref.ref(template), data)
+        if fresh:
+            # Forgotten as the template is freed, before its id can be reused; on the
+            # thread that frees it, which may hold the pool's lock: one ``dict.pop``, atomic,
+            # and no reference to the pool (a closed pool is not kept alive by templates).
+            weakref.finalize(template, self._pickled.pop, key, None)
         return data
 
     # -- closing ------------------------------------------------------------------------
@@ -469,8 +535,12 @@ class WorkerPool:
             self._closed = True  # no replacement is decided from now on
             self._changed.wait_for(lambda: self._spawning == 0, _SPAWN_WAIT)
             workers = list(self._workers)
-        for client in workers:
-            client.shutdown()
+        # All at once, with one deadline: each worker stops its sessions meanwhile, and one
+        # with a session that will not stop costs the close one wait, not one per worker.
+        asked = [(client, client.ask_to_shut_down()) for client in workers]
+        deadline = time.monotonic() + _SHUTDOWN_WAIT
+        for client, reply in asked:
+            client.finish_shutdown(reply, deadline)
         with self._lock:
             self._workers.clear()
             self._pickled.clear()

@@ -11,6 +11,7 @@ Parent -> worker (requests)::
 
     op              payload                                             reply payload
     load_template   {"key": str, "template": bytes, "model": bytes}     None
+    unload_template {"key": str}                                        None
     start           {"session": sid, "key": str,
                      "restore": {"state": dict, "stripped": [str],
                                  "checked": bool} | None,

@@ -460,7 +460,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
     client = pool.place(session_id, launch.events, launch.timeout)
     forward = _Steer(client, session_id, launch.steering)
     try:
-        key = pool.load_template(client, launch.template, launch.model)
+        key = pool.load_template(client, launch.template, launch.model, session_id)
         queued = forward.start(launch.events)
         payload = {
             "session": session_id,

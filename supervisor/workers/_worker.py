@@ -30,6 +30,7 @@ no state to go on, and the parent resumes its sessions elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -57,7 +58,7 @@ from actors import (
     SteeringQueue,
     Tool,
 )
-from supervisor._actor import SupervisedActor, kill, terminate
+from supervisor._actor import SupervisedActor, begin_terminate, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
 from supervisor.monitors import monitor
 from supervisor.workers._checkpoint_delta import DeltaWriter
@@ -78,6 +79,10 @@ SLOW_STEP = 0.001
 """Seconds after which a model call or tool counts as slow: its events go out before it."""
 
 _STOP_TIMEOUT = 10.0
+
+_EXIT_GRACE = 2.0
+"""Seconds a worker that stopped its sessions waits for its remaining threads before it
+exits without them (see ``_leave_stuck_threads``)."""
 
 HOST_LOST = "host_lost"
 """The ``session_end`` reason of sessions a worker stops because its host is gone (its pipe
@@ -153,6 +158,31 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
         initializer, args = cloudpickle.loads(setup.initializer)
         initializer(*args)
     _Worker(conn, io_named(setup.io)).run()
+    _leave_stuck_threads(_EXIT_GRACE)
+
+
+def _leave_stuck_threads(grace: float) -> None:
+    """End the process at once if a thread of it has not ended within ``grace`` seconds.
+
+    multiprocessing joins every non-daemon thread before a process exits, so a
+    session thread stuck in a tool or a ``session_end`` hook that never returns (its
+    stop was already waited for, and given up) would keep the worker alive for ever,
+    and a worker whose host was killed would never exit. What is left is abandoned,
+    as a host abandons a session thread that does not stop.
+    """
+    deadline = time.monotonic() + grace
+    me = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not me and not thread.daemon:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+    stuck = [t.name for t in threading.enumerate() if t is not me and t.is_alive() and not t.daemon]
+    if not stuck:
+        return  # the usual end: multiprocessing's own exit
+    logger.warning("worker pid %s exits leaving threads that did not stop: %s", os.getpid(), stuck)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 class _Hosted:
@@ -319,6 +349,7 @@ class _Worker:
             self._write({"op": "events", "session": hosted.session_id, "events": events})
 
     def run(self) -> None:
+        stopped = False
         try:
             self._write({"op": "ready"})  # its absence tells the parent a worker could not start
             last = self.pipe.serve()
@@ -327,9 +358,13 @@ class _Worker:
             else:
                 self._stop_all()
                 self.reply(last["id"], None)
+            stopped = True
         finally:
-            self._stop_all()
-            self._pool.shutdown(wait=True)
+            if not stopped:
+                self._stop_all()
+            # Not waited for: a start stuck in a ``session_start`` hook would hold the worker
+            # for ever (``worker_main`` gives what is left a moment, then leaves it).
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self.pipe.close()
 
     def route(self, frame: dict[str, Any], hosted: _Hosted | None) -> _Call | None:
@@ -356,6 +391,9 @@ class _Worker:
             template = cloudpickle.loads(payload["template"])
             model = cloudpickle.loads(payload["model"]) if payload["model"] else template.model
             self._templates[payload["key"]] = (template, model)
+            self.reply(call_id, None)
+        elif op == "unload_template":  # no session here uses it any more (nor starts on it)
+            self._templates.pop(payload["key"], None)
             self.reply(call_id, None)
         elif op == "start":
             hosted = self._starting_session(payload)
@@ -487,12 +525,18 @@ class _Worker:
             lifecycle.finished.wait(_STOP_TIMEOUT)
 
     def _stop_all(self, reason: str = "normal") -> None:
-        """Stop every session; their plugins' ``session_end`` gets ``reason``."""
+        """Stop every session; their plugins' ``session_end`` gets ``reason``. All are told
+        at once and waited for together, up to ``_STOP_TIMEOUT`` in all: a session that
+        does not stop is abandoned, and costs the others nothing."""
         with self._lock:
             hosted = list(self._sessions.values())
+        ending = []
         for each in hosted:
             each.end_reason = reason  # before the stop message: the actor reads it after
-            terminate(each.ref, _STOP_TIMEOUT)
+            ending.append(begin_terminate(each.ref))
+        deadline = time.monotonic() + _STOP_TIMEOUT
+        for lifecycle in ending:
+            lifecycle.finished.wait(max(deadline - time.monotonic(), 0.0))
 
 
 def _pack_answer(frame: dict[str, Any]) -> bytes:

@@ -4,6 +4,7 @@ iterator, in every mode. Each test runs its own event loop (``asyncio.run``)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,3 +217,59 @@ def test_an_events_stream_counts_what_it_missed(make_host: HostFactory) -> None:
 
 async def _take(stream: EventStream, count: int) -> list[Event]:
     return [await anext(stream) for _ in range(count)]
+
+
+def test_aclose_from_another_task_ends_a_reader_waiting_for_events(
+    make_host: HostFactory,
+) -> None:
+    """A disconnect handler closing the stream ends the ``async for`` that waits on it."""
+    host = make_host()
+    ahost = AsyncAgentHost(host)
+    sid = host.start_session(template())
+
+    async def main() -> list[str]:
+        seen: list[str] = []
+        stream = ahost.events(sid)
+        turn_read = asyncio.Event()
+
+        async def read() -> None:
+            async for event in stream:
+                seen.append(event.type)
+                if event.type == "turn_finished":
+                    turn_read.set()
+
+        reader = asyncio.create_task(read())
+        await ahost.send(sid, "one")
+        await asyncio.wait_for(turn_read.wait(), WAIT)
+        await stream.aclose()  # the reader now waits for the next event, or is about to
+        await asyncio.wait_for(reader, WAIT)  # ends, instead of waiting for ever
+        return seen
+
+    assert asyncio.run(main()) == ["turn_started", "model_response", "turn_finished"]
+    assert host.send(sid, "two").content == "echo: two"  # the session goes on
+
+
+def test_a_stream_left_with_break_unsubscribes(make_host: HostFactory) -> None:
+    """``async for ... break`` calls no ``aclose``: the stream, once dropped, must not stay
+    subscribed (and be woken on every later event) for as long as the session runs."""
+    host = make_host()
+    ahost = AsyncAgentHost(host)
+    sid = host.start_session(template())
+    buffer = host._table.live(sid, None).events
+    before = len(buffer._subscribers)
+
+    async def main() -> list[str | None]:
+        answers: list[str | None] = []
+        for n in range(5):  # wait for each turn's end the natural way, then leave the loop
+            cursor = host.events(sid).cursor
+            sent = asyncio.ensure_future(ahost.send(sid, f"m{n}"))
+            async for event in ahost.events(sid, since=cursor):
+                if event.type == "turn_finished":
+                    break
+            answers.append((await sent).content)
+        return answers
+
+    assert asyncio.run(main()) == [f"echo: m{n}" for n in range(5)]
+    gc.collect()  # (CPython frees them at once; a collection covers other interpreters)
+    assert len(buffer._subscribers) == before
+    assert host.send(sid, "after").content == "echo: after"  # nobody left to wake

@@ -39,7 +39,9 @@ __all__ = [
     "FailingStart",
     "FakeResponse",
     "FifoModel",
+    "HangingEnd",
     "Holder",
+    "LoadCounter",
     "RateLimitError",
     "RateLimitedModel",
     "boom",
@@ -225,6 +227,36 @@ class Holder(Plugin):
 
     def __init__(self, resource: object) -> None:
         self.resource = resource
+
+
+class HangingEnd(Plugin):
+    """A plugin whose ``session_end`` never returns: the session cannot be stopped."""
+
+    name = "hanging-end"
+
+    def session_end(self, ctx: PluginContext, reason: str) -> None:
+        threading.Event().wait()
+
+
+class LoadCounter(Plugin):
+    """A plugin that appends a line to ``path`` each time a process unpickles it: how
+    often the template holding it was shipped to (loaded in) a worker."""
+
+    name = "load-counter"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        with self.path.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+
+    def loads(self) -> list[int]:
+        """The pids of the processes that unpickled it, in order."""
+        if not self.path.exists():
+            return []
+        return [int(line) for line in self.path.read_text().split()]
 
 
 class FifoModel(EchoModel):

@@ -4,16 +4,22 @@ The rule works on the *words* of a key: it is split at ``_``, ``-``, ``.``,
 spaces and camelCase humps, then lower-cased (``X-Api-Key`` -> ``x api key``,
 ``accessToken`` -> ``access token``). A key is a secret when
 
-* a word is ``token``, ``password``, ``passwd``, ``secret``, ``secrets``,
-  ``authorization`` or ``apikey``, or
-* two neighbouring words are ``api`` and ``key``.
+* a word is ``token``, ``password``, ``passwd``, ``passphrase``, ``secret``,
+  ``secrets``, ``authorization`` or ``apikey``, or
+* two neighbouring words are ``api`` and ``key``, or ``private`` and ``key``.
 
 So ``token``, ``access_token``, ``refresh_token``, ``token_id``, ``authToken``,
-``api_key``, ``APIKey``, ``client_secret``, ``Authorization`` are dropped, while
-``input_tokens``, ``output_tokens``, ``max_tokens`` (the plural ``tokens`` is a
-count, not a credential), ``tokenizer``, ``keyboard`` and ``author`` are kept.
-The word rule is deliberately narrower than "contains token": usage counts must
-survive redaction.
+``api_key``, ``APIKey``, ``private_key``, ``client_secret``, ``Authorization``
+are dropped, while ``input_tokens``, ``output_tokens``, ``max_tokens`` (the
+plural ``tokens`` is a count, not a credential), ``tokenizer``, ``keyboard`` and
+``author`` are kept. The word rule is deliberately narrower than "contains
+token": usage counts must survive redaction.
+
+Only a value that can hold a secret goes with its key: text, bytes, or a
+container (a dict or list, whole). A number, a boolean, ``None`` or a datetime
+under such a key stays: ``token_count``, ``token_limit`` or
+``password_min_length`` hold counts and settings a plugin needs back on resume,
+never a credential.
 
 ``strip_secrets`` is the policy an ``AgentHost`` applies to every checkpoint by
 default. It looks where live configuration sits (plugin states, provider state,
@@ -62,8 +68,9 @@ TENANT_KEY = "tenant_id"
 _SECRET_VALUE = re.compile(r"^\s*(?:bearer\s+\S{8,}|sk-[A-Za-z0-9_-]{16,})\s*$", re.IGNORECASE)
 
 _SECRET_WORDS = frozenset(
-    ("token", "password", "passwd", "secret", "secrets", "authorization", "apikey")
+    ("token", "password", "passwd", "passphrase", "secret", "secrets", "authorization", "apikey")
 )
+_SECRET_PAIRS = frozenset((("api", "key"), ("private", "key")))
 _HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 
@@ -84,7 +91,13 @@ def _words_name_secret(key: str) -> bool:
     words = [w for w in _SEPARATORS.split(_HUMP.sub("_", key).lower()) if w]
     if _SECRET_WORDS.intersection(words):
         return True
-    return ("api", "key") in pairwise(words)
+    return not _SECRET_PAIRS.isdisjoint(pairwise(words))
+
+
+def _may_be_secret(value: object) -> bool:
+    """Whether ``value`` can hold a secret: text, bytes or a container. A number, a boolean,
+    ``None`` or a datetime cannot (``token_count``: 1234 is a count, not a credential)."""
+    return isinstance(value, str | bytes | bytearray | dict | list | tuple)
 
 
 def is_secret_value(value: object) -> bool:
@@ -153,7 +166,12 @@ def _strip(value: Any, path: str, found: list[str]) -> Any:
         copy: dict[Any, Any] | None = None
         for key, item in value.items():
             here = join_path(path, key)
-            if isinstance(key, str) and is_secret_key(key) and item != SECRET_MARKER:
+            if (
+                isinstance(key, str)
+                and is_secret_key(key)
+                and _may_be_secret(item)
+                and item != SECRET_MARKER
+            ):
                 new: Any = dict(SECRET_MARKER)
                 found.append(here)
             else:
@@ -174,7 +192,9 @@ def _strip(value: Any, path: str, found: list[str]) -> Any:
 def _redact(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {
-            k: _redact(v) for k, v in value.items() if not (isinstance(k, str) and is_secret_key(k))
+            k: _redact(v)
+            for k, v in value.items()
+            if not (isinstance(k, str) and is_secret_key(k) and _may_be_secret(v))
         }
     if isinstance(value, list | tuple):
         return [_redact(v) for v in value]
@@ -193,7 +213,8 @@ def redact_secrets(state: Mapping[str, Any]) -> dict[str, Any]:
         state: A snapshot's state (or any mapping).
 
     Returns:
-        A new dict with every secret-looking key (see the module docstring) removed.
+        A new dict with every secret-looking key (see the module docstring) removed, but
+        for those whose value cannot be a secret (a number, say).
     """
     result: dict[str, Any] = _redact(state)
     plugins = state.get("plugins") if isinstance(state, Mapping) else None

@@ -27,8 +27,10 @@ from actors import (
     is_secret_key,
     is_stripped_marker,
     redact_secrets,
+    strip_secrets,
 )
 from actors._ids import CheckpointIdGenerator
+from actors.redact import SECRET_MARKER
 from tests.actors.snapshot_helpers import session_state
 
 
@@ -229,6 +231,9 @@ def test_metadata_is_not_stripped_so_serialize_reports_it() -> None:
         "secret",
         "client_secret",
         "Authorization",
+        "private_key",
+        "privateKey",
+        "ssh_passphrase",
     ],
 )
 def test_secret_keys(key: str) -> None:
@@ -247,7 +252,7 @@ def test_redact_secrets_drops_nested_secrets_and_keeps_usage() -> None:
     state = session_state(2)
     state["provider_state"] = {"api_key": "sk-1", "cursor": 2, "session": {"AccessToken": "t"}}
     state["plugins"]["http"] = {"headers": [{"Authorization": "Bearer x", "Accept": "json"}]}
-    state["plugins"]["db"] = {"password": "p", "host": "h", "pair": ("a", {"secret": 1})}
+    state["plugins"]["db"] = {"password": "p", "host": "h", "pair": ("a", {"secret": "s"})}
     snap = Snapshot.new(session_id="s", state=state, label="L", metadata={"api_key": "kept"})
     red = snap.redact(redact_secrets)
     assert red.state["provider_state"] == {"cursor": 2, "session": {}}
@@ -347,3 +352,37 @@ def test_redact_secrets_keeps_plugins_named_like_secrets() -> None:
     assert red.state["plugins"]["token_budget"] == {"used": 120}
     assert red.state["plugins"]["password_policy"] == {"min_length": 12}
     assert state["plugins"]["token_budget"]["api_key"] == "sk-1"  # the input is untouched
+
+
+COUNTS = {
+    "token_count": 1234,
+    "token_limit": 8000,
+    "password_min_length": 12,
+    "secret_rotated": True,
+    "token_expires_at": None,
+    "api_key_ratio": 0.5,
+}
+
+
+def test_numbers_under_secret_looking_keys_are_kept_by_both_redactors() -> None:
+    """A count or a setting named after a secret is not one: a plugin gets it back."""
+    state = session_state(1)
+    state["plugins"]["budget"] = {**COUNTS, "token": "t-123", "api_key": b"k", "auth": ["x"]}
+    snap = Snapshot.new(session_id="s", state=state)
+
+    stripped = strip_secrets(snap)
+    assert stripped.state["plugins"]["budget"] == {
+        **COUNTS,
+        "token": SECRET_MARKER,
+        "api_key": SECRET_MARKER,
+        "auth": ["x"],
+    }
+    assert sorted(stripped.stripped_fields) == ["plugins.budget.api_key", "plugins.budget.token"]
+    assert snap.redact(redact_secrets).state["plugins"]["budget"] == {**COUNTS, "auth": ["x"]}
+
+
+def test_containers_under_secret_looking_keys_go_whole() -> None:
+    state = session_state(1)
+    state["plugins"]["oauth"] = {"token": {"value": "v", "expires_in": 3600}, "scopes": ["a"]}
+    stripped = strip_secrets(Snapshot.new(session_id="s", state=state))
+    assert stripped.state["plugins"]["oauth"] == {"token": SECRET_MARKER, "scopes": ["a"]}

@@ -76,7 +76,7 @@ def test_redact_none_saves_secrets_as_they_are(tmp_path: Path) -> None:
 def test_strip_secrets_replaces_keys_and_credential_values_and_lists_them() -> None:
     state = {
         "messages": [{"role": "user", "content": TOKEN}],  # the conversation is not scanned
-        "plugins": {"p": {"client_secret": 3, "n": [1, "sk-short"], "input_tokens": 2}},
+        "plugins": {"p": {"client_secret": "cs-3", "n": [1, "sk-short"], "input_tokens": 2}},
         "provider_state": {"auth": TOKEN},
     }
     snapshot = Snapshot.new(session_id="s", state=state)

@@ -58,10 +58,18 @@ async def route(ahost: AsyncAgentHost, scope: Scope, receive: Receive, send: Sen
     if method == "POST" and parts == ["sessions"]:
         await reply(send, 201, {"session_id": await ahost.start_session(TEMPLATE)})
     elif method == "POST" and len(parts) == 3 and parts[2] == "messages":
-        answer = await ahost.send(parts[1], (await body(receive)).decode())
+        try:
+            text = (await body(receive)).decode()
+        except UnicodeDecodeError:
+            await reply(send, 400, {"error": "the message must be UTF-8 text"})
+            return
+        answer = await ahost.send(parts[1], text)
         await reply(send, 200, {"answer": answer.content})
     elif method == "GET" and len(parts) == 3 and parts[2] == "events":
         since = parse_qs(scope["query_string"].decode()).get("since", [None])[0]
+        if since is not None and not (since.isascii() and since.isdigit()):
+            await reply(send, 400, {"error": f"since must be an event number, got {since!r}"})
+            return
         await stream_events(ahost, parts[1], None if since is None else int(since), send)
     elif method == "DELETE" and len(parts) == 2:
         await ahost.stop_session(parts[1])

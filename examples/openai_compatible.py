@@ -21,6 +21,8 @@ import os
 import sys
 import tempfile
 
+import openai
+
 from actors import AgentTemplate, Event, ProviderRegistry, tool
 from supervisor import AgentHost
 
@@ -74,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         session = host.start_session(template, tenant_id="demo")
         host.subscribe(session, show)
         print(f"> {args.prompt}")
-        answer = host.send(session, args.prompt)
+        try:
+            answer = host.send(session, args.prompt)
+        except openai.APIError as exc:  # the SDK's own error class, in worker mode too
+            server = args.base_url or "OpenAI"
+            print(f"\nthe model at {server} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
         print()
         (info,) = host.list_sessions()
         usage = info.usage

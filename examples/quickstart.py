@@ -1,6 +1,7 @@
 """A first session: a tool, a plugin, and a short conversation, all offline.
 
-Run with ``make demo`` (or ``.venv/bin/python examples/quickstart.py``).
+Run with ``make demo DEMO=examples/quickstart.py`` (or ``.venv/bin/python
+examples/quickstart.py``; plain ``make demo`` runs ``crash_recovery.py``).
 The embedded ``EchoModel`` answers with your text, and when a message reads
 ``/<tool> {json arguments}`` it calls that tool first, so you can watch a
 tool-calling turn without any network or API key.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,97 @@ def test_mcp_guide_reconnects_after_a_crash(tmp_path: Path) -> None:
     assert "words_word_count returned: 4" in out
     assert "a new connection, to a new server process: True" in out
     assert "what its checkpoint stripped: ['plugins.mcp.connection']" in out
+
+
+ASGI_BAD_REQUESTS = """
+import asyncio, importlib.util, json, sys
+
+spec = importlib.util.spec_from_file_location("asgi_app", sys.argv[1])
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+
+
+async def request(method, path, body=b"", query=b""):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "query_string": query}
+    await example.app(scope, receive, send)
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+async def main():
+    queue = asyncio.Queue()
+    queue.put_nowait({"type": "lifespan.startup"})
+    started = asyncio.Event()
+
+    async def lifespan_send(message):
+        if message["type"] == "lifespan.startup.complete":
+            started.set()
+
+    server = asyncio.create_task(example.app({"type": "lifespan"}, queue.get, lifespan_send))
+    await started.wait()
+    _, created = await request("POST", "/sessions")
+    sid = created["session_id"]
+    print(await request("GET", f"/sessions/{sid}/events", query=b"since=abc"))
+    print(await request("POST", f"/sessions/{sid}/messages", b"\\xff\\xfe"))
+    print(await request("POST", f"/sessions/{sid}/messages", b"still fine"))
+    queue.put_nowait({"type": "lifespan.shutdown"})
+    await server
+
+
+asyncio.run(main())
+"""
+
+
+def test_asgi_app_answers_400_to_a_bad_cursor_or_body_and_goes_on(tmp_path: Path) -> None:
+    # A client's typo (?since=abc) or a body that is not UTF-8 is the client's error: a
+    # 400 saying so, never an exception out of the app (a 500 with a traceback).
+    result = subprocess.run(
+        [sys.executable, "-c", ASGI_BAD_REQUESTS, str(ROOT / "examples" / "asgi_app.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "(400, {'error': \"since must be an event number, got 'abc'\"})",
+        "(400, {'error': 'the message must be UTF-8 text'})",
+        "(200, {'answer': 'echo: still fine'})",
+    ]
+
+
+def test_openai_compatible_example_says_in_one_line_when_the_server_is_down(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base_url = f"http://127.0.0.1:{port}/v1"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "openai_compatible.py"),
+            "--base-url",
+            base_url,
+            "--model",
+            "llama3.2",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (
+        f"the model at {base_url} failed: APIConnectionError: Connection error."
+    )

@@ -24,8 +24,10 @@ def _check_model(model: object) -> None:
     """Refuse what no session could call: a model is a model string (resolved by a
     ``ProviderRegistry`` when a session starts) or an object of either ``Model`` form."""
     if isinstance(model, str):
-        if not model:
-            raise ValueError(f"model must be a non-empty model string ({_MODEL_STRING}), got ''")
+        if not model.strip():
+            raise ValueError(
+                f"model must be a non-empty model string ({_MODEL_STRING}), got {model!r}"
+            )
         return
     if isinstance(model, type):
         raise TypeError(

@@ -74,12 +74,13 @@ def test_a_model_class_is_refused_with_what_to_pass() -> None:
     )
 
 
-def test_an_empty_model_string_is_refused() -> None:
+@pytest.mark.parametrize("model", ["", "  ", "\t\n"])
+def test_an_empty_or_blank_model_string_is_refused(model: str) -> None:
     with pytest.raises(ValueError) as caught:
-        AgentTemplate(model="")
+        AgentTemplate(model=model)
     assert str(caught.value) == (
         "model must be a non-empty model string (a registered name such as 'echo', or "
-        "'registry:<profile>:<provider>:<model_id>'), got ''"
+        f"'registry:<profile>:<provider>:<model_id>'), got {model!r}"
     )
 
 

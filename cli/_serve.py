@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import TextIO
@@ -173,6 +174,8 @@ def serve(  # noqa: PLR0917 (the command's options)
                 announce=click.echo,
                 cluster=cluster,
                 metrics_token=metrics_token,
+                # the sessions' own log lines in worker processes: as this process's
+                worker_initializer=functools.partial(configure_logging, log_format, log_level),
             )
 
 

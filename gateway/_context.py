@@ -8,7 +8,8 @@ tells a tenant that another tenant's session exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -18,7 +19,7 @@ from actors import AgentTemplate
 from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
 from gateway.problems import Problem, ProblemError
-from supervisor import AsyncAgentHost, SessionInfo, SessionNotFound
+from supervisor import AsyncAgentHost, EventStream, SessionInfo, SessionNotFound
 from supervisor.metrics import HostMetrics
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
 @dataclass
 class Gateway:
     """The parts a running gateway serves from, all thread-safe (host, keys, limits,
-    metrics).
+    metrics); and its open event streams, which only its event loop touches.
 
     Attributes:
         ahost: The host, driven without a thread per waiting request.
@@ -53,6 +54,32 @@ class Gateway:
     limits: Limits
     metrics: HostMetrics
     metrics_token: str | None = None
+    _streams: weakref.WeakSet[EventStream] = field(
+        default_factory=weakref.WeakSet, init=False, repr=False
+    )  # weak: a stream whose answer never started (its client left) is freed, unsubscribed
+    _streams_ended: bool = field(default=False, init=False, repr=False)
+
+    async def follow(self, stream: EventStream) -> None:
+        """Count ``stream`` (an ``/events`` answer's) among the open ones, which
+        ``end_streams`` ends; ended at once if they were ended already. Call it and
+        ``unfollow`` on the server's event loop."""
+        self._streams.add(stream)
+        if self._streams_ended:
+            await stream.aclose()
+
+    def unfollow(self, stream: EventStream) -> None:
+        """``stream`` is closed: no longer one of the open ones."""
+        self._streams.discard(stream)
+
+    async def end_streams(self) -> None:
+        """End every open ``/events`` stream, and those opened from now on, cleanly (the
+        answer's body ends; the client reconnects with ``Last-Event-ID``). A stopping
+        server calls it first: an event stream ends only when its session does, so the
+        graceful stop would wait for them until its timeout, then cut them off. Call it
+        on the server's event loop."""
+        self._streams_ended = True
+        for stream in list(self._streams):
+            await stream.aclose()
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The host's row of the tenant's session ``session_id`` (a public id).

@@ -2,7 +2,8 @@
 
 ``Last-Event-ID`` (or ``?since=``) resumes after that event; a client that fell
 behind the session's bounded buffer gets a ``missed`` frame saying how many
-events it lost before the next one it receives.
+events it lost before the next one it receives. A stopping server ends the streams
+(their answers end cleanly) instead of waiting for their sessions to stop.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from gateway._context import Caller, GatewayDep, host_id
+from gateway._context import Caller, Gateway, GatewayDep, host_id
 from gateway.problems import Problem, ProblemError
 from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
 from supervisor import EventStream
@@ -50,10 +51,11 @@ async def events(
     gateway.owned(key.tenant_id, session_id)
     internal = host_id(key.tenant_id, session_id)
     stream = gateway.ahost.events(internal, since=cursor, tenant_id=key.tenant_id)
-    return StreamingResponse(_frames(stream), media_type=SSE_MEDIA_TYPE)
+    await gateway.follow(stream)  # a stopping server ends it (``Gateway.end_streams``)
+    return StreamingResponse(_frames(gateway, stream), media_type=SSE_MEDIA_TYPE)
 
 
-async def _frames(stream: EventStream) -> AsyncIterator[str]:
+async def _frames(gateway: Gateway, stream: EventStream) -> AsyncIterator[str]:
     told = 0
     try:
         async for event in stream:
@@ -62,4 +64,5 @@ async def _frames(stream: EventStream) -> AsyncIterator[str]:
                 told = stream.missed
             yield frame_event(event)
     finally:
+        gateway.unfollow(stream)
         await stream.aclose()

@@ -27,7 +27,13 @@ async def healthz() -> dict[str, str]:
 async def readyz(gateway: GatewayDep) -> dict[str, bool]:
     """Ready unless worker processes are being replaced (or were given up): 503 then."""
     host = gateway.ahost.host
-    if host.workers_given_up or not host.wait_for_workers(0):
+    if host.workers_given_up:  # for good: no replacement comes, asking again will not help
+        detail = (
+            "worker processes died too often and are no longer replaced (workers given up); "
+            "the server's log says why: fix the cause and restart the server"
+        )
+        raise ProblemError(Problem(503, "not-ready", "Not ready", detail))
+    if not host.wait_for_workers(0):
         detail = "worker processes are being replaced"
         raise ProblemError(Problem(503, "not-ready", "Not ready", detail, retry_after=1))
     return {"ready": True}

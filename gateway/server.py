@@ -6,10 +6,11 @@ announce the address it bound (``--port 0`` picks a free port) in one stable
 line, ``serving on http://HOST:PORT``: a client may connect as soon as the line
 is out (the socket's backlog holds it until uvicorn accepts).
 
-SIGINT and SIGTERM stop uvicorn gracefully; then the host is shut down (every
-running session's final checkpoint) and ``serve`` returns. uvicorn re-raises the
-signal it caught once it has stopped; ``serve`` catches that re-raised signal
-itself, so a stopped server exits normally (status 0) after its host shutdown
+SIGINT and SIGTERM stop uvicorn gracefully (the requests in flight finish; event
+streams, which would only end with their sessions, end at once, cleanly); then the
+host is shut down (every running session's final checkpoint) and ``serve`` returns.
+uvicorn re-raises the signal it caught once it has stopped; ``serve`` catches that
+re-raised signal itself, so a stopped server exits normally (status 0) after its host shutdown
 instead of dying of the signal before it.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 import uvicorn
 
 from actors import AgentTemplate
+from gateway._context import Gateway
 from gateway.app import create_app
 from gateway.keys import ApiKeys, KeyStore
 from gateway.limits import Limits
@@ -116,14 +118,17 @@ def resume_sessions(host: AgentHost, keys: ApiKeys, templates: dict[str, AgentTe
     for session_id in host.store.sessions():
         row = keys.session_row(session_id)
         template = None if row is None else templates.get(row.template)
+        about = {"session_id": session_id}  # a field of its own, as the host's lines have
         if template is None:
-            logger.warning("session %r: its template is not served here; not resumed", session_id)
+            logger.warning(
+                "session %r: its template is not served here; not resumed", session_id, extra=about
+            )
             continue
         try:
             host.resume(session_id, template)
             resumed += 1
         except Exception:
-            logger.exception("could not resume session %r", session_id)
+            logger.exception("could not resume session %r", session_id, extra=about)
     return resumed
 
 
@@ -150,6 +155,42 @@ def serving_line(sock: socket.socket) -> str:
     address = sock.getsockname()
     host = f"[{address[0]}]" if sock.family == socket.AF_INET6 else address[0]
     return f"serving on http://{host}:{address[1]}"
+
+
+def _uvicorn_config(app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's config for ``app``: its warnings only, graceful stops of 5 s at most.
+
+    ``log_config=None``: uvicorn's own loggers (``uvicorn.error``: a malformed request,
+    an exception in the app, with its traceback) keep no handlers of their own and
+    propagate to the root logger, so they come out in the format the process chose
+    (``serve --log-format json``: one JSON object per line) instead of uvicorn's
+    plain text between the JSON lines.
+    """
+    return uvicorn.Config(
+        app, log_level="warning", log_config=None, timeout_graceful_shutdown=5, **options
+    )
+
+
+def _worker_setup(workers: int | None, initializer: Callable[[], object] | None) -> dict[str, Any]:
+    """``AgentHost``'s keywords that run ``initializer`` in its workers (none without)."""
+    if workers is None or initializer is None:
+        return {}
+    return {"worker_initializer": initializer}
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which ends the gateway's event streams (``/events``) as it starts
+    to stop: its graceful stop waits for every answer in flight, and an event stream ends
+    only when its session does, so the stop would take ``timeout_graceful_shutdown``,
+    then cut the streams off mid-answer (an error logged, each client's body broken)."""
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+        super().__init__(config)
+        self._gateway = gateway
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self._gateway.end_streams()
+        await super().shutdown(sockets)
 
 
 @contextlib.contextmanager
@@ -186,6 +227,7 @@ def serve(
     announce: Callable[[str], None] | None = None,
     cluster: ClusterOptions | None = None,
     metrics_token: str | None = None,
+    worker_initializer: Callable[[], object] | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM (or uvicorn stops), then shut the host down
     (final checkpoints) and return.
@@ -203,6 +245,10 @@ def serve(
             PostgreSQL, requests for sessions another node owns are forwarded there,
             and ``data_dir`` holds only the API keys' secret. SIGINT/SIGTERM drain it.
         metrics_token: ``/metrics`` answers only requests bearing it (``None``: any).
+        worker_initializer: Called first in every worker process (``AgentHost``'s
+            ``worker_initializer``): e.g. to set its logging up as this process's, which a
+            worker does not inherit (``sessionvisor serve`` does so, so that the log lines
+            of the sessions' code, run there, have the server's format and level).
 
     Raises:
         OSError: ``host:port`` could not be bound.
@@ -210,12 +256,14 @@ def serve(
     if cluster is not None:
         _serve_cluster(
             cluster, data_dir, templates, workers, limits, sock, host, port, announce,
-            metrics_token=metrics_token,
+            metrics_token=metrics_token, worker_initializer=worker_initializer,
         )  # fmt: skip
         return
     keys = KeyStore(data_dir)
     try:
-        agent_host = AgentHost(data_dir=data_dir, workers=workers)
+        agent_host = AgentHost(
+            data_dir=data_dir, workers=workers, **_worker_setup(workers, worker_initializer)
+        )
     except BaseException:  # the directory is in use, a secret refused, ...
         keys.close()
         raise
@@ -228,8 +276,7 @@ def serve(
             )
             if listening is None:
                 listening = bind(host, port)
-            config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-            server = uvicorn.Server(config)
+            server = _Server(_uvicorn_config(app), app.state.gateway)
             line = serving_line(listening)
             logger.info("%s", line)
             if announce is not None:
@@ -256,6 +303,7 @@ def _serve_cluster(  # noqa: PLR0917 (serve's own arguments, passed on)
     announce: Callable[[str], None] | None,
     *,
     metrics_token: str | None,
+    worker_initializer: Callable[[], object] | None,
 ) -> None:
     """``serve`` as a cluster node. Idle connections are kept 30 s: longer than the other
     nodes keep theirs to it (2 s), so a forwarded request never meets a connection this
@@ -265,17 +313,20 @@ def _serve_cluster(  # noqa: PLR0917 (serve's own arguments, passed on)
     try:
         with (
             _absorb_stop_signals() as stopped,
-            cluster_host(cluster, data_dir, templates, workers) as (node_host, keys),
+            cluster_host(
+                cluster,
+                data_dir,
+                templates,
+                workers,
+                **_worker_setup(workers, worker_initializer),
+            ) as (node_host, keys),
         ):
             app = create_app(
                 AsyncAgentHost(node_host), templates, keys, limits, metrics_token=metrics_token
             )
             if listening is None:
                 listening = bind(host, port)
-            config = uvicorn.Config(
-                app, log_level="warning", timeout_graceful_shutdown=5, timeout_keep_alive=30
-            )
-            server = uvicorn.Server(config)
+            server = _Server(_uvicorn_config(app, timeout_keep_alive=30), app.state.gateway)
             line = serving_line(listening)
             logger.info("%s (node %r)", line, cluster.node_id)
             if announce is not None:

@@ -16,7 +16,12 @@ field            value
 ``reason``       why a session ended (``killed``, an exception's type name, ...)
 ``worker_pid``   the worker process the line is about
 ``exception``    the traceback, when the line has one
+``stack``        the call stack, when logged with ``stack_info=True``
 ================ ====================================================
+
+Every line is valid UTF-8: text that cannot be (a lone surrogate, as in
+``"\\ud800"``, say from a user's message) is written as a JSON escape instead of
+making the handler fail and lose the line.
 
 Use: ``handler.setFormatter(JsonLogFormatter())`` (``logging.basicConfig``
 takes a handler list). Thread-safe, as ``logging.Formatter`` is.
@@ -54,4 +59,11 @@ class JsonLogFormatter(logging.Formatter):
             line["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
             line["exception"] = record.exc_text
-        return json.dumps(line, ensure_ascii=False)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        text = json.dumps(line, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 stream could write the line
+            return json.dumps(line)  # escaped as \uXXXX, so the line stays valid JSON
+        return text

@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from actors import SnapshotDecodeError
 from supervisor import EncryptionKeys, SQLiteCheckpointStore, SupervisorError
 from supervisor.errors import StoreEncrypted
 from supervisor.host import DEFAULT_DATA_DIR
@@ -45,6 +46,7 @@ __all__ = [
     "render",
     "render_fields",
     "require_data_dir",
+    "require_store",
     "table",
 ]
 
@@ -107,19 +109,26 @@ def make_data_dir(data_dir: Path) -> None:
 def is_damage(exc: sqlite3.Error) -> bool:
     """Whether SQLite found its file damaged (not locked, read-only or unreachable)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return code in {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+    # an extended code (SQLITE_CORRUPT_INDEX...) keeps its primary code in its low 8 bits
+    return isinstance(code, int) and code & 0xFF in {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
 
 
 @contextmanager
 def data_dir_errors(data_dir: Path, database: str = "a database") -> Iterator[None]:
     """Exit 1 with one line for what the library, the OS or SQLite raise on ``data_dir``.
 
-    ``database`` names the file SQLite errors come from, for the message.
+    ``database`` names the file SQLite errors come from, for the message. A
+    checkpoint that cannot be read (``SnapshotDecodeError``) is one line too;
+    damage SQLite found in the file, whichever error the store raised for it,
+    is the same line as SQLite's own error.
     Exceptions of other kinds (programming errors) pass unchanged.
     """
     try:
         yield
-    except SupervisorError as exc:  # before OSError: some are both, and say more
+    except (SupervisorError, SnapshotDecodeError) as exc:  # before OSError: some are both
+        cause = exc.__cause__
+        if isinstance(cause, sqlite3.Error) and is_damage(cause):
+            _damaged(data_dir, database, cause)
         fail(str(exc))
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename is not None else ""
@@ -127,11 +136,16 @@ def data_dir_errors(data_dir: Path, database: str = "a database") -> Iterator[No
     except sqlite3.Error as exc:
         if not is_damage(exc):
             fail(f"{database} in {str(data_dir)!r} cannot be used ({exc})")
-        fail(
-            f"{database} in {str(data_dir)!r} is damaged ({exc}): run 'sessionvisor doctor "
-            f"--data-dir {data_dir}' to see what is wrong, then stop the host and restore the "
-            "file (and its -wal file) from a backup"
-        )
+        _damaged(data_dir, database, exc)
+
+
+def _damaged(data_dir: Path, database: str, exc: sqlite3.Error) -> NoReturn:
+    """Exit 1 saying that SQLite found ``database`` in ``data_dir`` damaged (``exc``)."""
+    fail(
+        f"{database} in {str(data_dir)!r} is damaged ({exc}): run 'sessionvisor doctor "
+        f"--data-dir {data_dir}' to see what is wrong, then stop the host and restore the "
+        "file (and its -wal file) from a backup"
+    )
 
 
 @contextmanager
@@ -143,8 +157,7 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
     """
     require_data_dir(data_dir)
     path = data_dir / DB_NAME
-    if not path.exists():
-        fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
+    require_store(data_dir)
     with data_dir_errors(data_dir, f"the store {DB_NAME}"):
         _check_schema(data_dir, path)
         try:
@@ -159,6 +172,17 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
             yield store
         finally:
             store.close()
+
+
+def require_store(data_dir: Path) -> None:
+    """Exit 1 unless ``data_dir`` holds a store file: saying it was lost when its marker
+    file is left (as a host would refuse it), else that no host has written there yet."""
+    path = data_dir / DB_NAME
+    lost = SQLiteCheckpointStore.lost_store(path)
+    if lost is not None:
+        fail(str(lost))
+    if not path.exists():
+        fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
 
 
 def read_only(db: Path) -> sqlite3.Connection:

@@ -19,12 +19,12 @@ from cli._common import (
     data_dir_errors,
     data_dir_option,
     emit,
-    fail,
     json_option,
     read_only,
     render,
     render_fields,
     require_data_dir,
+    require_store,
 )
 from cli._doctor_files import check_files
 from supervisor import SQLiteCheckpointStore, SupervisorError
@@ -87,6 +87,10 @@ def check(data_dir: Path) -> dict[str, object]:
     db = data_dir / DB_NAME
     size = sum(p.stat().st_size for p in data_dir.glob(DB_NAME + "*") if p.is_file())
     report: dict[str, object] = {"data_dir": str(data_dir), "bytes": size, "problems": problems}
+    lost = SQLiteCheckpointStore.lost_store(db)
+    if lost is not None:  # what a host opening it says; read_only would say "cannot open"
+        problems.append(str(lost))
+        return report
     try:
         conn = read_only(db)
     except sqlite3.Error as exc:
@@ -148,8 +152,8 @@ def _text(report: dict[str, object]) -> str:
 def doctor(data_dir: Path, as_json: bool) -> None:
     """Check permissions, secrets, integrity, schema version, orphaned rows and size."""
     require_data_dir(data_dir)
-    if not (data_dir / DB_NAME).exists():
-        fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
+    if SQLiteCheckpointStore.lost_store(data_dir / DB_NAME) is None:  # else a finding
+        require_store(data_dir)
     with data_dir_errors(data_dir):
         report = check(data_dir)
     emit(as_json, report, lambda: _text(report))

@@ -1,4 +1,10 @@
-"""``sessionvisor sessions list|show``: sessions as their newest checkpoints describe them."""
+"""``sessionvisor sessions list|show``: sessions as their newest checkpoints describe them.
+
+A session whose newest checkpoints cannot be read (damaged) is described by the
+newest one that can, as a host resuming it would, with ``damaged`` counting
+the ones skipped; one none of whose checkpoints can be read is an error naming
+the newest.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from typing import Any
 
 import click
 
-from actors import Snapshot
+from actors import Snapshot, SnapshotDecodeError
 from cli import main
 from cli._common import data_dir_option, emit, fail, json_option, open_store, render_fields, table
 from supervisor import CheckpointNotFound, SQLiteCheckpointStore
@@ -34,13 +40,26 @@ def describe(snapshot: Snapshot, checkpoints: int) -> dict[str, Any]:
 
 
 def _load(store: SQLiteCheckpointStore, sid: str) -> dict[str, Any] | None:
+    """The session described by its newest readable checkpoint (see the module docstring);
+    ``None`` if it has none (any more).
+
+    Raises:
+        SnapshotDecodeError: none of its checkpoints can be read (the newest one's error).
+    """
     infos = store.list(sid)
-    if not infos:
-        return None
-    try:
-        return describe(store.load(sid), len(infos))
-    except CheckpointNotFound:  # removed meanwhile by the host's pruning
-        return None
+    damaged: list[SnapshotDecodeError] = []
+    for info in infos:
+        try:
+            snapshot = store.load(sid, info.checkpoint_id)
+        except CheckpointNotFound:  # removed meanwhile by the host's pruning
+            continue
+        except SnapshotDecodeError as exc:
+            damaged.append(exc)
+            continue
+        return {**describe(snapshot, len(infos)), "damaged": len(damaged)}
+    if damaged:
+        raise damaged[0]
+    return None
 
 
 @main.group()

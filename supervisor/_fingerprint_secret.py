@@ -4,18 +4,23 @@ A session registered with an API key keeps only an HMAC of it (``SessionStore``)
 with a key made anew by every process, a host restarted on the same data
 directory could not find a session by the key it was started with
 (``list_by_api_key``). So a host that owns a data directory keeps the key in
-``<data_dir>/fingerprint.key``: 32 random bytes, created once with mode 0600
-(exclusively: two processes creating it at once agree on one), read by every
-later host. Its sessions' checkpoints carry their fingerprint
-(``metadata["key_fingerprint"]``), so a resume needs no API key to be found by
-one again. Pure functions over the file; thread-safe as the file system is.
+``<data_dir>/fingerprint.key``: 32 random bytes, created once with mode 0600,
+read by every later host. A new key is written whole to a temporary file and
+then linked into place (a link fails if the name exists), so two processes
+creating it at once agree on one, and one killed meanwhile leaves no empty or
+partial key for every later host to refuse (at worst a stray temporary file).
+Its sessions' checkpoints carry their fingerprint (``metadata["key_fingerprint"]``),
+so a resume needs no API key to be found by one again. Pure functions over the
+file; thread-safe as the file system is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 from supervisor.errors import SupervisorError
@@ -36,16 +41,45 @@ def fingerprint_secret(directory: Path) -> bytes:
         OSError: the directory cannot be written or the file read.
     """
     path = directory / SECRET_FILE
+    if not os.path.lexists(path):
+        _create(path)
+    return _read(path)
+
+
+def _create(path: Path) -> None:
+    """Put a new key at ``path`` unless another process puts one there first.
+
+    The key is written and synced in a temporary file beside it (mode 0600),
+    which is then linked to ``path``: the name appears with the whole key or
+    not at all. The directory is synced too, so that a key that checkpoints'
+    fingerprints already depend on survives a power cut.
+    """
+    fd, temporary = tempfile.mkstemp(prefix=f".{SECRET_FILE}.", dir=path.parent)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read(path)
+        try:
+            os.write(fd, secrets.token_bytes(_SIZE))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return  # another process was first: its key is the directory's
+        _sync_directory(path.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the directory's entries durable (POSIX; elsewhere a no-op)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
     try:
-        os.write(fd, secrets.token_bytes(_SIZE))
         os.fsync(fd)
     finally:
         os.close(fd)
-    return _read(path)
 
 
 def check_fingerprint_key(path: Path) -> None:

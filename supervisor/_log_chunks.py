@@ -17,12 +17,17 @@ eight merge nothing.
 
 A merge reads the chunks it takes back from the database (inside the save's
 transaction, so they are what the log row describes) instead of joining the
-session's whole history in memory. Older checkpoints of the generation keep
-loading: a load reads the chunks that start before its length and cuts the
-last one (``_message_log.assemble``). A store written before this counted
-chunks, not appends, in that column; read as a count of appends it only
-makes the first merges take fewer or more chunks than the counter says, and
-any run of trailing chunks may merge.
+session's whole history in memory. Chunks that cannot be read back whole
+raise ``LogUnreadable`` before anything is written, and the session's saves go
+on in a new generation of the messages they hold, so that its new checkpoints
+do not depend on the damaged log: at once when the chunks read but do not
+decode, from its next save when SQLite found their pages malformed (it then
+refuses the transaction's writes, so that save fails). Older checkpoints of
+the generation keep loading: a load reads the chunks that start before its
+length and cuts the last one (``_message_log.assemble``). A store written
+before this counted chunks, not appends, in that column; read as a count of
+appends it only makes the first merges take fewer or more chunks than the
+counter says, and any run of trailing chunks may merge.
 
 The PostgreSQL store follows the same rule (``merges``), merging on the server
 (``merge_log_chunks``, its schema version 4) after a save whose append carries.
@@ -30,20 +35,20 @@ The PostgreSQL store follows the same rule (``merges``), merging on the server
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors import SnapshotDecodeError
+from supervisor._sqlite_schema import is_damage
 from supervisor.errors import EncryptionKeyError
 
 if TYPE_CHECKING:
-    import sqlite3
-
     from supervisor._message_log import MessageBytes
     from supervisor._row_codec import RowCodec
 
-__all__ = ["FANOUT", "LOG_UPSERT", "LogRows", "log_rows", "merges", "write_log"]
+__all__ = ["FANOUT", "LOG_UPSERT", "LogRows", "LogUnreadable", "log_rows", "merges", "write_log"]
 
 FANOUT = 8
 """The base of the counter by which a log's chunks merge (see the module docstring)."""
@@ -52,6 +57,19 @@ LOG_UPSERT = (
     " ON CONFLICT (session_id) DO UPDATE SET gen = excluded.gen, length = excluded.length,"
     " digest = excluded.digest, chunks = excluded.chunks"
 )
+
+
+class LogUnreadable(Exception):
+    """The chunks a save was to merge with cannot be read back whole (see the module
+    docstring); nothing was written. Private: the save starts a new generation.
+
+    ``damage`` is SQLite's error when it found their pages malformed (it then refuses
+    the transaction's writes), ``None`` when they read but did not decode.
+    """
+
+    def __init__(self, problem: str, damage: sqlite3.DatabaseError | None = None) -> None:
+        super().__init__(problem)
+        self.damage = damage
 
 
 def merges(appends: int) -> int:
@@ -103,36 +121,42 @@ def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
 
 
 def write_log(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> None:
-    """Write one save's ``LogRows`` (a save alone: a merge takes statements of its own)."""
+    """Write one save's ``LogRows`` (a save alone: a merge takes statements of its own).
+
+    Raises:
+        LogUnreadable: the chunks to merge cannot be read back; nothing was written.
+    """
     chunk = planned.chunk
     if chunk is not None:
         if planned.merge:
-            sid, gen, start, _ = chunk
-            chunk = _merged(db, rows, planned) or (
-                sid,
-                gen,
-                start,
-                rows.chunk(sid, gen, start, bytes(planned.added)),
-            )
+            chunk = _merged(db, rows, planned)
         db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", chunk)
     db.execute(f"INSERT INTO message_logs VALUES (?, ?, ?, ?, ?){LOG_UPSERT}", planned.log)
 
 
-def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[Any, ...] | None:
+def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[Any, ...]:
     """Delete the ``planned.merge`` chunks before the new bytes and return the row of one
-    chunk holding them and the new bytes; ``None`` (nothing deleted: the new bytes go
-    alone) when those chunks cannot be read back whole, so that a damaged log stays
-    as damaged as it was and is reported by the load that meets it."""
+    chunk holding them and the new bytes.
+
+    Raises:
+        LogUnreadable: those chunks cannot be read back whole (nothing deleted): the
+            damaged log stays as damaged as it was, for the loads that meet it.
+    """
     assert planned.chunk is not None
     sid, gen, start = planned.chunk[:3]
-    found = db.execute(
-        "SELECT start, data FROM message_chunks WHERE session_id = ? AND gen = ? AND start < ?"
-        " ORDER BY start DESC LIMIT ?",
-        (sid, gen, start, planned.merge),
-    ).fetchall()
-    pieces = _contiguous(db, rows, sid, gen, start, found[::-1])
+    try:
+        found = db.execute(
+            "SELECT start, data FROM message_chunks WHERE session_id = ? AND gen = ?"
+            " AND start < ? ORDER BY start DESC LIMIT ?",
+            (sid, gen, start, planned.merge),
+        ).fetchall()
+        pieces = _contiguous(db, rows, sid, gen, start, found[::-1])
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        raise LogUnreadable(f"message log {gen} of session {sid!r}: {exc}", exc) from exc
     if pieces is None:
-        return None
+        raise LogUnreadable(f"message log {gen} of session {sid!r} has damaged chunks")
     first = found[-1][0]
     db.execute(
         "DELETE FROM message_chunks WHERE session_id = ? AND gen = ? AND start >= ? AND start < ?",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -89,6 +90,8 @@ class SavingStore(Protocol):
     def _remember(
         self, sid: str, cut: SplitSnapshot, gen: int, stored_digest: bytes, hasher: Any
     ) -> None: ...
+
+    def _cleaning(self, sid: str) -> AbstractContextManager[bool]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +171,9 @@ def write_together(
     keep_last = store.keep_last
     for plan in plans:
         if plan.prune and keep_last is not None:
-            store._prune(db, plan.logged.log[0], keep_last, plan.logged.log[1])
+            with store._cleaning(plan.logged.log[0]) as clean:
+                if clean:
+                    store._prune(db, plan.logged.log[0], keep_last, plan.logged.log[1])
     for index, plan in planned.items():
         save, (sid, gen, _, stored, _) = saves[index], plan.logged.log
         store._remember(sid, save.cut, gen, stored, plan.logged.hasher)

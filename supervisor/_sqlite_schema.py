@@ -54,6 +54,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from supervisor._message_log import seal
@@ -64,7 +66,11 @@ __all__ = [
     "MARKER_SUFFIX",
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
+    "damaged",
+    "is_damage",
+    "lost_store",
     "open_database",
+    "reporting_damage",
     "stored_schema",
 ]
 
@@ -285,10 +291,9 @@ def open_database(
     # The marker is read first: it is written only once the file holds the schema, so
     # a file found empty or missing after it was seen is truly empty, not being created.
     marked = os.path.exists(marker)
-    if marked and not os.path.exists(name):
-        raise StoreCorrupted(
-            name, "is missing, but its marker file says a store was there", _RESTORE
-        )
+    lost = lost_store(name) if marked else None
+    if lost is not None:
+        raise lost
     try:
         conn = sqlite3.connect(
             name, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -314,10 +319,64 @@ def open_database(
     return conn
 
 
+_DAMAGE_CODES = frozenset((sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB))
+"""SQLite's primary result codes for a file whose pages are damaged (``database disk
+image is malformed``) or that is no database (``file is not a database``)."""
+
+
+def is_damage(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the database file is damaged (as opposed to locked, full,
+    read-only or closed: conditions that pass, with the data intact)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _DAMAGE_CODES  # an extended code keeps its primary in 8 bits
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
+
+
+def damaged(path: str, exc: sqlite3.Error) -> StoreCorrupted:
+    """The error for damage SQLite found in the store at ``path`` while it was in use.
+
+    Only what the damaged pages hold is unreadable (a checkpoint whose rows lie
+    elsewhere still loads), but what else is damaged is unknown until the file
+    is checked, and a write may damage it further: the fix says how to check
+    it and how to get a sound file back.
+    """
+    return StoreCorrupted(
+        path,
+        f"is damaged: SQLite reports {str(exc)!r}",
+        "stop the hosts using it, run 'sessionvisor doctor' on its data directory (it runs "
+        "PRAGMA integrity_check), then restore it and its -wal file from a backup, or save "
+        "what is still readable with the sqlite3 shell's '.recover' into a new file",
+    )
+
+
+def lost_store(path: str | os.PathLike[str]) -> StoreCorrupted | None:
+    """The error opening ``path`` raises because the store there was deleted (the file is
+    missing, its marker file is not), else ``None``. For tools that must tell a data
+    directory no host has written yet from one whose store was lost."""
+    name = os.fspath(path)
+    if os.path.exists(name) or not os.path.exists(name + MARKER_SUFFIX):
+        return None
+    return StoreCorrupted(name, "is missing, but its marker file says a store was there", _RESTORE)
+
+
+@contextmanager
+def reporting_damage(path: str) -> Iterator[None]:
+    """Raise damage SQLite finds in the store at ``path`` within as ``StoreCorrupted``
+    (``damaged``), SQLite's error as its cause; other errors pass unchanged."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(path, exc) from exc
+        raise
+
+
 def _open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
     """The error to raise for an SQLite error while opening ``path``."""
     text = str(exc)
-    if "not a database" in text or "malformed" in text:
+    if is_damage(exc):
         return StoreCorrupted(path, f"is not a readable SQLite database ({text})", _RESTORE)
     if "locked" in text or "busy" in text:
         return exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import functools
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
@@ -18,7 +19,7 @@ from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes
 from supervisor._group_commit import GroupCommit
-from supervisor._log_chunks import log_rows, write_log
+from supervisor._log_chunks import LogUnreadable, log_rows, write_log
 from supervisor._message_log import (
     KnownLog,
     SplitSnapshot,
@@ -41,7 +42,11 @@ from supervisor._sqlite_schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
+    damaged,
+    is_damage,
+    lost_store,
     open_database,
+    reporting_damage,
     stored_schema,
 )
 from supervisor._state_parts import checked, part_refs, read_refs
@@ -55,6 +60,8 @@ from supervisor.checkpoint_store import (
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge, SupervisorError
 
 __all__ = ["SQLiteCheckpointStore"]
+
+logger = logging.getLogger("supervisor.store")
 
 # Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
@@ -99,6 +106,8 @@ _LOG_STATE_COUNTED = _LOG_STATE_TEMPLATE.format(
 """``_LOG_STATE`` and the session's checkpoint count (a store with ``keep_last``)."""
 _SQLITE_INT_MAX = 2**63 - 1
 """SQLite's largest integer: a larger Python int cannot be bound to a statement."""
+_NOT_FILES = ("", ":memory:")
+"""Paths SQLite opens as temporary, in-memory databases rather than files."""
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 """Whether this SQLite has ``DELETE ... RETURNING`` (a prune then says what it removed)."""
 
@@ -214,8 +223,13 @@ class SQLiteCheckpointStore(ClosingContext):
     session and checkpoint); the others load. Damage inside the shared
     message log is detected by its SHA-256 digest and affects the checkpoints
     whose prefix covers the damaged bytes; damage to a shared state part, by
-    its SHA-256, affects the checkpoints that use it. ``AgentHost`` then falls back to
-    the newest checkpoint that loads (``Checkpoints.latest``).
+    its SHA-256, affects the checkpoints that use it. Damage SQLite itself finds
+    in the file (``database disk image is malformed``) makes a load of what lies
+    in the damaged pages raise ``SnapshotDecodeError`` as well, naming the file,
+    and any other call that meets it ``StoreCorrupted``; a session whose save
+    meets it in its message log or its old rows fails that one save, and its
+    later saves go on without them (a new log; no pruning). ``AgentHost`` then
+    falls back to the newest checkpoint that loads (``Checkpoints.latest``).
 
     Encryption (``encryption=EncryptionKeys...``): checkpoint bodies (the
     whole session state but its messages), the message log and the log
@@ -261,6 +275,8 @@ class SQLiteCheckpointStore(ClosingContext):
             or has other bytes there.
         EncryptionUnavailable: ``encryption`` is given without ``cryptography``.
         StoreCorrupted, StoreUnavailable: see "Identity" above.
+        ValueError: an argument is out of range, or ``path`` names no file (``""`` or
+            ``":memory:"``, which SQLite takes for a database that vanishes on close).
     """
 
     SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
@@ -272,6 +288,12 @@ class SQLiteCheckpointStore(ClosingContext):
     (read-only) connection ``conn`` has open at ``path``, ``None`` if the file holds no
     store yet; raises what opening it would (``StoreCorrupted``, ``SupervisorError``).
     For tools that inspect a data directory without writing to it."""
+
+    lost_store = staticmethod(lost_store)
+    """``lost_store(path)``: the ``StoreCorrupted`` opening ``path`` raises because the store
+    there was deleted (its marker file is left), else ``None``; reads nothing but whether
+    the two files exist. For tools that tell a new data directory from one that lost its
+    store."""
 
     APPLICATION_ID: ClassVar[int] = APPLICATION_ID
     """The ``PRAGMA application_id`` that marks a SQLite file as a sessionvisor store."""
@@ -289,6 +311,12 @@ class SQLiteCheckpointStore(ClosingContext):
     ) -> None:
         if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
             raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
+        if os.fspath(path) in _NOT_FILES:
+            raise ValueError(
+                f"SQLiteCheckpointStore needs a file to be durable; {os.fspath(path)!r} would "
+                "be a temporary database that is gone once closed. Give a file path, or use "
+                "MemoryCheckpointStore for checkpoints kept in memory"
+            )
         if synchronous.upper() not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
         if busy_timeout < 0:
@@ -304,6 +332,10 @@ class SQLiteCheckpointStore(ClosingContext):
         self.synchronous = synchronous.upper()
         self._lock = threading.Lock()
         self._logs = _LogCache(_LOG_CACHE_BYTES)
+        # Where this instance's saves met damage in the file (see _log_unreadable, _cleaning);
+        # used and changed by a batch's leader, with _lock held.
+        self._damaged_logs: set[tuple[str, int]] = set()
+        self._uncleanable: set[str] = set()
         self._conn: sqlite3.Connection | None = open_database(
             path, synchronous=self.synchronous, busy_timeout=busy_timeout
         )
@@ -341,7 +373,9 @@ class SQLiteCheckpointStore(ClosingContext):
 
     @contextmanager
     def _transaction(self, mode: str) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        """A transaction on the connection, ``_lock`` held; damage SQLite finds in the
+        file is raised as ``StoreCorrupted`` naming it (see ``_sqlite_schema.damaged``)."""
+        with self._lock, reporting_damage(self.path):
             conn = self._open_connection()
             conn.execute(f"BEGIN {mode}")
             try:
@@ -367,7 +401,8 @@ class SQLiteCheckpointStore(ClosingContext):
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
         refs = part_refs(cut.parts)
         try:
-            self._commits.run(QueuedSave(self, snapshot, cut, cached, refs))
+            with reporting_damage(self.path):
+                self._commits.run(QueuedSave(self, snapshot, cut, cached, refs))
         except BaseException:
             self._logs.drop(sid)
             raise
@@ -397,7 +432,10 @@ class SQLiteCheckpointStore(ClosingContext):
             checkpoint_row(self._rows, snapshot, cut, log, refs),
         )
         if self.keep_last is not None and (before is None or before >= self.keep_last):
-            self._prune(db, sid, self.keep_last, log[0] if cut.messages is not None else None)
+            with self._cleaning(sid) as clean:
+                if clean:
+                    saved_gen = log[0] if cut.messages is not None else None
+                    self._prune(db, sid, self.keep_last, saved_gen)
 
     def _before_writes(self, db: sqlite3.Connection) -> None:
         """Once per batch of saves, first in its transaction: may this store still write?"""
@@ -459,18 +497,67 @@ class SQLiteCheckpointStore(ClosingContext):
                 rows.trust_keys(db, (stored_digest,))
                 if hasher.digest() != rows.open_log_digest(sid, gen, length, stored_digest):
                     hasher = None
+            if hasher is not None and (sid, gen) in self._damaged_logs:
+                hasher = None  # a save met damage in it: the messages go to a new log
             if hasher is not None:  # the log is a prefix: append the rest
                 planned = log_rows(rows, sid, messages, gen, length, appends, hasher)
-                write_log(db, rows, planned)
-                self._remember(sid, cut, gen, planned.log[3], hasher)
-                return gen, size, planned.digest, before
-        # no log yet, or the messages do not extend it: start a new generation
+                try:
+                    write_log(db, rows, planned)
+                except LogUnreadable as exc:
+                    self._log_unreadable(sid, gen, exc)  # raises SQLite's damage
+                else:
+                    self._remember(sid, cut, gen, planned.log[3], hasher)
+                    return gen, size, planned.digest, before
+        # no log yet, or the messages do not extend it (or it is damaged): a new generation
         planned = log_rows(rows, sid, messages, next_gen, 0, 0, hashlib.sha256())
         write_log(db, rows, planned)
         if next_gen:  # an older generation exists: it may be unused now
-            self._collect(db, sid)
+            with self._cleaning(sid) as clean:
+                if clean:
+                    self._collect(db, sid)
         self._remember(sid, cut, next_gen, planned.log[3], planned.hasher)
         return next_gen, size, planned.digest, before
+
+    def _log_unreadable(self, sid: str, gen: int, exc: LogUnreadable) -> None:
+        """Go on with a save whose message log ``gen`` met damage (``exc``) in a new
+        generation: at once if the chunks decoded wrong, else (SQLite found the pages
+        malformed: it then refuses the transaction's writes) by failing this save with
+        SQLite's error and starting the session's next save in a new generation.
+
+        Raises:
+            sqlite3.DatabaseError: SQLite's damage error.
+        """
+        logger.warning("%s: %s; the session's saves go on in a new message log", self.path, exc)
+        if exc.damage is not None:
+            self._damaged_logs.add((sid, gen))
+            raise exc.damage
+
+    @contextmanager
+    def _cleaning(self, sid: str) -> Iterator[bool]:
+        """Run a save's clean-up of the session's old rows (pruning, unused logs), unless
+        one met damage before; yields whether to run it.
+
+        Deleting rows in damaged pages fails (SQLite cannot free them) and SQLite then
+        refuses the transaction's other writes, so that save fails; the session's
+        later saves skip the clean-up and succeed, its old rows staying until the file
+        is repaired (``doctor`` reports the damage).
+        """
+        if sid in self._uncleanable:
+            yield False
+            return
+        try:
+            yield True
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                logger.warning(
+                    "%s: damage met deleting old rows of session %r; its saves keep them "
+                    "from now on: %s",
+                    self.path,
+                    sid,
+                    exc,
+                )
+                self._uncleanable.add(sid)
+            raise
 
     def _remember(
         self, sid: str, cut: SplitSnapshot, gen: int, stored_digest: bytes, hasher: Any
@@ -510,32 +597,25 @@ class SQLiteCheckpointStore(ClosingContext):
     # --- read -----------------------------------------------------------------------------
 
     def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
-        """The checkpoint, or the session's newest (see ``CheckpointStore.load``)."""
+        """The checkpoint, or the session's newest (see ``CheckpointStore.load``).
+
+        A checkpoint whose rows SQLite finds damaged in the file (``database disk
+        image is malformed``) raises ``SnapshotDecodeError`` like a row that fails
+        its checksum, naming the file: it exists but cannot be read, and a host
+        falls back to an older checkpoint that can (``Checkpoints.latest``).
+        """
         with self._transaction("DEFERRED") as db:
-            if checkpoint_id is None:
-                row = db.execute(
-                    f"SELECT {_ROW} FROM checkpoints WHERE session_id = ?"
-                    " ORDER BY checkpoint_id DESC LIMIT 1",
-                    (session_id,),
-                ).fetchone()
-            else:
-                row = db.execute(
-                    f"SELECT {_ROW} FROM checkpoints WHERE session_id = ? AND checkpoint_id = ?",
-                    (session_id, checkpoint_id),
-                ).fetchone()
-            if row is None:
-                raise CheckpointNotFound(session_id, checkpoint_id)
-            cid, *stored = row
-            gen, length, refs = stored[1], stored[2], stored[6]
-            chunks = []
-            if gen is not None:
-                chunks = db.execute(
-                    "SELECT start, data FROM message_chunks"
-                    " WHERE session_id = ? AND gen = ? AND start < ? ORDER BY start",
-                    (session_id, gen, length),
-                ).fetchall()
-            self._rows.trust_keys(db, (stored[0], *(data for _, data in chunks)))
-            found_parts = self._read_parts(db, session_id, refs)
+            try:
+                cid, stored, chunks, found_parts = self._read(db, session_id, checkpoint_id)
+            except sqlite3.DatabaseError as exc:
+                if not is_damage(exc):
+                    raise
+                which = "newest" if checkpoint_id is None else repr(checkpoint_id)
+                raise SnapshotDecodeError(
+                    f"session {session_id!r}: its {which} checkpoint lies in damaged pages: "
+                    f"{damaged(self.path, exc)}"
+                ) from exc
+        gen, length, refs = stored[1], stored[2], stored[6]
         try:
             body, expected, vouched = self._rows.open_checkpoint(session_id, cid, tuple(stored))
             messages = None
@@ -556,6 +636,40 @@ class SQLiteCheckpointStore(ClosingContext):
         except SnapshotDecodeError as exc:
             raise in_checkpoint(exc, session_id, cid) from None
         return snapshot
+
+    def _read(
+        self, db: sqlite3.Connection, sid: str, checkpoint_id: str | None
+    ) -> tuple[str, list[Any], list[Any], dict[bytes, object]]:
+        """What ``load`` decodes, read in its transaction: the checkpoint's id, its stored
+        columns, the message-log chunks its prefix covers and its state parts by digest.
+
+        Raises:
+            CheckpointNotFound: the session has no such checkpoint.
+        """
+        if checkpoint_id is None:
+            row = db.execute(
+                f"SELECT {_ROW} FROM checkpoints WHERE session_id = ?"
+                " ORDER BY checkpoint_id DESC LIMIT 1",
+                (sid,),
+            ).fetchone()
+        else:
+            row = db.execute(
+                f"SELECT {_ROW} FROM checkpoints WHERE session_id = ? AND checkpoint_id = ?",
+                (sid, checkpoint_id),
+            ).fetchone()
+        if row is None:
+            raise CheckpointNotFound(sid, checkpoint_id)
+        cid, *stored = row
+        gen, length, refs = stored[1], stored[2], stored[6]
+        chunks = []
+        if gen is not None:
+            chunks = db.execute(
+                "SELECT start, data FROM message_chunks"
+                " WHERE session_id = ? AND gen = ? AND start < ? ORDER BY start",
+                (sid, gen, length),
+            ).fetchall()
+        self._rows.trust_keys(db, (stored[0], *(data for _, data in chunks)))
+        return cid, stored, chunks, self._read_parts(db, sid, refs)
 
     @staticmethod
     def _read_parts(db: sqlite3.Connection, sid: str, refs: object) -> dict[bytes, object]:
@@ -681,7 +795,8 @@ class SQLiteCheckpointStore(ClosingContext):
             FileNotFoundError: there is no store at ``path`` (none is created).
             EncryptionKeyError: the store is encrypted and ``keys`` lack one of its keys.
             EncryptionUnavailable: ``cryptography`` is not installed.
-            StoreCorrupted, StoreUnavailable: as when opening.
+            StoreCorrupted, StoreUnavailable: as when opening; ``StoreCorrupted`` also when
+                SQLite finds a damaged page on the way (nothing was encrypted).
         """
         name = os.fspath(path)
         if not os.path.exists(name):
@@ -691,16 +806,17 @@ class SQLiteCheckpointStore(ClosingContext):
             )
         conn = open_database(name, synchronous="FULL", busy_timeout=busy_timeout)
         try:
-            envelopes = Envelopes(keys, name)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                count = encrypt_rows(conn, name, envelopes)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            scrub(conn, name)
+            with reporting_damage(name):
+                envelopes = Envelopes(keys, name)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    count = encrypt_rows(conn, name, envelopes)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                scrub(conn, name)
         finally:
             conn.close()
         return count
@@ -726,7 +842,7 @@ class SQLiteCheckpointStore(ClosingContext):
             )
         with self._transaction("IMMEDIATE") as db:
             count = reencrypt_rows(db, rows)
-        with self._lock:
+        with self._lock, reporting_damage(self.path):
             scrub(self._open_connection(), self.path)
         self._logs.clear()
         return count

@@ -76,6 +76,25 @@ def test_a_truncated_store_is_what_the_other_commands_say(tmp_path: Path) -> Non
     assert "not a sessionvisor store" not in result.stdout
 
 
+def test_a_deleted_store_is_what_the_other_commands_say(tmp_path: Path) -> None:
+    """The store is gone but its marker says a host wrote it: that is lost data, which
+    a host refuses to start on, not a directory "no host has written" yet."""
+    data = hosted(tmp_path)
+    (data / "checkpoints.db").unlink()
+    said = run("sessions", "list", "--data-dir", str(data))
+    assert said.exit_code == 1
+    assert said.stderr == (
+        f"error: checkpoint store {str(data / 'checkpoints.db')!r} is missing, but its marker "
+        "file says a store was there; restore it (and its -wal file) from a backup; to start "
+        "over with an empty store instead, delete it and the marker file beside it ending in "
+        "'.sessionvisor'\n"
+    )
+    result = run("doctor", "--data-dir", str(data), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["problems"] == [said.stderr.removeprefix("error: ")[:-1]]
+    assert not (data / "checkpoints.db").exists()  # neither created it anew
+
+
 def test_a_dangling_symlink_is_a_finding(tmp_path: Path) -> None:
     data = hosted(tmp_path)
     (data / "x").symlink_to(tmp_path / "nowhere")

@@ -4,8 +4,11 @@ directory finds sessions by the API key they were started with, in every mode.""
 from __future__ import annotations
 
 import os
+import secrets
 import stat
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +63,65 @@ def test_a_damaged_key_file_is_refused(tmp_path: Path) -> None:
     path.chmod(0o600)
     with pytest.raises(SupervisorError, match="holds 5 bytes"):
         fingerprint_secret(tmp_path)
+
+
+def test_a_crash_while_creating_the_key_leaves_no_empty_key_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host killed while it writes a new key must not leave a file every later host
+    refuses (an empty ``fingerprint.key``): the key appears whole or not at all."""
+
+    def crash(size: int) -> bytes:
+        raise KeyboardInterrupt("killed while creating the key")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(secrets, "token_bytes", crash)
+        with pytest.raises(KeyboardInterrupt):
+            fingerprint_secret(tmp_path)
+    assert not (tmp_path / SECRET_FILE).exists()
+    key = fingerprint_secret(tmp_path)
+    assert len(key) == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SECRET_FILE]  # nothing left over
+
+
+def test_two_creators_at_once_agree_on_one_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first creator is still writing its key when a second one asks: the second
+    gets a whole key (not "holds 0 bytes"), and both end with the same one."""
+    real_write = os.write
+    second_done = threading.Event()
+    first = threading.current_thread()
+
+    def slow_write(fd: int, data: bytes) -> int:
+        if threading.current_thread() is first:
+            assert second_done.wait(10), "the second creator waited for the first"
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", slow_write)
+    found: list[bytes | BaseException] = []
+
+    def second() -> None:
+        try:
+            found.append(fingerprint_secret(tmp_path))
+        except BaseException as exc:  # reported by the asserts below
+            found.append(exc)
+        finally:
+            second_done.set()
+
+    racer = threading.Thread(target=second)
+    real_open = os.open
+    started = threading.Event()
+
+    def open_then_race(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        fd = real_open(path, flags, *args, **kwargs)
+        if threading.current_thread() is first and not started.is_set():
+            started.set()
+            racer.start()  # the first has its file open, nothing written yet
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_race)
+    key = fingerprint_secret(tmp_path)
+    racer.join(10)
+    assert found == [key]
+    assert (tmp_path / SECRET_FILE).read_bytes() == key

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -43,6 +44,14 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     multiple=True,
     required=True,
     help="NAME=pkg.module:attr (repeatable)",
+)
+@click.option(
+    "--app-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="Where the templates' modules are imported from, first (put on sys.path, as "
+    "uvicorn's --app-dir)",
 )
 @click.option(
     "--workers", type=click.IntRange(min=1), default=None, help="Run sessions in N worker processes"
@@ -108,6 +117,7 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
 def serve(  # noqa: PLR0917 (the command's options)
     data_dir: Path,
     templates: tuple[str, ...],
+    app_dir: Path,
     workers: int | None,
     host: str,
     port: int,
@@ -133,6 +143,7 @@ def serve(  # noqa: PLR0917 (the command's options)
         from gateway.server import serve as run  # noqa: PLC0415
     except ImportError as exc:
         fail(f"serve needs the server extra ({exc}): pip install 'sessionvisor[server]'")
+    _importable(app_dir)
     loaded = load(templates)
     metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
 
@@ -177,6 +188,15 @@ def serve(  # noqa: PLR0917 (the command's options)
                 # the sessions' own log lines in worker processes: as this process's
                 worker_initializer=functools.partial(configure_logging, log_format, log_level),
             )
+
+
+def _importable(app_dir: Path) -> None:
+    """Put ``app_dir`` first on ``sys.path`` (once), so that ``--template myapp.agents:chat``
+    is found from the directory that holds ``myapp/``, as uvicorn finds apps; worker
+    processes, started later, inherit the path."""
+    where = str(app_dir.resolve())
+    if where not in sys.path:
+        sys.path.insert(0, where)
 
 
 def _token(path: Path) -> str:

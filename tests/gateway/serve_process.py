@@ -92,6 +92,7 @@ class ServeProcess:
         *,
         workers: int | None = None,
         options: Sequence[str] = (),
+        cwd: Path | None = None,
     ) -> None:
         args = [str(SCRIPT), "serve", "--data-dir", str(data_dir), "--port", "0", *options]
         for template in templates:
@@ -101,7 +102,9 @@ class ServeProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.log = log
         self._stderr: IO[Any] = log.open("ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=cwd
+        )
         self.url = self._read_url(timeout=60)
 
     def _read_url(self, timeout: float) -> str:

@@ -199,3 +199,42 @@ def test_serve_refuses_a_metrics_token_file_it_cannot_use(
     assert problem in last
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()  # refused before anything was made
+
+
+APP = """
+from actors import AgentTemplate, Message, ModelResponse, Usage
+
+
+class Shout:
+    def generate(self, messages, tools):
+        return ModelResponse(Message.assistant(messages[-1].content.upper()), Usage(1, 1))
+
+
+chat = AgentTemplate(model=Shout())
+"""
+
+
+@pytest.mark.parametrize("workers", [None, 1], ids=["threads", "workers"])
+def test_serve_imports_templates_from_the_directory_it_runs_in(
+    tmp_path: Path, workers: int | None
+) -> None:
+    """As uvicorn finds ``myapp.main:app``: a template module beside the command, not
+    installed nor on PYTHONPATH, is found (in worker processes too)."""
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "agents.py").write_text(APP)
+    data = tmp_path / "data"
+    key = create_key(data, "acme")
+    log = tmp_path / "serve.log"
+    server = ServeProcess(data, ["chat=myapp.agents:chat"], log, workers=workers, cwd=tmp_path)
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            assert _first_answer(c, "chat", "hello") == {
+                "message": {"role": "assistant", "content": "HELLO"}
+            }
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()

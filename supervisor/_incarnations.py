@@ -176,7 +176,7 @@ class Incarnations:
                 incarnation is stopped as soon as its start is over.
         """
         try:
-            self.resolve_model(record.template)
+            self._resolve_for_start(record.session_id, record.template)
             self.root.start_child(self._spec(record))
         except ChildStartError as err:
             self._table.forget(record)
@@ -218,6 +218,21 @@ class Incarnations:
             max_restarts=self.policy.max_restarts,
             max_seconds=self.policy.max_seconds,
         )
+
+    def _resolve_for_start(self, session_id: str, template: AgentTemplate) -> None:
+        """Resolve ``template``'s model on the caller's thread before a start (a model
+        string that names nothing fails here, at once).
+
+        Raises:
+            ChildStartError: the model factory raised ``SystemExit``, wrapped as the
+                supervisor wraps it on its own thread: user code must not end the
+                caller's program.
+            Exception: what the lookup or the factory raised.
+        """
+        try:
+            self.resolve_model(template)
+        except SystemExit as exc:
+            raise ChildStartError(session_id, exc) from exc
 
     def resolve_model(self, template: AgentTemplate) -> Model:
         if isinstance(template.model, str):
@@ -420,7 +435,10 @@ class Incarnations:
         if tenant_id is not None and checkpoint_id is not None:
             self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
         snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
-        self.resolve_model(template)
+        try:
+            self._resolve_for_start(session_id, template)
+        except ChildStartError as err:
+            _reraise(err)
         if checkpoint_id is not None:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.

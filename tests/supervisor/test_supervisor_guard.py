@@ -269,6 +269,34 @@ def test_provider_factory_raising_system_exit_on_a_first_start_is_a_clear_error(
     assert host.send(host.start_session(template(), "late"), "hi").content == "echo: hi"
 
 
+def test_provider_factory_raising_system_exit_on_the_callers_thread_is_a_clear_error(
+    make_host: HostFactory,
+) -> None:
+    """The host resolves a model string on the caller's thread first: a factory that
+    raises ``SystemExit`` there must not end the caller's program either."""
+    factory = _Switch()
+    providers = ProviderRegistry()
+    providers.register("acme", "echo", factory)
+    host = make_host(providers=providers)
+    model = "registry:acme:echo:echo-1"
+    saved = host.start_session(template(model=model), "saved")
+    host.send(saved, "kept")
+    host.stop_session(saved)
+    factory.poisoned.set()
+
+    with pytest.raises(ChildStartError, match=r"'doomed' failed to start.*SystemExit") as info:
+        host.start_session(template(model=model), "doomed")
+    assert isinstance(info.value.__cause__, SystemExit)
+    with pytest.raises(ChildStartError, match=r"'saved' failed to start.*SystemExit") as info:
+        host.resume(saved, template(model=model))
+    assert isinstance(info.value.__cause__, SystemExit)
+
+    assert host.list_sessions() == []
+    factory.poisoned.clear()
+    assert host.resume(saved, template(model=model)) == saved
+    assert [m.content for m in host.history(saved)] == ["kept", "echo: kept"]
+
+
 class ExitOnPickle(Plugin):
     """A plugin that cannot be pickled: its ``__reduce__`` raises ``SystemExit``."""
 

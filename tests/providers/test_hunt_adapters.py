@@ -82,6 +82,19 @@ def _refusing_response(status: str) -> dict[str, Any]:
     }
 
 
+def _completion(message: dict[str, Any], finish_reason: str) -> Raw:
+    """A whole Chat Completions answer of one choice, as the server sends it."""
+    return Raw(
+        body={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "wire-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        }
+    )
+
+
 @STREAM
 def test_a_responses_refusal_is_the_answer_not_an_empty_message(
     responses: WireServer, stream: bool
@@ -145,17 +158,7 @@ def test_a_chat_refusal_reads_as_content_filter(chat: WireServer, stream: bool) 
         )
     else:
         message = {"role": "assistant", "content": None, "refusal": refusal}
-        chat.script(
-            Raw(
-                body={
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion",
-                    "created": 1,
-                    "model": "wire-model",
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                }
-            )
-        )
+        chat.script(_completion(message, "stop"))
     answer = _ask(_chat_model(chat, stream), [])
     assert answer.message == Message.assistant(refusal)
     assert answer.stop_reason == "content_filter"
@@ -282,17 +285,7 @@ def test_a_session_goes_on_after_an_empty_chat_answer(chat: WireServer) -> None:
     # A filtered answer has no text and no calls; sent back as "content": null, the API
     # refuses every later request of the session.
     message = {"role": "assistant", "content": None}
-    chat.script(
-        Raw(
-            body={
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "wire-model",
-                "choices": [{"index": 0, "message": message, "finish_reason": "content_filter"}],
-            }
-        )
-    )
+    chat.script(_completion(message, "content_filter"))
     model = _chat_model(chat, False)
     ref = AgentSession.start(AgentTemplate(model=model))
     try:

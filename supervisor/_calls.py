@@ -6,6 +6,7 @@ Private protocol between the two modules; each is answered on the supervisor's t
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from supervisor._lifecycle import Lifecycle
@@ -62,6 +63,19 @@ class ChildStopping:
         limit = self.shutdown if timeout is None else timeout
         if self.lifecycle.finished.wait(limit):
             return True
+        return self._abandoned(limit)
+
+    def wait_from(self, began: float) -> bool:
+        """``wait`` for a child whose stop was requested at ``began`` (``time.monotonic``)
+        along with its siblings': its ``shutdown`` counts from then, so children stopping
+        at once share one deadline instead of adding theirs up."""
+        if self.lifecycle is None:
+            return True
+        if self.lifecycle.finished.wait(max(0.0, began + self.shutdown - time.monotonic())):
+            return True
+        return self._abandoned(self.shutdown)
+
+    def _abandoned(self, limit: float) -> bool:
         logger.warning(
             "%s: child %r did not stop within %s s; abandoned, still running "
             "(Python cannot kill a thread)",
@@ -84,7 +98,10 @@ class CountChildren:
 
 @dataclass(frozen=True, slots=True)
 class ShutdownChildren:
-    """Stop all children in reverse order; answered with the ids of abandoned ones."""
+    """Stop all children in reverse order, one after the other (or, ``concurrently``, all
+    at once); answered with the ids of abandoned ones."""
+
+    concurrently: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,7 +82,9 @@ class HostFutures:
     ``timeout``, a ``checkpoint``'s label, a ``steer``'s text, and the id, template,
     checkpoint id and attributes of ``start_session`` and ``resume``. A session that
     does not exist is no argument error: that future fails with ``SessionNotFound``.
-    A future still unresolved when the host shuts down fails with ``RuntimeError``.
+    A future still unresolved when the host shuts down fails with ``RuntimeError``,
+    as does a call made once it is shut down: a call still queued in its session
+    then does not report the session missing (``SessionNotFound``), for it is not.
 
     Calls that change what runs a session (``send``, ``stop_session``) wait for
     it in one FIFO queue per session, shared with the blocking methods: they run
@@ -180,11 +182,17 @@ class HostFutures:
         """``AgentHost.stop_session``, in its turn in the session's queue (after the calls
         made before it), on a helper thread."""
         sessions = self._calls.sessions
+        table = self._table
         timeout = self._host.call_timeout
+
+        def stop(record: SessionRecord) -> None:
+            table.check_current(record)  # not stopped while this call waited
+            sessions.stop(record)
+
         return self._with_record(
             session_id,
             tenant_id,
-            lambda record: self._calls.exclusive_op(record, lambda: sessions.stop(record), timeout),
+            lambda record: self._calls.exclusive_op(record, lambda: stop(record), timeout),
         )
 
     def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> Future[bool]:
@@ -279,8 +287,10 @@ class HostFutures:
         call: Callable[[SessionRecord], Future[Any]],
     ) -> Future[Any]:
         """``call(record)``, or a future failed with ``SessionNotFound`` (no such session
-        for ``tenant_id``)."""
+        for ``tenant_id``) or, once the host is shut down, ``RuntimeError`` (its sessions
+        are stopped, not missing: their checkpoints stand)."""
         try:
+            self._table.check_open()
             record = self._table.live(session_id, tenant_id)
         except Exception as exc:
             failed: Future[Any] = Future()

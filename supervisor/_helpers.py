@@ -44,7 +44,8 @@ class HelperThreads:
         self._count = 0
 
     def run(self, work: Callable[[], None]) -> None:
-        """Queue ``work`` (which must not raise: what it raises is logged and dropped)."""
+        """Queue ``work`` (which must not raise: what it raises, ``SystemExit`` included,
+        is logged and dropped)."""
         with self._lock:
             self._queue.append(work)
             if len(self._threads) >= self.size:
@@ -79,5 +80,6 @@ class HelperThreads:
                 work = self._queue.popleft()
             try:
                 work()
-            except Exception:
+            except BaseException:  # a future's done-callback may raise even ``SystemExit``:
+                # the thread must go on (it counts as running), or queued work never runs
                 logger.exception("a helper step of a non-blocking call failed")

@@ -5,11 +5,13 @@ session's final checkpoint (a session being restarted keeps its last one),
 on up to ``FINAL_SAVERS`` threads at once, so that the saves share group
 commits instead of paying an fsync each (3,000 sessions, one by one on a
 loaded machine: 2.6 s of a 3.1 s shutdown);
-stop the sessions in reverse start order (the root supervisor's shutdown,
-bounded per child); close the runtime (workers are stopped and joined); fail
-the non-blocking calls still unresolved and stop their threads; give up
-ownership (a cluster node drains: other nodes take its sessions over at
-once); close the store if the host owns it.
+stop the sessions, all at once (the root supervisor's concurrent shutdown: the
+sessions are independent, so sessions stuck in ``session_end`` cost one
+``call_timeout`` together, not one each); close the runtime (workers are
+stopped and joined); fail the non-blocking calls still unresolved and stop
+their threads; give up ownership (a cluster node drains: other nodes take its
+sessions over at once); close the store if the host owns it. A step that
+fails is logged and the next ones still run.
 
 A host never shut down is shut down at interpreter exit, once the main thread
 has finished and before Python joins the actors' non-daemon threads (see
@@ -22,6 +24,8 @@ import collections
 import logging
 import threading
 from collections.abc import Callable, Sequence
+
+import pykka
 
 from supervisor import _at_exit
 from supervisor._hibernation import Sweeper
@@ -104,21 +108,48 @@ class HostShutdown:
         self._stop_all()
 
     def _stop_all(self) -> None:
+        """Every step, in order, each even if one before it failed: a step that fails is
+        logged and the next ones still run, so the workers, the calls' threads, the
+        ownership and the store (its data-directory lock) are always released; the
+        first failure is raised once all have run."""
+        steps: list[Callable[[], object]] = []
+        if self._sweeper is not None:
+            steps.append(self._sweeper.stop)
+        steps += [lambda: self._final_checkpoints(self._table.records()), self._stop_sessions]
+        steps.append(self._runtime.close)
+        if self._close_calls is not None:
+            steps.append(self._close_calls)
+        steps.append(self._drain)
+        if self._close_store is not None:
+            steps.append(self._close_store)
+        first: Exception | None = None
         try:
-            if self._sweeper is not None:
-                self._sweeper.stop()
-            self._final_checkpoints(self._table.records())
-            abandoned = self._sessions.root.stop()
-            if abandoned:
-                logger.warning("sessions that did not stop in time: %s", abandoned)
-            self._runtime.close()
-            if self._close_calls is not None:
-                self._close_calls()
-            self._drain()
-            if self._close_store is not None:
-                self._close_store()
+            for step in steps:
+                try:
+                    step()
+                except Exception as exc:
+                    logger.exception("a step of an AgentHost's shutdown failed; going on")
+                    first = first or exc
         finally:
             self._done.set()
+        if first is not None:
+            raise first
+
+    def _stop_sessions(self) -> None:
+        """Stop the sessions all at once (the root supervisor's concurrent shutdown). A
+        supervisor busy past ``call_timeout`` (a restart whose ``session_start`` hangs)
+        is asked to stop them once it is free: the shutdown goes on meanwhile, as for a
+        session that does not stop in time."""
+        try:
+            abandoned = self._sessions.root.stop(concurrently=True)
+        except pykka.Timeout:
+            logger.warning(
+                "the sessions' supervisor was busy for longer than call_timeout (a session's "
+                "start that hangs?); it stops the sessions once that start is over"
+            )
+            return
+        if abandoned:
+            logger.warning("sessions that did not stop in time: %s", abandoned)
 
     def _final_checkpoints(self, records: Sequence[SessionRecord]) -> None:
         """Take every record's final checkpoint and mark it stopped: this thread and up to

@@ -38,8 +38,9 @@ from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
 from supervisor._incarnations import Incarnations
 from supervisor._runtime import NotDelivered, SessionRuntime
+from supervisor._session_table import SessionTable
 from supervisor._timer import CallTimer, Deadline
-from supervisor.errors import SessionCrashed
+from supervisor.errors import SessionCrashed, SessionNotFound
 
 __all__ = ["HELPERS", "NonBlockingCalls"]
 
@@ -68,7 +69,8 @@ class NonBlockingCalls:
     """Runs one host's non-blocking calls. Thread-safe.
 
     Every future it returns resolves exactly once: with the call's outcome, or
-    with ``RuntimeError`` if the host shut down first (``close``).
+    with ``RuntimeError`` if the host shut down first (``close``), including a call
+    still queued that finds its session stopped by the shutdown (see ``failure``).
     """
 
     def __init__(
@@ -77,11 +79,13 @@ class NonBlockingCalls:
         runtime: SessionRuntime,
         checkpoints: Checkpoints,
         policy: HostPolicy,
+        table: SessionTable,
     ) -> None:
         self.sessions = sessions
         self.runtime = runtime
         self.checkpoints = checkpoints
         self.policy = policy
+        self._table = table
         self.timer = CallTimer("sessionvisor-call-timer")
         self.helpers = HelperThreads(HELPERS, "sessionvisor-helper")
         self._pending: set[Future[Any]] = set()  # unresolved, for ``close``
@@ -114,6 +118,18 @@ class NonBlockingCalls:
             logger.warning("helper threads of non-blocking calls still run after shutdown")
         self.timer.close()
 
+    def failure(self, error: BaseException | None) -> BaseException | None:
+        """``error`` as the caller must see it: once the host is shutting down, the
+        ``SessionNotFound`` of a session its shutdown stopped (a call still queued then)
+        is the ``RuntimeError`` promised for calls the shutdown leaves unresolved. The
+        session exists (its checkpoint stands): "not found" would tell the caller, or a
+        gateway's client (a 404), that it is gone."""
+        if isinstance(error, SessionNotFound) and self._table.closed:
+            closed = RuntimeError(_CLOSED)
+            closed.__cause__ = error
+            return closed
+        return error
+
     # -- the three kinds of call -----------------------------------------------------------
 
     def exclusive(self, record: SessionRecord, request: Send, timeout: float) -> Future[Any]:
@@ -138,7 +154,12 @@ class NonBlockingCalls:
 
         def run() -> None:
             if running(future):  # not cancelled while it waited for a helper
-                _run_into(future, work)
+                try:
+                    value = work()
+                except Exception as exc:
+                    settle(future, None, self.failure(exc))
+                else:
+                    settle(future, value, None)
 
         if not future.done():
             self.helpers.run(run)
@@ -334,4 +355,4 @@ class _Exclusive:
     def _finish(self, value: Any, error: BaseException | None) -> None:
         self.record.last_active = self.calls.policy.clock()
         self.record.op_lock.release()
-        settle(self.future, value, error)
+        settle(self.future, value, self.calls.failure(error))

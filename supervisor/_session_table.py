@@ -87,11 +87,7 @@ class SessionTable:
             self.check_open()
             existing = self._records.get(record.session_id)
             if existing is not None and existing.status != "failed":
-                raise SessionAlreadyExists(
-                    record.session_id,
-                    f"it is {existing.status} on this host: use it as it is, or stop_session() "
-                    "it first",
-                )
+                raise _already_exists(existing)
             if existing is not None:
                 self._unindex(existing)
             self._records[record.session_id] = record
@@ -167,6 +163,37 @@ class SessionTable:
         require_tenant(session_id, record.tenant_id, tenant_id)
         return record
 
+    def check_absent(self, session_id: str, tenant_id: str | None = None) -> None:
+        """Refuse, before anything is loaded, a ``resume`` of a session that runs here.
+
+        Checked again by ``add``; this earlier check matters because a resume loads
+        the checkpoint first: had the running session served more turns and been
+        stopped before ``add``, the resume would start from the older checkpoint and
+        its next one would drop turns whose answers were already given.
+
+        Raises:
+            SessionNotFound: it runs here for another tenant than ``tenant_id`` (given).
+            SessionAlreadyExists: it is live or hibernated here.
+        """
+        existing = self._records.get(session_id)  # one dict lookup: atomic
+        if existing is not None and existing.status not in ("stopped", "failed"):
+            require_tenant(session_id, existing.tenant_id, tenant_id)
+            raise _already_exists(existing)
+
+    def check_current(self, record: SessionRecord) -> None:
+        """Make sure ``record`` is still the live record of its session, for a call that
+        looked it up and then waited for its gate: another call may have stopped it
+        meanwhile, and a ``resume`` started a new session of that id, which acting on the
+        old record would stop (the supervisor knows its sessions by id).
+
+        Raises:
+            SessionNotFound: the session was stopped (or replaced) meanwhile.
+        """
+        with self._lock:
+            current = self._records.get(record.session_id) is record
+        if not current or record.status == "stopped":
+            raise SessionNotFound(record.session_id)
+
     def records(self, tenant_id: str | None = None) -> list[SessionRecord]:
         """Every record (of one tenant), in the order they were added."""
         with self._lock:
@@ -196,8 +223,17 @@ class SessionTable:
     def set(
         self, record: SessionRecord, status: SessionStatus, ref: pykka.ActorRef[Any] | None
     ) -> None:
-        """Change a record's status and actor, waking whoever waits on ``changed``."""
+        """Change a record's status and actor, waking whoever waits on ``changed``.
+
+        ``stopped`` is final: a session that is started again gets a new record. An
+        incarnation that registers after its session was stopped (a restart or a
+        start that the stop raced, which the stop then terminates) leaves it stopped,
+        so the calls still holding the record learn at once that it is gone, instead
+        of waiting ``restart_wait`` for a restart that never comes.
+        """
         with self.changed:
+            if record.status == "stopped" and status != "stopped":
+                return
             record.status = status
             record.ref = ref
             self.changed.notify_all()
@@ -241,6 +277,14 @@ class SessionTable:
             tenant.pop(record.session_id, None)
             if not tenant:
                 del self._by_tenant[record.tenant_id]
+
+
+def _already_exists(existing: SessionRecord) -> SessionAlreadyExists:
+    """The error for a new session (start or resume) whose id ``existing`` holds."""
+    return SessionAlreadyExists(
+        existing.session_id,
+        f"it is {existing.status} on this host: use it as it is, or stop_session() it first",
+    )
 
 
 def _nothing() -> None:

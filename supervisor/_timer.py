@@ -49,7 +49,7 @@ class CallTimer:
     """Runs callbacks at deadlines on one thread of its own. Thread-safe.
 
     Callbacks must be quick and must not block: every deadline of the host
-    waits behind the one running. One that raises is logged.
+    waits behind the one running. One that raises (``SystemExit`` included) is logged.
 
     Args:
         name: The thread's name.
@@ -130,7 +130,8 @@ class CallTimer:
                     return
             try:
                 action()
-            except Exception:
+            except BaseException:  # a future's done-callback may raise even ``SystemExit``:
+                # the thread must go on, or no deadline of the host fires again
                 logger.exception("a call's deadline handler failed")
 
     def _next_due(self) -> Callable[[], None] | None:

@@ -135,19 +135,33 @@ class SupervisorHandle:
         counts: ChildCounts = self._call(CountChildren(), timeout=self._timeout)
         return counts
 
-    def stop(self) -> list[str]:
+    def stop(self, *, concurrently: bool = False) -> list[str]:
         """Stop the children in reverse start order, then the supervisor itself.
 
         Waits for each child at most its shutdown timeout; returns the ids of the
         children that did not stop in time and were abandoned (still running:
         Python cannot kill a thread). A supervisor that is already gone returns [].
+        One too busy to answer within the timeout (a child's start that hangs) raises
+        ``pykka.Timeout`` and stops its children, then itself, once it is free.
+
+        Args:
+            concurrently: Ask every child to stop at once, and wait for each at most
+                its shutdown timeout counted from then (the longest, not their sum),
+                for independent children such as a host's sessions; by default each
+                child is stopped only once the later-started ones have (OTP's order).
         """
         try:
-            budget = self._timeout + sum(c.shutdown for c in self.which_children())
-            budget = min(budget, threading.TIMEOUT_MAX)  # many long shutdowns: Python's longest
-            abandoned: list[str] = self._call(ShutdownChildren(), timeout=budget)
+            shutdowns = [c.shutdown for c in self.which_children()]
+            waits = max(shutdowns, default=0.0) if concurrently else sum(shutdowns)
+            budget = min(self._timeout + waits, threading.TIMEOUT_MAX)  # Python's longest
+            abandoned: list[str] = self._call(ShutdownChildren(concurrently), timeout=budget)
         except pykka.ActorDeadError:
             return []
+        except pykka.Timeout:
+            # Busy past the timeout (a child's start that hangs): it stops its children in
+            # reverse order, then itself, once it is free, instead of running on forgotten.
+            self._ref.stop(block=False)
+            raise
         self._ref.stop(timeout=self._timeout)
         lifecycle = lifecycle_of(self._ref)
         if lifecycle is not None:

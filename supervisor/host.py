@@ -217,7 +217,9 @@ class AgentHost:
             self._table.on_missing = self._sessions.adopt
             self.registry = self._sessions.registry
             self._root = self._sessions.root
-            calls = NonBlockingCalls(self._sessions, self._runtime, self._checkpoints, policy)
+            calls = NonBlockingCalls(
+                self._sessions, self._runtime, self._checkpoints, policy, self._table
+            )
             undo.append(calls.close)
             self._futures = HostFutures(self, self._table, self._checkpoints, calls)
             self._sweeper: Sweeper | None = None
@@ -318,6 +320,7 @@ class AgentHost:
             session_id, template, checkpoint_id, tenant_id, api_key, attrs
         )
         self._table.check_open()
+        self._table.check_absent(session_id, tenant_id)  # before its checkpoint is loaded
         return self._sessions.resume(
             session_id, template, checkpoint_id, tenant_id, api_key, dict(attrs)
         )
@@ -572,13 +575,17 @@ class AgentHost:
         """
         record = self._table.live(session_id, tenant_id)
         with record.exclusive(self.call_timeout):
+            self._table.check_current(record)  # not stopped while this call waited
             self._sessions.stop(record)
 
     def shutdown(self) -> None:
-        """Checkpoint every live session, stop them in reverse start order, close the store.
+        """Checkpoint every live session, stop them all at once, close the store.
 
         Idempotent. Sessions keep their checkpoints, so a new host on the same
-        store can ``resume_all``. A host never shut down is shut down this way
+        store can ``resume_all``. Sessions stuck in ``session_end`` are abandoned
+        after one ``call_timeout``, together; a step that fails is logged, the
+        next ones still run (the store is closed, its data directory released),
+        and the first failure is raised at the end. A host never shut down is shut down this way
         at interpreter exit (see the class docstring).
         """
         self._shutdown.run()

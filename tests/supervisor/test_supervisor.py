@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -242,6 +243,31 @@ def test_child_that_does_not_stop_in_time_is_reported_and_abandoned(starts: Star
     assert busy.get(timeout=WAIT) == "unblocked"
     assert terminate(slow, WAIT)  # it then handles the queued stop
     assert stops == ["c", "a", "slow"]
+
+
+def test_concurrent_stop_waits_for_stuck_children_together(starts: Starts) -> None:
+    """``stop(concurrently=True)`` asks every child to stop at once: children stuck past
+    their shutdown time cost the longest of those times, not their sum (OTP's
+    shutdown of a ``simple_one_for_one`` supervisor's independent children)."""
+    stops: list[str] = []
+    names = ["a", "b", "c", "d"]
+    handle = SupervisorHandle.start(
+        [worker_spec(name, starts, shutdown=0.5, stops=stops) for name in names]
+    )
+    gate = threading.Event()
+    busy = [starts.latest(name).ask(("block", gate), block=False) for name in names]
+    began = time.monotonic()
+    try:
+        abandoned = handle.stop(concurrently=True)
+        took = time.monotonic() - began
+    finally:
+        gate.set()
+    assert abandoned == ["d", "c", "b", "a"]  # reverse start order, as a plain stop
+    assert took < 1.5, f"stop took {took:.2f} s; one after the other it takes 2 s"
+    assert [future.get(timeout=WAIT) for future in busy] == ["unblocked"] * 4
+    for name in names:
+        assert terminate(starts.latest(name), WAIT)  # each then handles its queued stop
+    assert sorted(stops) == names
 
 
 def test_dynamic_children(starts: Starts) -> None:

@@ -516,6 +516,13 @@ class Incarnations:
             self._table.set(record, "hibernated", None)
             self.ownership.hibernated(record.session_id, True)
             self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
+            if record.status in ("active", "restarting"):
+                # Killed after its snapshot: the restart registered while this waited for
+                # the supervisor (set it active), and the terminate then ended that
+                # incarnation (set it restarting). Hibernated stands: nothing runs, and the
+                # checkpoint just saved is the session's newest.
+                self._table.set(record, "hibernated", None)
+                self.ownership.hibernated(record.session_id, True)  # as the restart left it
             record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
             return True
         finally:

@@ -33,6 +33,7 @@ from actors import (
 from supervisor import (
     CheckpointNotFound,
     CredentialsUnavailable,
+    HostShutDown,
     Killed,
     NotDelivered,
     OwnershipLost,
@@ -148,6 +149,9 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             )
         case SessionCrashed() | NotDelivered() | Killed():
             return _retry(503, "session-crashed", "Session crashed; send again", str(error))
+        case HostShutDown():
+            detail = "this server is shutting down; send again once it is back (or to another node)"
+            return _retry(503, "shutting-down", "Server shutting down", detail)
         case StoreBusy():  # a TimeoutError of the store's, not the session's
             return _retry(503, "unavailable", "Temporarily unavailable", "StoreBusy")
         case TimeoutError():

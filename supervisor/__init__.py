@@ -48,6 +48,7 @@ from supervisor.errors import CredentialsUnavailable as CredentialsUnavailable
 from supervisor.errors import DataDirLocked as DataDirLocked
 from supervisor.errors import EncryptionKeyError as EncryptionKeyError
 from supervisor.errors import EncryptionUnavailable as EncryptionUnavailable
+from supervisor.errors import HostShutDown as HostShutDown
 from supervisor.errors import InvalidEncryptionKeys as InvalidEncryptionKeys
 from supervisor.errors import Killed as Killed
 from supervisor.errors import NodeFenced as NodeFenced
@@ -122,6 +123,7 @@ __all__ = [
     "ExitReason",
     "Fence",
     "HostFutures",
+    "HostShutDown",
     "InvalidEncryptionKeys",
     "Killed",
     "MemoryCheckpointStore",

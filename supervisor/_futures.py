@@ -82,9 +82,10 @@ class HostFutures:
     ``timeout``, a ``checkpoint``'s label, a ``steer``'s text, and the id, template,
     checkpoint id and attributes of ``start_session`` and ``resume``. A session that
     does not exist is no argument error: that future fails with ``SessionNotFound``.
-    A future still unresolved when the host shuts down fails with ``RuntimeError``,
-    as does a call made once it is shut down: a call still queued in its session
-    then does not report the session missing (``SessionNotFound``), for it is not.
+    A future still unresolved when the host shuts down fails with ``HostShutDown``
+    (a ``RuntimeError``), as does a call made once it is shut down: a call still
+    queued in its session then does not report the session missing
+    (``SessionNotFound``), for it is not.
 
     Calls that change what runs a session (``send``, ``stop_session``) wait for
     it in one FIFO queue per session, shared with the blocking methods: they run
@@ -287,7 +288,7 @@ class HostFutures:
         call: Callable[[SessionRecord], Future[Any]],
     ) -> Future[Any]:
         """``call(record)``, or a future failed with ``SessionNotFound`` (no such session
-        for ``tenant_id``) or, once the host is shut down, ``RuntimeError`` (its sessions
+        for ``tenant_id``) or, once the host is shut down, ``HostShutDown`` (its sessions
         are stopped, not missing: their checkpoints stand)."""
         try:
             self._table.check_open()

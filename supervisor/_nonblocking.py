@@ -40,7 +40,7 @@ from supervisor._incarnations import Incarnations
 from supervisor._runtime import NotDelivered, SessionRuntime
 from supervisor._session_table import SessionTable
 from supervisor._timer import CallTimer, Deadline
-from supervisor.errors import SessionCrashed, SessionNotFound
+from supervisor.errors import HostShutDown, SessionCrashed, SessionNotFound
 
 __all__ = ["HELPERS", "NonBlockingCalls"]
 
@@ -99,7 +99,7 @@ class NonBlockingCalls:
         future: Future[Any] = Future()
         with self._lock:
             if self._closed:
-                future.set_exception(RuntimeError("this AgentHost is shut down; create a new one"))
+                future.set_exception(HostShutDown())
                 return future
             self._pending.add(future)
         future.add_done_callback(self._pending.discard)
@@ -111,7 +111,7 @@ class NonBlockingCalls:
         with self._lock:
             self._closed = True
             pending, self._pending = list(self._pending), set()
-        error = RuntimeError(_CLOSED)
+        error = HostShutDown(_CLOSED)
         for future in pending:
             settle(future, None, error)
         if not self.helpers.join(self.policy.call_timeout):
@@ -125,7 +125,7 @@ class NonBlockingCalls:
         session exists (its checkpoint stands): "not found" would tell the caller, or a
         gateway's client (a 404), that it is gone."""
         if isinstance(error, SessionNotFound) and self._table.closed:
-            closed = RuntimeError(_CLOSED)
+            closed = HostShutDown(_CLOSED)
             closed.__cause__ = error
             return closed
         return error

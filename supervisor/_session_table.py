@@ -18,7 +18,7 @@ import pykka
 from actors import AgentTemplate, Event, Snapshot
 from supervisor._host_record import SessionRecord, SessionStatus
 from supervisor._session_attrs import validate
-from supervisor.errors import SessionAlreadyExists, SessionNotFound
+from supervisor.errors import HostShutDown, SessionAlreadyExists, SessionNotFound
 
 __all__ = ["SessionTable", "require_tenant"]
 
@@ -72,9 +72,9 @@ class SessionTable:
             record.events.subscribe(functools.partial(tap, record))
 
     def check_open(self) -> None:
-        """Raise ``RuntimeError`` once the host is shut down."""
+        """Raise ``HostShutDown`` (a ``RuntimeError``) once the host is shut down."""
         if self.closed:
-            raise RuntimeError("this AgentHost is shut down; create a new one")
+            raise HostShutDown
 
     def add(self, record: SessionRecord) -> None:
         """Add a new record, replacing a failed one of the same id.

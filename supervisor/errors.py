@@ -19,6 +19,7 @@ __all__ = [
     "DataDirLocked",
     "EncryptionKeyError",
     "EncryptionUnavailable",
+    "HostShutDown",
     "InvalidEncryptionKeys",
     "Killed",
     "NodeFenced",
@@ -47,6 +48,19 @@ __all__ = [
 
 class SupervisorError(Exception):
     """Base class of every error raised by the ``supervisor`` package."""
+
+
+class HostShutDown(SupervisorError, RuntimeError):
+    """The ``AgentHost`` was shut down: before the call, or while it waited (a non-blocking
+    call still queued or unresolved then).
+
+    The sessions are not gone: their checkpoints stand, and a new host on the same store
+    resumes them; a server answers it as retryable (send again once it is back, or to
+    another node). A ``RuntimeError``, as it always was.
+    """
+
+    def __init__(self, detail: str = "this AgentHost is shut down; create a new one") -> None:
+        super().__init__(detail)
 
 
 class SessionAlreadyExists(SupervisorError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.problems import Problem, problem_for
-from supervisor import StoreBusy, StoreUnreachable
+from supervisor import HostShutDown, StoreBusy, StoreUnreachable
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,13 @@ from supervisor import StoreBusy, StoreUnreachable
 )
 def test_store_errors_are_retryable_unavailability(error: Exception, expected: Problem) -> None:
     assert problem_for(error) == expected
+
+
+def test_a_host_shutting_down_is_a_retryable_503_not_an_internal_error() -> None:
+    assert problem_for(HostShutDown(), "s1") == Problem(
+        503,
+        "shutting-down",
+        "Server shutting down",
+        "this server is shutting down; send again once it is back (or to another node)",
+        retry_after=1,
+    )

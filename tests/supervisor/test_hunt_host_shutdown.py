@@ -18,11 +18,18 @@ from typing import Any
 import pytest
 
 from actors import EchoModel, Message, ModelResponse, Plugin, PluginContext, Snapshot, Tool
-from supervisor import AgentHost, MemoryCheckpointStore, SessionAlreadyExists, SessionNotFound
+from supervisor import (
+    AgentHost,
+    HostShutDown,
+    MemoryCheckpointStore,
+    SessionAlreadyExists,
+    SessionNotFound,
+)
 from supervisor._helpers import HelperThreads
 from supervisor._timer import CallTimer
 from tests.supervisor.host_helpers import (
     WAIT,
+    HostFactory,
     assert_threads_back,
     host_options,
     poll_until,
@@ -292,3 +299,16 @@ def _named(name: str, work: Callable[[], str]) -> Callable[[], str]:
             thread.name = was
 
     return run
+
+
+def test_calls_on_a_shut_down_host_raise_host_shut_down_a_runtime_error(
+    make_host: HostFactory,
+) -> None:
+    host = make_host()
+    sid = host.start_session(template())
+    host.shutdown()
+    with pytest.raises(HostShutDown, match="this AgentHost is shut down; create a new one"):
+        host.start_session(template())
+    failed = host.futures.send(sid, "late").exception(WAIT)
+    assert isinstance(failed, HostShutDown)
+    assert isinstance(failed, RuntimeError)  # what it always was

@@ -644,6 +644,7 @@ class StoreBusy(SupervisorError, TimeoutError):
 
 for _cls in (
     SupervisorError,
+    HostShutDown,
     OwnershipLost,
     SessionOwnedElsewhere,
     NodeFenced,

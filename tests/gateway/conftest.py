@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import httpx
 import pytest
 import uvicorn
 
+from actors import AgentTemplate
 from gateway import KeyStore, Limits, create_app, load_templates
 from gateway.server import bind
 from supervisor import AgentHost, AsyncAgentHost
@@ -54,18 +56,28 @@ def limits() -> Limits:
     return Limits()
 
 
-@pytest.fixture
-def served(tmp_path: Path, limits: Limits) -> Iterator[Served]:
-    keys = KeyStore(tmp_path)
-    host = AgentHost(data_dir=tmp_path, call_timeout=10)
-    app = create_app(AsyncAgentHost(host), load_templates(TEMPLATES), keys, limits)
+@contextmanager
+def serving(
+    host: AgentHost, templates: dict[str, AgentTemplate], data_dir: Path, limits: Limits
+) -> Iterator[Served]:
+    """The gateway of ``host`` (whose data directory is ``data_dir``, keys there too) served
+    on a real uvicorn server; server, host and keys closed on exit."""
+    keys = KeyStore(data_dir)
+    app = create_app(AsyncAgentHost(host), templates, keys, limits)
     url, server, thread = run_server(app)
     try:
-        yield Served(url, keys, host, tmp_path)
+        yield Served(url, keys, host, data_dir)
     finally:
         stop_server(server, thread)
         host.shutdown()
         keys.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path, limits: Limits) -> Iterator[Served]:
+    host = AgentHost(data_dir=tmp_path, call_timeout=10)
+    with serving(host, load_templates(TEMPLATES), tmp_path, limits) as made:
+        yield made
 
 
 @pytest.fixture

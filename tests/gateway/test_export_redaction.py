@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from actors import AgentTemplate, EchoModel, Plugin, PluginContext
-from gateway import KeyStore, create_app
-from supervisor import AgentHost, AsyncAgentHost
-from tests.gateway.conftest import Served, run_server, stop_server
+from gateway import Limits
+from supervisor import AgentHost
+from tests.gateway.conftest import Served, serving
 
 BEARER = "Bearer abcdefgh12345678"
 KEY = "sk-abcdefghijklmnop1234"
@@ -28,17 +28,10 @@ class TokenBudget(Plugin):
 @pytest.fixture
 def unredacted(tmp_path: Path) -> Iterator[Served]:
     """A gateway whose host saves checkpoints as they are (``redact=None``)."""
-    keys = KeyStore(tmp_path)
     host = AgentHost(data_dir=tmp_path, call_timeout=10, redact=None)
     template = AgentTemplate(model=EchoModel(), plugins=(TokenBudget(),))
-    app = create_app(AsyncAgentHost(host), {"budget": template}, keys)
-    url, server, thread = run_server(app)
-    try:
-        yield Served(url, keys, host, tmp_path)
-    finally:
-        stop_server(server, thread)
-        host.shutdown()
-        keys.close()
+    with serving(host, {"budget": template}, tmp_path, Limits()) as made:
+        yield made
 
 
 def test_export_removes_credentials_a_host_saved_unredacted(unredacted: Served) -> None:

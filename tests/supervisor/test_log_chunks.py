@@ -128,19 +128,26 @@ def test_a_log_whose_count_does_not_match_its_chunks_merges_on_and_loads(db: Pat
         session.assert_every_checkpoint_loads(store)
 
 
-def test_chunks_that_cannot_be_read_back_are_not_merged_and_the_damage_stays_reported(
+def test_chunks_that_cannot_be_read_back_start_a_new_log_and_the_damage_stays_reported(
     db: Path,
 ) -> None:
+    """A save whose merge meets a chunk it cannot read back writes nothing into the damaged
+    log: the session's messages go to a new log, so its newest checkpoint loads whole,
+    while the checkpoints that cover the damage still say so."""
     with SQLiteCheckpointStore(db, keep_last=None) as store:
         session = _Session(store)
         session.turns(FANOUT - 1)
-        before = _chunks(db)
-        end = before[-1][0] + before[-1][1]  # plaintext: stored length is the bytes' length
-        starts = [start for start, _ in before]
+        starts = [start for start, _ in _chunks(db)]
+        covering = list(session.saved)[3:]  # the checkpoints whose messages reach the gap
         with closing(sqlite3.connect(db)) as conn:  # a gap in the log
             conn.execute("DELETE FROM message_chunks WHERE start = ?", (starts[3],))
             conn.commit()
-        session.turns(1)  # the eighth append would merge seven chunks: it goes alone
-        assert [start for start, _ in _chunks(db)] == [*starts[:3], *starts[4:], end]
-        with pytest.raises(SnapshotDecodeError, match="missing or damaged"):
-            store.load("long")
+        session.turns(1)  # the eighth append would merge seven chunks, one of them gone
+        assert [start for start, _ in _chunks(db)] == [0]  # a new log, of one chunk
+        newest = store.load("long")
+        assert newest.messages() == session.session.history()
+        for cid in list(session.saved)[:3]:  # before the gap: whole
+            assert store.load("long", cid).checkpoint_id == cid
+        for cid in covering:  # the log they were saved in lacks a chunk
+            with pytest.raises(SnapshotDecodeError, match=f"checkpoint '{cid}' of session 'long'"):
+                store.load("long", cid)

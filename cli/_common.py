@@ -101,7 +101,7 @@ def make_data_dir(data_dir: Path) -> None:
             "create it in; give the right one with --data-dir"
         )
     try:
-        data_dir.mkdir()
+        data_dir.mkdir(mode=0o700)  # private: conversations and secrets live in it
     except OSError as exc:
         fail(f"cannot create the data directory {str(data_dir)!r}: {exc.strerror}")
 

@@ -272,7 +272,7 @@ class KeyStore:
         self._clock = clock
         self._cache: dict[str, tuple[ApiKey, float]] = {}  # fingerprint -> (key, until)
         directory = Path(data_dir)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
         self.path = directory / DB_FILE
         self._secret = read_or_create_secret(directory / SECRET_FILE)
         self._lock = threading.Lock()

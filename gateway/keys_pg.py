@@ -72,7 +72,7 @@ class PostgresKeyStore:
 
     def __init__(self, store: PostgresCheckpointStore, data_dir: str | os.PathLike[str]) -> None:
         directory = Path(data_dir)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
         self._secret = read_or_create_secret(directory / SECRET_FILE)
         self._store = store
         self._sql = {

@@ -72,7 +72,8 @@ class DataDirLock:
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        """Lock ``directory`` (created with its parents if missing).
+        """Lock ``directory`` (created with its parents if missing: the directory itself
+        with mode 0700, for only its owner to read the conversations in it).
 
         Raises:
             DataDirLocked: another lock on the directory is held, by another
@@ -80,7 +81,8 @@ class DataDirLock:
             OSError: the directory or its lock file cannot be created or opened.
         """
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # Private when made here (conversations live in it); an existing one keeps its mode.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = self.directory / LOCK_FILE
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -109,3 +109,12 @@ def test_the_cli_extra_alone_runs_the_inspection_commands(tmp_path: Path) -> Non
     assert "error: the keys commands need the server extra" in keys.stderr
     assert "pip install 'sessionvisor[server]'" in keys.stderr
     assert "Traceback" not in keys.stderr
+
+
+def test_a_data_directory_the_keys_command_makes_is_private(tmp_path: Path) -> None:
+    made = tmp_path / "data"
+    result = CliRunner().invoke(
+        main, ["keys", "create", "--tenant", "acme", "--data-dir", str(made)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert made.stat().st_mode & 0o777 == 0o700

@@ -336,3 +336,18 @@ def test_a_host_given_its_store_takes_no_lock(tmp_path: Path, mode: str) -> None
 
             assert not (tmp_path / "host.lock").exists()
             AgentHost(data_dir=tmp_path).shutdown()  # the directory was free
+
+
+def test_a_data_directory_the_host_makes_is_private_and_an_existing_one_keeps_its_mode(
+    tmp_path: Path,
+) -> None:
+    made = tmp_path / "parent" / "data"
+    with AgentHost(data_dir=made) as host:
+        host.send(host.start_session(AgentTemplate()), "hi")
+    assert made.stat().st_mode & 0o777 == 0o700  # conversations: for the owner only
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with AgentHost(data_dir=shared):
+        pass
+    assert shared.stat().st_mode & 0o777 == 0o755  # the user's choice stands

@@ -38,7 +38,6 @@ __all__ = [
     "data_dir_option",
     "emit",
     "fail",
-    "is_damage",
     "json_option",
     "make_data_dir",
     "open_store",
@@ -106,13 +105,6 @@ def make_data_dir(data_dir: Path) -> None:
         fail(f"cannot create the data directory {str(data_dir)!r}: {exc.strerror}")
 
 
-def is_damage(exc: sqlite3.Error) -> bool:
-    """Whether SQLite found its file damaged (not locked, read-only or unreachable)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    # an extended code (SQLITE_CORRUPT_INDEX...) keeps its primary code in its low 8 bits
-    return isinstance(code, int) and code & 0xFF in {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
-
-
 @contextmanager
 def data_dir_errors(data_dir: Path, database: str = "a database") -> Iterator[None]:
     """Exit 1 with one line for what the library, the OS or SQLite raise on ``data_dir``.
@@ -127,14 +119,14 @@ def data_dir_errors(data_dir: Path, database: str = "a database") -> Iterator[No
         yield
     except (SupervisorError, SnapshotDecodeError) as exc:  # before OSError: some are both
         cause = exc.__cause__
-        if isinstance(cause, sqlite3.Error) and is_damage(cause):
+        if isinstance(cause, sqlite3.Error) and SQLiteCheckpointStore.is_damage(cause):
             _damaged(data_dir, database, cause)
         fail(str(exc))
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename is not None else ""
         fail(f"cannot use the data directory {str(data_dir)!r} ({where}{exc.strerror or exc})")
     except sqlite3.Error as exc:
-        if not is_damage(exc):
+        if not SQLiteCheckpointStore.is_damage(exc):
             fail(f"{database} in {str(data_dir)!r} cannot be used ({exc})")
         _damaged(data_dir, database, exc)
 

@@ -289,6 +289,11 @@ class SQLiteCheckpointStore(ClosingContext):
     store yet; raises what opening it would (``StoreCorrupted``, ``SupervisorError``).
     For tools that inspect a data directory without writing to it."""
 
+    is_damage = staticmethod(is_damage)
+    """``is_damage(exc)``: whether an ``sqlite3.Error`` says the file is damaged (malformed
+    pages, not a database), not locked, full or read-only. For tools that read the file
+    with SQLite themselves."""
+
     lost_store = staticmethod(lost_store)
     """``lost_store(path)``: the ``StoreCorrupted`` opening ``path`` raises because the store
     there was deleted (its marker file is left), else ``None``; reads nothing but whether

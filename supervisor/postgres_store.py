@@ -534,9 +534,7 @@ class PostgresCheckpointStore(ClosingContext):
 
     def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
         """The checkpoint, or the session's newest (see ``CheckpointStore.load``)."""
-        if not storable_text(session_id) or not (
-            checkpoint_id is None or storable_text(checkpoint_id)
-        ):
+        if not _may_exist(session_id, checkpoint_id):
             raise CheckpointNotFound(session_id, checkpoint_id)  # no save could store it
         query = self._q_latest if checkpoint_id is None else self._q_one
         params = (session_id,) if checkpoint_id is None else (session_id, checkpoint_id)
@@ -579,9 +577,7 @@ class PostgresCheckpointStore(ClosingContext):
 
     def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
         """Remove one or all of the session's checkpoints; returns how many (not fenced)."""
-        if not storable_text(session_id) or not (
-            checkpoint_id is None or storable_text(checkpoint_id)
-        ):
+        if not _may_exist(session_id, checkpoint_id):
             return 0
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
@@ -628,6 +624,11 @@ def storable_text(value: object) -> bool:
     """Whether ``value`` is a ``str`` a PostgreSQL ``text`` column can hold (no NUL
     character): an id that is not can have no row, so a read of it finds nothing."""
     return isinstance(value, str) and "\x00" not in value
+
+
+def _may_exist(session_id: object, checkpoint_id: object = None) -> bool:
+    """Whether a row of these ids could have been stored (``storable_text``)."""
+    return storable_text(session_id) and (checkpoint_id is None or storable_text(checkpoint_id))
 
 
 def check_text(name: str, value: object) -> str:

@@ -412,7 +412,7 @@ def _made_now(  # noqa: PLR0917 (private; its two callers pass every part)
     stripped: tuple[str, ...],
     encoded: EncodedMessages | None,
 ) -> Snapshot:
-    plain_metadata, _ = strip_live(metadata or {}, strip=False)
+    plain_metadata = strip_live(metadata, strip=False)[0] if metadata else {}
     checkpoint_id, now_ns = _IDS.new()
     return cls(
         schema_version=SCHEMA_VERSION,
@@ -461,7 +461,23 @@ def session_snapshot(
         else:
             plain[key], found = strip_live(value, root=join_path("", key))
             stripped += found
-    return _made_now(Snapshot, session_id, label, None, plain, tuple(stripped), encoded)
+    checkpoint_id, now_ns = _IDS.new()
+    # Every field is valid by construction (the keys of ``plain`` are ``state``'s, which a
+    # session writes; the paths are strings): made without ``__post_init__``'s checks.
+    snapshot = object.__new__(Snapshot)
+    snapshot.__dict__.update(
+        schema_version=SCHEMA_VERSION,
+        checkpoint_id=checkpoint_id,
+        session_id=session_id,
+        saved_at=_EPOCH + timedelta(microseconds=now_ns // 1000),
+        label=label,
+        metadata={},
+        state=plain,
+        stripped_fields=tuple(stripped),
+        _encoded=encoded,
+        _checked=None,
+    )
+    return snapshot
 
 
 def _flat(value: object) -> bool:

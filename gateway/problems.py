@@ -44,6 +44,7 @@ from supervisor import (
     SessionOwnedElsewhere,
     SnapshotTooLarge,
     StoreBusy,
+    StoreFull,
     StoreUnavailable,
     StoreUnreachable,
     WorkerStartError,
@@ -154,6 +155,8 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             return _retry(503, "shutting-down", "Server shutting down", detail)
         case StoreBusy():  # a TimeoutError of the store's, not the session's
             return _retry(503, "unavailable", "Temporarily unavailable", "StoreBusy")
+        case StoreFull():
+            return _retry(503, "store-full", "Checkpoint store full", "StoreFull")
         case TimeoutError():
             return _retry(503, "timeout", "No answer in time", "the session did not answer in time")
         case WorkerStartError() | StoreUnavailable() | StoreUnreachable() | OwnershipLost():

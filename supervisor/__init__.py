@@ -65,6 +65,7 @@ from supervisor.errors import SnapshotTooLarge as SnapshotTooLarge
 from supervisor.errors import StoreBusy as StoreBusy
 from supervisor.errors import StoreCorrupted as StoreCorrupted
 from supervisor.errors import StoreEncrypted as StoreEncrypted
+from supervisor.errors import StoreFull as StoreFull
 from supervisor.errors import StoreNotEncrypted as StoreNotEncrypted
 from supervisor.errors import StoreUnavailable as StoreUnavailable
 from supervisor.errors import StoreUnreachable as StoreUnreachable
@@ -153,6 +154,7 @@ __all__ = [
     "StoreBusy",
     "StoreCorrupted",
     "StoreEncrypted",
+    "StoreFull",
     "StoreNotEncrypted",
     "StoreUnavailable",
     "StoreUnreachable",

@@ -59,7 +59,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from supervisor._message_log import seal
-from supervisor.errors import StoreCorrupted, StoreUnavailable, SupervisorError
+from supervisor.errors import StoreCorrupted, StoreFull, StoreUnavailable, SupervisorError
 
 __all__ = [
     "APPLICATION_ID",
@@ -70,7 +70,7 @@ __all__ = [
     "is_damage",
     "lost_store",
     "open_database",
-    "reporting_damage",
+    "reporting_store_errors",
     "stored_schema",
 ]
 
@@ -362,15 +362,27 @@ def lost_store(path: str | os.PathLike[str]) -> StoreCorrupted | None:
 
 
 @contextmanager
-def reporting_damage(path: str) -> Iterator[None]:
+def reporting_store_errors(path: str) -> Iterator[None]:
     """Raise damage SQLite finds in the store at ``path`` within as ``StoreCorrupted``
-    (``damaged``), SQLite's error as its cause; other errors pass unchanged."""
+    (``damaged``) and a full disk or database as ``StoreFull``, SQLite's error as the
+    cause; other errors pass unchanged."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
         if is_damage(exc):
             raise damaged(path, exc) from exc
+        if is_full(exc):
+            raise StoreFull(repr(path), exc) from exc
         raise
+
+
+def is_full(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the disk or the database is full (``SQLITE_FULL``: the write
+    failed whole, and the file is intact)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == sqlite3.SQLITE_FULL
+    return "database or disk is full" in str(exc)
 
 
 def _open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
@@ -378,6 +390,8 @@ def _open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
     text = str(exc)
     if is_damage(exc):
         return StoreCorrupted(path, f"is not a readable SQLite database ({text})", _RESTORE)
+    if is_full(exc):
+        return StoreFull(repr(path), exc)
     if "locked" in text or "busy" in text:
         return exc
     return StoreUnavailable(path, exc)  # unable to open, readonly, disk I/O error...

@@ -70,6 +70,7 @@ class CheckpointStore(Protocol):
         Raises:
             actors.SnapshotEncodeError: the snapshot holds a non-plain value.
             SnapshotTooLarge: it is over ``max_snapshot_bytes``; nothing was stored.
+            StoreFull: (stores on a disk) no room is left; nothing was stored.
         """
         ...
 

@@ -444,6 +444,28 @@ class StoreUnavailable(SupervisorError, OSError):
         )
 
 
+class StoreFull(SupervisorError, OSError):
+    """A checkpoint store has no room for a write: its disk is full, or the database
+    reached a size limit of its own (SQLite's ``max_page_count``, PostgreSQL's
+    ``disk_full``).
+
+    Nothing of the failed operation was written, and what the store held before
+    is intact. A save that raises it fails the turn it was saving (the session
+    lives on, with the turn rolled back); every save that shared its transaction
+    fails with it. Free space (or raise the limit) and retry. ``where`` names the
+    store; the SQLite or driver error is the ``__cause__``.
+    """
+
+    def __init__(self, where: str, error: BaseException) -> None:
+        self.where = where
+        reported = str(error).partition("\n")[0]  # a server's CONTEXT lines stay in the cause
+        super().__init__(
+            f"checkpoint store {where} is full ({reported}): nothing of this write was stored, "
+            "and what it held before is intact; free space on its disk (or raise the "
+            "database's size limit), then retry"
+        )
+
+
 class StoreEncrypted(SupervisorError):
     """The checkpoint store is encrypted and was opened without keys (or written by a
     process that opened it before it was encrypted): nothing was read or written.
@@ -653,6 +675,7 @@ for _cls in (
     StoreBusy,
     StoreCorrupted,
     StoreUnavailable,
+    StoreFull,
     StoreEncrypted,
     StoreNotEncrypted,
     EncryptionKeyError,

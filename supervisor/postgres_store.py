@@ -47,6 +47,7 @@ from supervisor.errors import (
     OwnershipLost,
     SnapshotTooLarge,
     StoreBusy,
+    StoreFull,
     StoreUnreachable,
     SupervisorError,
 )
@@ -72,6 +73,8 @@ _TOO_LARGE = "54000"
 """SQLSTATE ``program_limit_exceeded``; with "index row" in its message, a key too long
 for a btree index entry (about 2,700 bytes after compression): a session id of thousands
 of bytes."""
+_DISK_FULL = "53100"
+"""SQLSTATE ``disk_full``: the server could not extend a file; the transaction is rolled back."""
 _SAVE_CURSOR = "_sessionvisor_save_cursor"
 """The attribute of a pooled connection holding its cursor for saves (``_save_cursor``)."""
 _CANCELLED_WAITING = frozenset({"55P03", "57014"})
@@ -368,6 +371,8 @@ class PostgresCheckpointStore(ClosingContext):
                 state = exc.sqlstate or ""
                 if state in _CANCELLED_WAITING:
                     raise StoreBusy(self.where, action, exc) from exc
+                if state == _DISK_FULL:
+                    raise StoreFull(self.where, exc) from exc
                 if state == _TOO_LARGE and session_id is not None and "index row" in str(exc):
                     raise _too_long_id(session_id, exc) from exc
                 lost = not state or state.startswith(_CONNECTION_LOST)
@@ -394,6 +399,7 @@ class PostgresCheckpointStore(ClosingContext):
                 unknown, and saving it again is safe.
             StoreBusy: it waited past ``transaction_timeout`` for a lock another
                 connection held; nothing was stored, and saving it again is safe.
+            StoreFull: the server's disk is full; nothing was stored.
             SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
             ValueError: PostgreSQL cannot store its session id, checkpoint id or label (a
                 NUL character in it, or a session id of thousands of bytes); nothing was

@@ -46,7 +46,7 @@ from supervisor._sqlite_schema import (
     is_damage,
     lost_store,
     open_database,
-    reporting_damage,
+    reporting_store_errors,
     stored_schema,
 )
 from supervisor._state_parts import checked, part_refs, read_refs
@@ -380,7 +380,7 @@ class SQLiteCheckpointStore(ClosingContext):
     def _transaction(self, mode: str) -> Iterator[sqlite3.Connection]:
         """A transaction on the connection, ``_lock`` held; damage SQLite finds in the
         file is raised as ``StoreCorrupted`` naming it (see ``_sqlite_schema.damaged``)."""
-        with self._lock, reporting_damage(self.path):
+        with self._lock, reporting_store_errors(self.path):
             conn = self._open_connection()
             conn.execute(f"BEGIN {mode}")
             try:
@@ -406,7 +406,7 @@ class SQLiteCheckpointStore(ClosingContext):
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
         refs = part_refs(cut.parts)
         try:
-            with reporting_damage(self.path):
+            with reporting_store_errors(self.path):
                 self._commits.run(QueuedSave(self, snapshot, cut, cached, refs))
         except BaseException:
             self._logs.drop(sid)
@@ -811,7 +811,7 @@ class SQLiteCheckpointStore(ClosingContext):
             )
         conn = open_database(name, synchronous="FULL", busy_timeout=busy_timeout)
         try:
-            with reporting_damage(name):
+            with reporting_store_errors(name):
                 envelopes = Envelopes(keys, name)
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -847,7 +847,7 @@ class SQLiteCheckpointStore(ClosingContext):
             )
         with self._transaction("IMMEDIATE") as db:
             count = reencrypt_rows(db, rows)
-        with self._lock, reporting_damage(self.path):
+        with self._lock, reporting_store_errors(self.path):
             scrub(self._open_connection(), self.path)
         self._logs.clear()
         return count

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.problems import Problem, problem_for
-from supervisor import HostShutDown, StoreBusy, StoreUnreachable
+from supervisor import HostShutDown, StoreBusy, StoreFull, StoreUnreachable
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,10 @@ from supervisor import HostShutDown, StoreBusy, StoreUnreachable
             Problem(
                 503, "unavailable", "Temporarily unavailable", "StoreUnreachable", retry_after=1
             ),
+        ),
+        (
+            StoreFull("'/data/checkpoints.db'", OSError("database or disk is full")),
+            Problem(503, "store-full", "Checkpoint store full", "StoreFull", retry_after=1),
         ),
         (
             TimeoutError(),

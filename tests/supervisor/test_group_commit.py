@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from actors import Snapshot
-from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore, _group_commit
+from supervisor import (
+    CheckpointInfo,
+    CheckpointNotFound,
+    SQLiteCheckpointStore,
+    StoreFull,
+    _group_commit,
+)
 from supervisor._group_commit import GroupCommit
 from tests.actors.snapshot_helpers import session_state
 from tests.supervisor.test_sqlite_store import TIMEOUT, Worker, _verify_acked, workers
@@ -133,8 +139,14 @@ def test_a_failed_batch_fails_every_save_in_it_and_the_store_goes_on(tmp_path: P
         futures = _save_together(store, db, big, lambda: None)
 
         for future in futures:
-            with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+            with pytest.raises(StoreFull) as caught:
                 future.result(TIMEOUT)
+            assert str(caught.value).startswith(
+                f"checkpoint store {str(db)!r} is full (database or disk is full): nothing of "
+                "this write was stored, and what it held before is intact; free space"
+            )
+            assert isinstance(caught.value, OSError)
+            assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
         for snap in big:  # nothing of the failed batches is read back
             with pytest.raises(CheckpointNotFound):
                 store.load(snap.session_id)

@@ -23,6 +23,7 @@ from supervisor import (
     OwnershipLost,
     PostgresCheckpointStore,
     StoreBusy,
+    StoreFull,
     StoreUnreachable,
     SupervisorError,
 )
@@ -616,3 +617,38 @@ def test_sessions_are_sorted_as_python_sorts_them_whatever_the_collation(
     for sid in ids:
         store.save(snap(sid))
     assert store.sessions() == sorted(ids)
+
+
+def test_a_save_on_a_full_disk_is_store_full_and_writes_nothing(
+    store: PostgresCheckpointStore,
+) -> None:
+    first = snap("s", 1)
+    store.save(first)
+    # The server's answer to a write it has no disk for, raised where a write would need room.
+    _sql(
+        store,
+        "CREATE FUNCTION {s}.no_room() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'"
+        " USING ERRCODE = 'disk_full'; END$$",
+    )
+    _sql(
+        store,
+        "CREATE TRIGGER no_room BEFORE INSERT ON {s}.checkpoints"
+        " FOR EACH ROW EXECUTE FUNCTION {s}.no_room()",
+    )
+    second = snap("s", 2)
+
+    with pytest.raises(StoreFull) as caught:
+        store.save(second)
+
+    assert caught.value.where == store.where
+    assert str(caught.value).startswith(
+        f"checkpoint store {store.where} is full (could not extend file: No space left on "
+        "device): nothing of this write was stored, and what it held before is intact"
+    )
+    assert isinstance(caught.value.__cause__, psycopg.errors.DiskFull)
+    assert [i.checkpoint_id for i in store.list("s")] == [first.checkpoint_id]
+    assert store.load("s") == first
+    _sql(store, "DROP TRIGGER no_room ON {s}.checkpoints")
+    store.save(second)  # room again: the same snapshot saves
+    assert store.load("s") == second

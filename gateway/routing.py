@@ -426,10 +426,22 @@ class ClusterRouting:
         try:
             response = await self._watched(client.send(request, stream=True), internal, route)
         except httpx.ConnectError as exc:  # refused, nothing sent: route again, maybe later
-            logger.info("owner %s of %r refused the connection: %s", route.node_id, internal, exc)
+            logger.info(
+                "owner %s of %r refused the connection: %s",
+                route.node_id,
+                internal,
+                exc,
+                extra={"session_id": internal},
+            )
             raise _Refused from exc
         except httpx.ConnectTimeout as exc:  # nothing sent: route again
-            logger.info("owner %s of %r unreachable: %s", route.node_id, internal, exc)
+            logger.info(
+                "owner %s of %r unreachable: %s",
+                route.node_id,
+                internal,
+                exc,
+                extra={"session_id": internal},
+            )
             raise _Stale from exc
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             if scope["method"] not in _SAFE:  # it may have run: the client decides
@@ -451,7 +463,13 @@ class ClusterRouting:
     ) -> None:
         """Answer a retryable 503: the owner failed before it answered."""
         detail = f"the owner node {route.node_id!r} failed before it answered; send again"
-        logger.warning("forwarding %r to %s failed: %r", internal, route.node_id, error)
+        logger.warning(
+            "forwarding %r to %s failed: %r",
+            internal,
+            route.node_id,
+            error,
+            extra={"session_id": internal},
+        )
         self._routes.pop(internal, None)
         await problem_response(_unavailable(detail), scope.get("path"))(
             scope, _no_body, self._named(send)
@@ -477,7 +495,13 @@ class ClusterRouting:
                     break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (httpx.HTTPError, _OwnerMoved) as exc:
-            logger.warning("the answer of %s for %r broke off: %r", route.node_id, internal, exc)
+            logger.warning(
+                "the answer of %s for %r broke off: %r",
+                route.node_id,
+                internal,
+                exc,
+                extra={"session_id": internal},
+            )
             self._routes.pop(internal, None)
             if response.headers.get("content-type", "").startswith("text/event-stream"):
                 data = {

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from actors import Snapshot
 from cli import main
+from gateway._context import host_id
 from gateway.routing import EPOCH_HEADER, FORWARDED_HEADER, NODE_HEADER, REFUSED_WAIT
 from tests.actors.snapshot_helpers import session_state
 from tests.gateway.cluster_nodes import WAIT, Nodes, ServeProcess, created
@@ -356,10 +357,12 @@ def test_a_request_arriving_while_the_owner_drains_is_served_by_the_next_owner(
     key = a.keys.create("acme").key
     created(a, key, "s")
     refused = threading.Event()
+    about: list[object] = []
 
     class Refusals(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             if "refused the connection" in record.getMessage():
+                about.append(getattr(record, "session_id", None))  # the line's stable field
                 refused.set()
 
     handler = Refusals(logging.INFO)
@@ -378,4 +381,5 @@ def test_a_request_arriving_while_the_owner_drains_is_served_by_the_next_owner(
         routing_log.removeHandler(handler)
         routing_log.setLevel(level)
     assert (got.status_code, got.headers[NODE_HEADER]) == (200, "b"), got.text
+    assert about[0] == host_id("acme", "s")
     assert got.json()["message"]["content"] == "echo: two"

@@ -8,6 +8,7 @@ tells a tenant that another tenant's session exists.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -58,6 +59,7 @@ class Gateway:
         default_factory=weakref.WeakSet, init=False, repr=False
     )  # weak: a stream whose answer never started (its client left) is freed, unsubscribed
     _streams_ended: bool = field(default=False, init=False, repr=False)
+    _ending: asyncio.Event | None = field(default=None, init=False, repr=False)
 
     async def follow(self, stream: EventStream) -> None:
         """Count ``stream`` (an ``/events`` answer's) among the open ones, which
@@ -78,8 +80,20 @@ class Gateway:
         graceful stop would wait for them until its timeout, then cut them off. Call it
         on the server's event loop."""
         self._streams_ended = True
+        if self._ending is not None:
+            self._ending.set()
         for stream in list(self._streams):
             await stream.aclose()
+
+    async def streams_end(self) -> None:
+        """Return once ``end_streams`` has run (at once if it has): an event stream this
+        server relays from another node (``gateway.routing``) ends then as its own do.
+        Call it on the server's event loop."""
+        if self._streams_ended:
+            return
+        if self._ending is None:
+            self._ending = asyncio.Event()
+        await self._ending.wait()
 
     def owned(self, tenant_id: str, session_id: str) -> SessionInfo:
         """The host's row of the tenant's session ``session_id`` (a public id).

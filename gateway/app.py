@@ -99,14 +99,17 @@ def create_app(
     """
     limits = limits or Limits()
     app = api_app(limits)
+    metrics = HostMetrics(host.host, CollectorRegistry())  # a registry per app and host
+    gateway = Gateway(host, dict(templates), keys, limits, metrics, metrics_token)
+    app.state.gateway = gateway
     if host.host.node is not None:  # a cluster node: requests go to each session's owner
         from gateway.routing import ClusterRouting  # noqa: PLC0415 (httpx, only for a cluster)
 
         # inside LimitsMiddleware (the receiving node applies the limits), outside the routes
-        routing = Middleware(ClusterRouting, host=host.host, keys=keys, templates=templates)
+        routing = Middleware(
+            ClusterRouting, host=host.host, keys=keys, templates=templates, gateway=gateway
+        )
         app.user_middleware.append(routing)
-    metrics = HostMetrics(host.host, CollectorRegistry())  # a registry per app and host
-    app.state.gateway = Gateway(host, dict(templates), keys, limits, metrics, metrics_token)
     return app
 
 

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -46,7 +46,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors import AgentTemplate
-from gateway._context import AUTHENTICATED, host_id
+from gateway._context import AUTHENTICATED, Gateway, host_id
 from gateway._listing import ClusterListing
 from gateway.keys import ApiKeys
 from gateway.limits import _bearer
@@ -145,6 +145,10 @@ class _Refusals:
         return True
 
 
+class _StreamsEnded(Exception):
+    """This server ends its event streams (it is stopping): a relayed one ends too."""
+
+
 class _OwnerMoved(Exception):
     """The owner lost its lease while we waited for it."""
 
@@ -176,6 +180,9 @@ class ClusterRouting:
         connect_timeout: Seconds to connect to an owner's gateway.
         list_timeout: Seconds a listing (``GET /v1/sessions``) waits for another node
             (``None``: ``gateway._listing.LIST_TIMEOUT``).
+        gateway: The app's ``Gateway``: an event stream relayed from an owner ends, cleanly,
+            when it ends its own (``Gateway.end_streams``, as the server stops); ``None``:
+            relays end only when the owner's stream does.
     """
 
     def __init__(
@@ -187,6 +194,7 @@ class ClusterRouting:
         *,
         connect_timeout: float = 5.0,
         list_timeout: float | None = None,
+        gateway: Gateway | None = None,
     ) -> None:
         node = host.node
         if node is None:
@@ -196,6 +204,7 @@ class ClusterRouting:
         self.node: ClusterNode = node
         self.keys = keys
         self.templates = templates
+        self.gateway = gateway
         self.watch_every = node.config.ttl / 3
         self._timeout = httpx.Timeout(connect=connect_timeout, read=None, write=30, pool=30)
         self._client: httpx.AsyncClient | None = None
@@ -487,13 +496,16 @@ class ClusterRouting:
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
         chunks = response.aiter_raw()
+        events = response.headers.get("content-type", "").startswith("text/event-stream")
         try:
             while True:
                 try:
-                    chunk = await self._watched(anext(chunks), internal, route)
+                    chunk = await self._watched(self._next(chunks, events), internal, route)
                 except StopAsyncIteration:
                     break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except _StreamsEnded:
+            pass  # the body ends here; the client follows on with Last-Event-ID
         except (httpx.HTTPError, _OwnerMoved) as exc:
             logger.warning(
                 "the answer of %s for %r broke off: %r",
@@ -503,7 +515,7 @@ class ClusterRouting:
                 extra={"session_id": internal},
             )
             self._routes.pop(internal, None)
-            if response.headers.get("content-type", "").startswith("text/event-stream"):
+            if events:
                 data = {
                     "status": 503,
                     "type": "/problems/owner-unavailable",
@@ -520,6 +532,26 @@ class ClusterRouting:
             with contextlib.suppress(Exception):
                 await chunks.aclose()  # type: ignore[attr-defined]
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _next(self, chunks: AsyncIterator[bytes], events: bool) -> bytes:
+        """The owner's next chunk; for an event stream (``events``), ``_StreamsEnded``
+        instead (the read cancelled) once this server ends its event streams."""
+        if not events or self.gateway is None:
+            return await anext(chunks)
+        read = asyncio.ensure_future(anext(chunks))
+        ending = asyncio.ensure_future(self.gateway.streams_end())
+        try:
+            done, _ = await asyncio.wait({read, ending}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # this request's task is cancelled: so is the read
+            read.cancel()
+            raise
+        finally:
+            ending.cancel()
+        if read in done:
+            return read.result()
+        read.cancel()
+        await asyncio.wait({read})  # settled, whatever its end, before the chunks are closed
+        raise _StreamsEnded
 
     async def _watched(self, awaitable: Awaitable[T], internal: str, route: Route) -> T:
         """``awaitable``'s result; ``_OwnerMoved`` (the awaitable cancelled) once the owner no

@@ -179,10 +179,11 @@ def _worker_setup(workers: int | None, initializer: Callable[[], object] | None)
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, which ends the gateway's event streams (``/events``) as it starts
-    to stop: its graceful stop waits for every answer in flight, and an event stream ends
-    only when its session does, so the stop would take ``timeout_graceful_shutdown``,
-    then cut the streams off mid-answer (an error logged, each client's body broken)."""
+    """uvicorn's server, which ends the gateway's event streams (``/events``, its own and
+    those a cluster node relays from the session's owner) as it starts to stop: its
+    graceful stop waits for every answer in flight, and an event stream ends only when
+    its session does, so the stop would take ``timeout_graceful_shutdown``, then cut the
+    streams off mid-answer (an error logged, each client's body broken)."""
 
     def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
         super().__init__(config)

@@ -25,6 +25,7 @@ from gateway._context import host_id
 from gateway.routing import EPOCH_HEADER, FORWARDED_HEADER, NODE_HEADER, REFUSED_WAIT
 from tests.actors.snapshot_helpers import session_state
 from tests.gateway.cluster_nodes import WAIT, Nodes, ServeProcess, created
+from tests.gateway.serve_process import frames
 from tests.supervisor.cluster_helpers import sql
 
 
@@ -383,3 +384,53 @@ def test_a_request_arriving_while_the_owner_drains_is_served_by_the_next_owner(
     assert (got.status_code, got.headers[NODE_HEADER]) == (200, "b"), got.text
     assert about[0] == host_id("acme", "s")
     assert got.json()["message"]["content"] == "echo: two"
+
+
+def test_sigterm_ends_the_event_streams_a_node_relays_cleanly_and_at_once(
+    pg_dsn: str, pg_schema: str, tmp_path: Path, nodes: Nodes
+) -> None:
+    """A node relaying another node's ``/events`` (the session is owned elsewhere) ends that
+    stream cleanly when told to stop, as it ends its own: it does not hold its stop up
+    for the graceful timeout (5 s) and then cut the relayed stream off mid-body."""
+    ttl = 60.0  # the owner keeps the session throughout
+    a = nodes.start("a", ttl=ttl)
+    key = a.keys.create("acme").key
+    created(a, key, "s")
+    with a.client(key) as client:
+        assert client.post("/v1/sessions/s/messages", json={"text": "one"}).status_code == 200
+    relay = ServeProcess(pg_dsn, pg_schema, tmp_path, "b", ttl)
+    seen: list[str] = []
+    ended: list[BaseException | None] = []
+    caught_up = threading.Event()
+
+    def follow() -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        try:
+            with (
+                httpx.Client(base_url=relay.url, headers=headers, timeout=30) as client,
+                client.stream("GET", "/v1/sessions/s/events", params={"since": "0"}) as stream,
+            ):
+                assert stream.headers[NODE_HEADER] == "a"  # relayed from the owner
+                for kind, _ in frames(stream.iter_lines()):
+                    seen.append(kind)
+                    if kind == "turn_finished":
+                        caught_up.set()
+            ended.append(None)
+        except Exception as exc:  # what the client saw, asserted below
+            ended.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        assert caught_up.wait(WAIT)
+        started = time.monotonic()
+        relay.process.send_signal(signal.SIGTERM)
+        assert relay.process.wait(WAIT) == 0
+        took = time.monotonic() - started
+        follower.join(WAIT)
+    finally:
+        relay.close()
+    assert ended == [None]  # the body ended, not broken off
+    assert "error" not in seen  # no owner-unavailable frame: the owner is fine
+    assert seen[:1] == ["turn_started"]
+    assert took < 3, f"the stop took {took:.1f} s"

@@ -42,7 +42,6 @@ from actors import (
     SnapshotDecodeError,
     SnapshotEncodeError,
     decode_plain,
-    encode_plain,
 )
 from actors._codec import array_header, check_keys, pack_plain
 from actors._history import EncodedMessages
@@ -216,10 +215,10 @@ def _split(snapshot: Snapshot, known: KnownLog | None, take: bool) -> SplitSnaps
     parts_size = sum(len(part.data) for part in parts) - len(parts)  # each left a None
     messages = state.get("messages")
     if type(messages) is not list or not messages:  # nothing for a log: the body holds it
-        body = encode_plain(plain)
+        body = _encoded_body(plain)
         return SplitSnapshot(body, None, 0, len(body) + parts_size, parts=parts)
     state["messages"] = None
-    body = encode_plain(plain)
+    body = _encoded_body(plain)
     count = len(messages)
     encoded = encoded_messages(snapshot)
     if encoded is not None:
@@ -228,6 +227,26 @@ def _split(snapshot: Snapshot, known: KnownLog | None, take: bool) -> SplitSnaps
         log, extends = _encoded_here(messages, known)
     size = len(body) - 1 + len(array_header(count)) + log.length + parts_size
     return SplitSnapshot(body, log, count, size, extends, parts, checked=encoded is not None)
+
+
+def _encoded_body(plain: dict[str, Any]) -> bytes:
+    """``encode_plain(plain)`` of a snapshot's ``to_dict``, whose keys, and the keys of its
+    ``state`` and ``metadata``, are ``str`` already (``Snapshot`` refuses any other): only
+    the containers inside those two have their keys walked.
+
+    Raises:
+        SnapshotEncodeError: a value is not plain (the path may be less precise than
+            ``serialize``'s: ``split`` asks it for the error to raise).
+    """
+    body = pack_plain(plain)
+    for part in ("state", "metadata"):
+        for value in plain[part].values():
+            if type(value) in _CONTAINERS and value:
+                check_keys(value, root=part)
+    return body
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def _reused(encoded: EncodedMessages, known: KnownLog | None) -> tuple[MessageBytes, bool]:

@@ -233,6 +233,28 @@ class CheckpointStoreContract:
         with pytest.raises(TypeError, match="needs a Snapshot"):
             store.save({"session_id": "s"})  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize(
+        ("where", "path"),
+        [
+            ("plugin", r"state\.plugins\.memory\.by_id\[7\]"),
+            ("usage", r"state\.usage\.per_model\[\(1, 2\)\]"),
+            ("metadata", r"metadata\.labels\[None\]"),
+        ],
+    )
+    def test_a_dict_key_that_is_not_a_str_is_refused_and_nothing_stored(
+        self, store: CheckpointStore, where: str, path: str
+    ) -> None:
+        bad = snap()
+        if where == "plugin":
+            bad.state["plugins"]["memory"]["by_id"] = {7: "seven"}
+        elif where == "usage":
+            bad.state["usage"] = {"per_model": {(1, 2): 3}}
+        else:
+            bad = bad.with_metadata({"labels": {None: "x"}})
+        with pytest.raises(SnapshotEncodeError, match=rf"{path}: dict key .* is not a str"):
+            store.save(bad)
+        assert store.sessions() == []
+
     def test_close_is_idempotent_and_final(self, make_store: MakeStore) -> None:
         store = make_store()
         store.save(snap())

@@ -39,6 +39,7 @@ from supervisor.errors import (
     OwnershipLost,
     SessionOwnedElsewhere,
     StoreBusy,
+    StoreFull,
     StoreUnreachable,
 )
 from supervisor.postgres_store import Fence, PostgresCheckpointStore
@@ -158,7 +159,12 @@ class ClusterNode:
         if self._clock() > self._deadline:  # it was fenced: some sessions may have moved
             try:
                 self._check_leases(sent)
-            except (StoreUnreachable, StoreBusy, ValueError) as exc:  # ValueError: closed
+            except (
+                StoreUnreachable,
+                StoreBusy,
+                StoreFull,
+                ValueError,
+            ) as exc:  # ValueError: closed
                 logger.warning("node %r: cannot check its leases: %s", self.node_id, exc)
                 return False
         with self._lock:
@@ -258,7 +264,12 @@ class ClusterNode:
             state = "hibernated" if hibernated else "active"
             try:
                 self._table.set_state(session_id, self.node_id, self.incarnation, epoch, state)
-            except (StoreUnreachable, StoreBusy, ValueError) as exc:  # ValueError: closed
+            except (
+                StoreUnreachable,
+                StoreBusy,
+                StoreFull,
+                ValueError,
+            ) as exc:  # ValueError: closed
                 logger.warning(
                     "node %r: could not record %r as %s: %s", self.node_id, session_id, state, exc
                 )
@@ -280,7 +291,12 @@ class ClusterNode:
                 lease.epoch,
                 "stopped" if stopped else None,
             )
-        except (StoreUnreachable, StoreBusy, ValueError) as exc:  # ValueError: store closed
+        except (
+            StoreUnreachable,
+            StoreBusy,
+            StoreFull,
+            ValueError,
+        ) as exc:  # ValueError: store closed
             logger.warning("node %r: could not release %r: %s", self.node_id, session_id, exc)
 
     def owner(self, session_id: str) -> Owner | None:
@@ -374,7 +390,7 @@ class ClusterNode:
             return every
         try:
             lapse = self._table.next_lapse(self.node_id)
-        except (StoreUnreachable, StoreBusy) as exc:
+        except (StoreUnreachable, StoreBusy, StoreFull) as exc:
             logger.debug("node %r: reading the leases failed: %s", self.node_id, exc)
             return every
         return every if lapse is None else min(every, lapse + _AFTER_LAPSE)

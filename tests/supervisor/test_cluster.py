@@ -522,3 +522,33 @@ def test_release_and_hibernated_are_best_effort_when_the_row_stays_locked(
         assert state == [("hibernated",)]
     finally:
         node.drain()
+
+
+def test_release_and_hibernated_are_best_effort_when_the_database_disk_is_full(
+    cluster: Cluster,
+) -> None:
+    store = cluster.store()
+    node = ClusterNode(store, NodeConfig(node_id="a", ttl=60.0, events=None))
+    try:
+        node.claim("kept")
+        node.claim("gone")
+        sql(  # the server's answer to a write it has no disk for
+            store,
+            "CREATE FUNCTION {s}.no_room() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full';"
+            " END$$",
+        )
+        sql(
+            store,
+            "CREATE TRIGGER no_room BEFORE UPDATE ON {s}.sessions"
+            " FOR EACH ROW EXECUTE FUNCTION {s}.no_room()",
+        )
+        node.hibernated("kept", True)  # StoreFull inside: logged, not raised
+        node.release("gone", stopped=True)
+        assert node.leases() == {"kept": 1}  # the released lease is gone all the same
+        sql(store, "DROP TRIGGER no_room ON {s}.sessions")
+        node.hibernated("kept", True)
+        state = sql(store, "SELECT state FROM {s}.sessions WHERE session_id = 'kept'")
+        assert state == [("hibernated",)]
+    finally:
+        node.drain()

@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
-from actors._strip import is_stripped_marker
+from actors._codec import encode_plain
+from actors._strip import is_stripped_marker, strip_live
 from actors.errors import PluginError
 from actors.events import EventBuffer
 from actors.messages import Message, ToolCall
@@ -31,9 +32,20 @@ Returns = tuple[Callable[[object], bool], str]
 class PluginRunner:
     """The plugins of one session and their contexts. Used only on the session's thread.
 
+    A restored state whose plugin the template does not list (a deploy took the plugin
+    out, for a while or for good) is *kept*: held in ``kept`` as a checkpoint holds it (a
+    checkpoint's state unchanged, markers included; a hand-made one with its live values
+    stripped, as any snapshot strips them), never handed to a hook, and written after the
+    live plugins' states into every later checkpoint (``AgentSession._plugin_states``), so
+    a template that lists the plugin again gives it back in ``ctx.state``. Dropping it
+    instead lost the user's data silently.
+
     Raises:
-        TypeError: a restored state of one of the plugins is not a dict (a damaged or
-            wrongly redacted checkpoint; the session reports it as ``SnapshotDecodeError``).
+        TypeError: a restored state of one of the plugins, kept ones included, is not a
+            dict, or a kept one holds what no checkpoint can (``SnapshotEncodeError``, a
+            ``TypeError``: a damaged or wrongly redacted checkpoint, or a hand-made state;
+            the session reports it as ``SnapshotDecodeError``).
+        ValueError, RecursionError: a kept state holds a cycle or nests too deep (likewise).
     """
 
     def __init__(
@@ -47,6 +59,7 @@ class PluginRunner:
         events: EventBuffer,
     ) -> None:
         self.plugins = tuple(plugins)
+        self.session_id = session_id
         self.events = events
         self.contexts: dict[str, PluginContext] = {}
         for plugin in self.plugins:
@@ -70,11 +83,33 @@ class PluginRunner:
                 resumed=resumed,
                 stripped=tuple(p[len(prefix) :] for p in stripped_fields if p.startswith(prefix)),
             )
+        # Restored states of plugins the template lacks, by name, in the checkpoint's order;
+        # plain (as a snapshot holds them) and never changed (``AgentSession`` copies them out).
+        self.kept: dict[str, dict[str, Any]] = {
+            name: _kept_state(name, state)
+            for name, state in states.items()
+            if name not in self.contexts
+        }
         self.started: list[Plugin] = []
 
     def states(self) -> dict[str, dict[str, Any]]:
-        """Each plugin's live state dict, by plugin name."""
+        """Each plugin's live state dict, by plugin name (the kept states are not there)."""
         return {name: ctx.state for name, ctx in self.contexts.items()}
+
+    def announce_kept(self) -> None:
+        """Say once per start that states are kept without their plugin, so that an operator
+        sees a plugin went missing from the template: a warning naming the session and the
+        plugins, and a ``plugin_state_kept`` event (``plugins``: their names)."""
+        if not self.kept:
+            return
+        names = list(self.kept)
+        logger.warning(
+            "session %r: the template lacks plugin(s) %s; their saved state is kept "
+            "unchanged in every checkpoint and given back when a template lists them again",
+            self.session_id,
+            ", ".join(repr(name) for name in names),
+        )
+        self.events.publish("plugin_state_kept", plugins=names)
 
     def start(self, taken: Collection[str] = ()) -> list[Tool]:
         """Run every ``session_start``, each followed by its ``session_tools``, in order;
@@ -182,6 +217,27 @@ class PluginRunner:
         """Report a failure of ``plugin``'s ``hook``: a warning and a ``plugin_error`` event."""
         logger.warning("plugin %r failed in %s: %r", plugin.name, hook, exc)
         self.events.publish("plugin_error", plugin=plugin.name, hook=hook, error=repr(exc))
+
+
+def _kept_state(name: str, state: object) -> dict[str, Any]:
+    """``state``, restored for plugin ``name`` that the template lacks, as a checkpoint holds
+    it: live values stripped to markers (a checkpoint's state has none; a hand-made one may),
+    containers made plain. Checked now, as a live plugin's state is at start: a kept state
+    no checkpoint can hold would fail every turn of the session, far from its cause.
+
+    Raises:
+        TypeError: ``state`` is not a dict, or holds a value or key no checkpoint can hold
+            (``SnapshotEncodeError``, naming the path).
+        ValueError, RecursionError: ``state`` holds a cycle, or nests too deep.
+    """
+    if type(state) is not dict:  # the checkpoint's fault, as for a live plugin
+        raise TypeError(
+            f"state.plugins.{name} must be a dict (the plugin's ctx.state), "
+            f"got {type(state).__name__}"
+        )
+    plain: dict[str, Any] = strip_live(state)[0]
+    encode_plain({name: plain}, root="state.plugins")  # as a checkpoint's error names it
+    return plain
 
 
 def _is_prompt(value: object) -> bool:

@@ -186,7 +186,9 @@ class AgentSession(pykka.ThreadingActor):
     Args:
         template: Model, tools, instructions and plugins.
         session_id: Defaults to a new random id.
-        restored_state: A ``state()`` dict to continue from (resume).
+        restored_state: A ``state()`` dict to continue from (resume). The state of a plugin
+            the template does not list is kept as it is, in every later snapshot, for a
+            template that lists the plugin again (``PluginRunner.kept``); no hook sees it.
         restored_checked: ``restored_state``'s messages are vouched for by the store that
             loaded them (``checked_messages(snapshot)`` is that list): not checked again.
         restored_encoding: With ``restored_checked``, the messages' encodings back to
@@ -389,6 +391,7 @@ class AgentSession(pykka.ThreadingActor):
             for item in offered:  # the plugins' tools, alongside the template's
                 self.tools[item.name] = self._wrap_tool(item)
                 self._tool_list.append(item)
+            self.plugins.announce_kept()
             self._start_ok = True
         finally:  # a BaseException too: ``start`` stops waiting and asks what happened
             self._start_done.release()
@@ -652,7 +655,7 @@ class AgentSession(pykka.ThreadingActor):
             ("metadata", self._metadata),
             ("state.provider_state", self._provider_state),
         ]
-        states = self.plugins.states().items()
+        states = [*self.plugins.states().items(), *self.plugins.kept.items()]
         parts += [(f"state.plugins.{name}", state) for name, state in states]
         for part, value in parts:
             try:
@@ -671,10 +674,21 @@ class AgentSession(pykka.ThreadingActor):
             "metadata": _copy_containers(self._metadata),
             "model": self.model_string,
             "instructions": self.template.instructions,
-            "plugins": _copy_containers(self.plugins.states()),
+            "plugins": self._plugin_states(),
             "provider_state": _copy_containers(self._provider_state),
             "turns": self._turns,
         }
+
+    def _plugin_states(self) -> dict[str, Any]:
+        """Copies of the plugins' states as a checkpoint holds them: each live plugin's, in the
+        template's order, then each state kept without its plugin, in the order it was
+        restored (see ``PluginRunner``): carried unchanged, so a template that lists the
+        plugin again gets it back. Copies, so no caller of ``state`` can change a kept one."""
+        states: dict[str, Any] = _copy_containers(self.plugins.states())
+        kept = self.plugins.kept
+        if kept:
+            states.update(_copy_containers(kept))
+        return states
 
     # -- the turn loop -------------------------------------------------------------
 

@@ -6,7 +6,9 @@ snapshots built) is exactly ``Snapshot.new`` over the whole ``state()``, the
 full walk: equal state, the same stripped paths in the same order, the same
 ``serialize()`` bytes (or the same ``SnapshotEncodeError``), and the same cut
 for the SQLite store (message log and state parts, which join back into the same
-snapshot). Failed turns roll the reused parts back.
+snapshot). Failed turns roll the reused parts back. States of plugins the template
+lacks (kept from the state the session resumed from) are carried unchanged, markers
+and all, and listed exactly as the full walk lists them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from actors import (
     Plugin,
     PluginContext,
     Snapshot,
+    SnapshotDecodeError,
     SnapshotEncodeError,
     Tool,
     ToolCall,
@@ -81,6 +84,15 @@ plain_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
     max_leaves=5,
 )
+
+
+kept_states = st.dictionaries(
+    st.sampled_from(["gone", "also.gone", "z"]),  # never "changing", the template's plugin
+    st.dictionaries(text, values, max_size=3) | st.just({"__stripped__": "secret"}),
+    max_size=2,
+)
+"""Restored states of plugins the template lacks: live values, markers, and what no
+checkpoint can hold (then the resume itself is refused)."""
 
 
 @dataclasses.dataclass
@@ -197,12 +209,20 @@ def _assert_same_as_full_walk(
         st.dictionaries(text, leaves, max_size=2),  # flat: copied without a walk, unless...
         st.just({"__stripped__": "earlier.Thing"}),  # ...it is a marker itself
     ),
+    kept=kept_states,
 )
-def test_incremental_snapshot_is_the_full_walk(steps: list[Step], metadata: dict[str, Any]) -> None:
+def test_incremental_snapshot_is_the_full_walk(
+    steps: list[Step], metadata: dict[str, Any], kept: dict[str, Any]
+) -> None:
     model = Planned()
-    session = AgentSession(
-        AgentTemplate(model=model, plugins=[Changing(model)]), session_id="s", metadata=metadata
-    )
+    template = AgentTemplate(model=model, plugins=[Changing(model)])
+    restored = {"plugins": kept} if kept else None
+    try:
+        session = AgentSession(template, session_id="s", metadata=metadata, restored_state=restored)
+    except SnapshotDecodeError:  # refused only if no checkpoint could hold a kept state
+        with pytest.raises(SnapshotEncodeError):
+            Snapshot.new(session_id="s", state={"plugins": kept}).serialize()
+        return
     small_parts = mock.patch.object(_state_parts, "PART_MIN_BYTES", 8)  # cut out most states
     small_parts.start()
     try:
@@ -213,6 +233,9 @@ def test_incremental_snapshot_is_the_full_walk(steps: list[Step], metadata: dict
 
 def _check_conversation(session: AgentSession, model: Planned, steps: list[Step]) -> None:
     known = _assert_same_as_full_walk(session, None)
+    first = session.snapshot()
+    kept = {name: first.state["plugins"][name] for name in session.plugins.kept}
+    kept_paths = [p for p in first.stripped_fields if any(_under(p, name) for name in kept)]
 
     def checkpointer(snapshot: Snapshot) -> None:  # runs inside send, after the turn
         nonlocal known
@@ -228,6 +251,17 @@ def _check_conversation(session: AgentSession, model: Planned, steps: list[Step]
             session.send(step.user)
         model.steps.popleft()
         known = _assert_same_as_full_walk(session, known)
+        later = session.snapshot()
+        # Kept states: after the live one, unchanged, their markers listed as at first.
+        assert list(later.state["plugins"]) == ["changing", *kept]
+        assert {name: later.state["plugins"][name] for name in kept} == kept
+        assert [p for p in later.stripped_fields if p in kept_paths] == kept_paths
+
+
+def _under(path: str, plugin: str) -> bool:
+    """Whether stripped path ``path`` lies in the state of ``plugin``."""
+    root = f"plugins.{plugin}"
+    return path == root or path.startswith((f"{root}.", f"{root}["))
 
 
 def test_a_rolled_back_turn_leaves_every_list_handed_out_as_it_was() -> None:

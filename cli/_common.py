@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
+from datetime import date
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -202,23 +204,58 @@ def _check_schema(data_dir: Path, path: Path) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """``rows`` as a left-aligned text table under ``headers``."""
+    """``rows`` as a left-aligned text table under ``headers``, aligned by the columns
+    each cell takes on a terminal (a CJK character two, a combining accent none)."""
     cells = [[str(h) for h in headers], *[[render(c) for c in r] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    widths = [max(_columns(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(c + " " * (w - _columns(c)) for c, w in zip(row, widths, strict=True))
+        for row in cells
+    ]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _columns(text: str) -> int:
+    """The terminal columns ``text`` takes: two for a wide (East Asian) character, none for
+    a combining mark or a format character, one for the others."""
+    total = 0
+    for char in text:
+        if unicodedata.combining(char) or unicodedata.category(char) in {"Mn", "Me", "Cf"}:
+            continue
+        total += 2 if unicodedata.east_asian_width(char) in {"W", "F"} else 1
+    return total
+
+
+_CONTROL = frozenset({"Cc", "Zl", "Zp"})
+"""Unicode categories ``render`` writes as escapes: control characters, line and
+paragraph separators."""
+
+
+def _printable(text: str) -> str:
+    """``text`` with each control character or line break written as its Python escape
+    (``\\n``, ``\\t``, ``\\x1b``): a session id or a value holding one stays on its row,
+    and the terminal is not sent escape sequences it would obey."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ascii(char)[1:-1] if unicodedata.category(char) in _CONTROL else char for char in text
+    )
 
 
 def render(value: object) -> str:
     """``value`` as people read it, not as Python's repr: ``None`` is ``-``, a mapping
-    ``key=value, ...`` (``none`` when empty), a list its items joined by ``, ``."""
+    ``key=value, ...`` (``none`` when empty), a list its items joined by ``, ``, a time
+    in ISO 8601 (as ``--json`` prints it); control characters escaped (``_printable``)."""
     if value is None:
         return "-"
     if isinstance(value, Mapping):
-        return ", ".join(f"{k}={render(v)}" for k, v in value.items()) or "none"
+        pairs = (f"{_printable(str(k))}={render(v)}" for k, v in value.items())
+        return ", ".join(pairs) or "none"
     if isinstance(value, list | tuple):
         return ", ".join(render(v) for v in value) or "none"
-    return str(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    return _printable(str(value))
 
 
 def render_fields(fields: Mapping[str, object]) -> str:
@@ -229,6 +266,14 @@ def render_fields(fields: Mapping[str, object]) -> str:
 def emit(as_json: bool, document: object, text: Callable[[], str]) -> None:
     """Print ``document`` as JSON (indented, as every command prints it), or ``text()``."""
     if as_json:
-        click.echo(json.dumps(document, indent=2, default=str, ensure_ascii=False))
+        click.echo(json.dumps(document, indent=2, default=_json_value, ensure_ascii=False))
     else:
         click.echo(text())
+
+
+def _json_value(value: object) -> str:
+    """A value JSON has no type for, as text: a time in ISO 8601 (``2026-01-02T03:04:05+00:00``,
+    as every command prints ``saved_at``), anything else as ``str`` gives it."""
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)

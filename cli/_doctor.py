@@ -1,7 +1,7 @@
 """``sessionvisor doctor``: check a data directory without changing it.
 
-Reads the databases through read-only SQLite connections, so it runs beside a
-serving host and repairs nothing: each problem is one line saying what to do.
+Reads the databases through connections that cannot write them (``_reader``), so
+it runs beside a serving host and repairs nothing: each problem is one line saying what to do.
 A store's identity (empty, truncated, another program's, too new) is judged by
 the store's own rule (``supervisor._sqlite_schema``), so ``doctor`` says what
 opening the store would say.
@@ -52,6 +52,30 @@ _ORPHANS = {
 }
 
 
+def _reader(db: Path) -> sqlite3.Connection:
+    """A connection to ``db`` that writes nothing there, and leaves no file behind.
+
+    A read-only connection to a store in WAL mode makes the ``-wal`` and ``-shm``
+    files when they are missing, and cannot remove them when it closes: ``doctor``
+    would leave two files in a directory it only checks (and count them in the
+    next report's ``bytes``). So when the ``-wal`` file is missing (no connection
+    has the file open, nor left anything to recover) and no rollback journal is
+    there either, the connection may write but refuses to (``query_only``): SQLite
+    then removes the files on closing, if no other connection opened the file
+    meanwhile. Otherwise it is read only, as before: the files are there already.
+    """
+    idle = not any(db.with_name(db.name + end).exists() for end in ("-wal", "-journal"))
+    if not idle:
+        return read_only(db)
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True)  # never creates
+    try:
+        conn.execute("PRAGMA query_only=ON")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
 def _integrity(conn: sqlite3.Connection, db: Path, problems: list[str]) -> list[str]:
     """``PRAGMA integrity_check``'s lines; a problem unless it says ``ok``."""
     result = [r for (r,) in conn.execute("PRAGMA integrity_check").fetchall()]
@@ -64,12 +88,16 @@ def _integrity(conn: sqlite3.Connection, db: Path, problems: list[str]) -> list[
 
 
 def _keys_db(data_dir: Path, problems: list[str]) -> None:
-    """The gateway's key store, if there is one, for damage only."""
+    """The gateway's key store, if there is one, for damage only (something else than a
+    file under its name too: the keys commands and serve cannot open it)."""
     db = data_dir / KEYS_DB
+    if not db.exists():
+        return
     if not db.is_file():
+        problems.append(f"{db} is not a file: restore the key store from a backup")
         return
     try:
-        with closing(read_only(db)) as conn:
+        with closing(_reader(db)) as conn:
             _integrity(conn, db, problems)
     except sqlite3.Error as exc:
         problems.append(f"{db} is not a readable database ({exc}): restore it from a backup")
@@ -92,7 +120,7 @@ def check(data_dir: Path) -> dict[str, object]:
         problems.append(str(lost))
         return report
     try:
-        conn = read_only(db)
+        conn = _reader(db)
     except sqlite3.Error as exc:
         problems.append(f"{db} cannot be opened ({exc}): check its owner and permissions")
         return report

@@ -67,6 +67,12 @@ def _secrets(data_dir: Path, problems: list[str]) -> None:
     if not secret.exists():
         return
     found = secret.stat()
+    if not stat.S_ISREG(found.st_mode):  # a directory, say: serve cannot read it
+        problems.append(
+            f"{secret} is not a file: serve refuses it; restore the file from a backup, or "
+            "remove it and create every API key anew"
+        )
+        return
     if os.name == "posix" and found.st_mode & _PRIVATE:
         problems.append(
             f"{secret} may be read by other users (mode {stat.S_IMODE(found.st_mode):o}); it "

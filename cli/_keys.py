@@ -68,14 +68,25 @@ def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @contextmanager
-def _key_store(data_dir: Path, dsn: str | None, schema: str) -> Iterator[ApiKeys]:
+def _key_store(
+    data_dir: Path, dsn: str | None, schema: str, *, create: bool = False
+) -> Iterator[ApiKeys | None]:
     """The data directory's keys, or the cluster's on ``dsn``; closed on exit. The
-    directory must exist (the caller creates it first where that is wanted)."""
+    directory must exist (the caller creates it first where that is wanted).
+
+    Without ``create`` (``list``, ``revoke``), a data directory holding no key database
+    yet yields ``None``: opening one would make ``gateway.secret`` and the database
+    there, so that a command that only reads keys would write into a directory (one a
+    later ``serve`` then uses, or a cluster node's before its secret is copied in).
+    """
     require_data_dir(data_dir)
     try:
-        from gateway.keys import KeyStore  # noqa: PLC0415 (the server extra, only here)
+        from gateway.keys import DB_FILE, KeyStore  # noqa: PLC0415 (the server extra, only here)
     except ImportError as exc:
         fail(f"the keys commands need the server extra ({exc}): pip install 'sessionvisor[server]'")
+    if dsn is None and not create and not (data_dir / DB_FILE).exists():
+        yield None
+        return
     with data_dir_errors(data_dir, "the key store"):
         if dsn is None:
             store: ApiKeys = _opened(KeyStore, data_dir)
@@ -118,7 +129,8 @@ def create(data_dir: Path, dsn: str | None, schema: str, tenant: str, as_json: b
     before the first ``serve``; a missing parent is an error (a typo, not a new tree).
     """
     make_data_dir(data_dir)
-    with _key_store(data_dir, dsn, schema) as store:
+    with _key_store(data_dir, dsn, schema, create=True) as store:
+        assert store is not None  # made when missing
         new = store.create(tenant)
     if as_json:
         emit(True, {"key": new.key, **dataclasses.asdict(new.info)}, str)
@@ -137,7 +149,7 @@ def list_keys(
 ) -> None:
     """List keys (never the keys themselves)."""
     with _key_store(data_dir, dsn, schema) as store:
-        rows = store.list(tenant)
+        rows = [] if store is None else store.list(tenant)
     emit(
         as_json,
         [dataclasses.asdict(r) for r in rows],
@@ -162,6 +174,8 @@ def revoke(data_dir: Path, dsn: str | None, schema: str, key_id: str, as_json: b
         from gateway.keys import KeyNotFound  # noqa: PLC0415 (_key_store found the extra)
 
         try:
+            if store is None:  # no key database: no key at all
+                raise KeyNotFound(key_id)
             row = store.revoke(key_id)
         except KeyNotFound as exc:
             fail(str(exc))

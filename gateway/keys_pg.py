@@ -204,16 +204,30 @@ class PostgresKeyStore:
         return [_remembered(row) for row in rows]
 
     def session_row(self, session_id: str) -> RememberedSession | None:
-        """The record of a session, or ``None``."""
+        """The record of a session, or ``None``.
+
+        ``None`` for an id holding a NUL, without asking: PostgreSQL text cannot hold
+        one, so no such session was recorded, and the query would fail (a request
+        naming ``/v1/sessions/%00`` answered 500 instead of 404).
+        """
+        if _NUL in session_id:
+            return None
         rows = self._rows("reading a session's template", "session", (session_id,))
         return _remembered(rows[0]) if rows else None
 
     def forget_session(self, session_id: str) -> None:
-        """Drop a deleted session's record."""
+        """Drop a deleted session's record (none for an id holding a NUL: see
+        ``session_row``)."""
+        if _NUL in session_id:
+            return
         self._rows("forgetting a session", "forget", (session_id,))
 
     def close(self) -> None:
         """Nothing to release: the connections are the store's (its owner closes it)."""
+
+
+_NUL = "\x00"
+"""The one character PostgreSQL text cannot hold."""
 
 
 def _remembered(row: tuple[Any, ...]) -> RememberedSession:

@@ -38,29 +38,31 @@ async def wait_future(future: Future[T]) -> T:
     Its outcome (result or exception, with its type) is passed to the loop with
     ``call_soon_threadsafe`` by the thread that resolves it. Cancelling the
     awaiting task leaves ``future`` alone: what it stands for goes on.
+
+    The waiter carries ``future`` itself and the exception is raised here, in the
+    awaiting coroutine, not set on an asyncio future: asyncio refuses to hold a
+    ``StopIteration`` (a model calling ``next`` on an exhausted iterator raises
+    one), which left the awaiting task waiting forever. A coroutine cannot raise
+    one either, so that one arrives as the ``RuntimeError`` Python makes of it,
+    the ``StopIteration`` as its ``__cause__``; every other exception as is.
     """
     loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[T] = loop.create_future()
+    waiter: asyncio.Future[Future[T]] = loop.create_future()
 
     def resolved(done: Future[T]) -> None:  # on the thread that resolved ``future``
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits any more
-            loop.call_soon_threadsafe(_copy_outcome, done, waiter)
+            loop.call_soon_threadsafe(_hand_over, done, waiter)
 
     future.add_done_callback(resolved)
-    return await waiter
-
-
-def _copy_outcome(done: Future[T], waiter: asyncio.Future[T]) -> None:
-    if waiter.done():  # the awaiting task was cancelled
-        return
+    done = await waiter
     if done.cancelled():
-        waiter.cancel()
-        return
-    error = done.exception()
-    if error is None:
-        waiter.set_result(done.result())
-    else:
-        waiter.set_exception(error)
+        raise asyncio.CancelledError
+    return done.result()
+
+
+def _hand_over(done: Future[T], waiter: asyncio.Future[Future[T]]) -> None:
+    if not waiter.done():  # else the awaiting task was cancelled
+        waiter.set_result(done)
 
 
 class AsyncAgentHost:
@@ -180,8 +182,10 @@ class EventStream:
     the last reference to it (an ``async for`` left with ``break``).
 
     Attributes:
-        cursor: The seq of the last event handed out (or read past): pass it as
-            ``since`` to a later ``events`` call to go on from here.
+        cursor: The seq of the last event handed out (or read past: events the
+            stream missed, or none published): pass it as ``since`` to a later
+            ``events`` call to go on from here. Events read from the session but
+            not handed out yet (a reader that left with ``break``) are after it.
         missed: How many events after the starting cursor this stream could not
             hand out (dropped from the session's full buffer before it read them,
             see ``actors.EventBatch.missed``). A reader that must see every
@@ -194,6 +198,7 @@ class EventStream:
         self.session_id = session_id
         self.cursor = since
         self.missed = 0
+        self._read = since  # where the next read of the session's buffer starts
         self._host = host
         self._tenant_id = tenant_id
         self._ready: collections.deque[Event] = collections.deque()
@@ -210,19 +215,22 @@ class EventStream:
     async def __anext__(self) -> Event:
         while True:
             if self._ready:
-                return self._ready.popleft()
+                event = self._ready.popleft()
+                self.cursor = event.seq if self._ready else self._read
+                return event
             if self._closed:
                 raise StopAsyncIteration
             wake = self._wake or self._open()
             wake.clear()
             stopped = self._stopped  # before reading: a stop's last events are in by then
             assert self._watch is not None
-            batch = self._watch.since(self.cursor)
-            self.cursor = batch.cursor
+            batch = self._watch.since(self._read)
+            self._read = batch.cursor
             self.missed += batch.missed
             self._ready.extend(batch.events)
             if self._ready:
                 continue
+            self.cursor = batch.cursor  # nothing to hand out: read past
             if stopped:
                 await self.aclose()
                 raise StopAsyncIteration

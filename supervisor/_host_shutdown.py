@@ -5,7 +5,7 @@ session's final checkpoint (a session being restarted keeps its last one),
 on up to ``FINAL_SAVERS`` threads at once, so that the saves share group
 commits instead of paying an fsync each (3,000 sessions, one by one on a
 loaded machine: 2.6 s of a 3.1 s shutdown);
-stop the sessions, all at once (the root supervisor's concurrent shutdown: the
+stop the sessions, all at once (the root supervisors' concurrent shutdown: the
 sessions are independent, so sessions stuck in ``session_end`` cost one
 ``call_timeout`` together, not one each); close the runtime (workers are
 stopped and joined); fail the non-blocking calls still unresolved and stop
@@ -136,16 +136,16 @@ class HostShutdown:
             raise first
 
     def _stop_sessions(self) -> None:
-        """Stop the sessions all at once (the root supervisor's concurrent shutdown). A
+        """Stop the sessions all at once (the root supervisors' concurrent shutdown). A
         supervisor busy past ``call_timeout`` (a restart whose ``session_start`` hangs)
         is asked to stop them once it is free: the shutdown goes on meanwhile, as for a
         session that does not stop in time."""
         try:
-            abandoned = self._sessions.root.stop(concurrently=True)
+            abandoned = self._sessions.supervisors.stop()
         except pykka.Timeout:
             logger.warning(
-                "the sessions' supervisor was busy for longer than call_timeout (a session's "
-                "start that hangs?); it stops the sessions once that start is over"
+                "a sessions' supervisor was busy for longer than call_timeout (a session's "
+                "start that hangs?); it stops its sessions once that start is over"
             )
             return
         if abandoned:

@@ -1,7 +1,8 @@
 """``Incarnations``: how an ``AgentHost``'s sessions come to run, are reached, and come back.
 
-Every session is a dynamic ``permanent`` child of one root ``Supervisor``,
-with its own restart intensity. Its child start function (``_incarnate``)
+Every session is a dynamic ``permanent`` child of one of the host's root
+supervisors (the one of its partition, see ``_partitions``), with its own
+restart intensity. Its child start function (``_incarnate``)
 loads the session's latest checkpoint (a first start is given its checkpoint,
 or is of a new session, which has none), has the runtime start an incarnation
 and registers it, for the first start, a reactivation and every crash
@@ -53,13 +54,16 @@ from supervisor._lifecycle import (
     reason_kind,
 )
 from supervisor._ownership import Ownership
+from supervisor._partitions import SessionSupervisors
 from supervisor._runtime import NotDelivered, Request, SessionLaunch, SessionRuntime
 from supervisor._session_table import SessionTable, require_tenant
 from supervisor.child_spec import ChildSpec
 from supervisor.errors import (
     CheckpointNotFound,
     ChildAlreadyExists,
+    ChildNotFound,
     ChildStartError,
+    HostShutDown,
     NodeFenced,
     OwnershipLost,
     SessionAlreadyExists,
@@ -68,7 +72,6 @@ from supervisor.errors import (
     SessionNotFound,
     SessionOwnedElsewhere,
 )
-from supervisor.handle import SupervisorHandle
 from supervisor.session_store import SessionEntry, SessionStore
 from supervisor.tuning import hint_if_untuned
 
@@ -78,6 +81,7 @@ logger = logging.getLogger("supervisor.host")
 
 _Ended = (NotDelivered, SessionCrashed)  # a call that found its incarnation gone or going
 _Moved = (OwnershipLost, SessionOwnedElsewhere, NodeFenced)  # another node may run it now
+_RETRY_START = 0.05  # seconds between tries to reactivate a session still being hibernated
 
 
 class Incarnations:
@@ -113,7 +117,7 @@ class Incarnations:
         self.providers = providers
         self.policy = policy
         self.registry = SessionStore(secret=fingerprint_secret, on_evict=self._on_evict)
-        self.root = SupervisorHandle.start(
+        self.supervisors = SessionSupervisors(
             max_restarts=None,
             clock=policy.clock,
             name="sessionvisor-host",
@@ -168,7 +172,7 @@ class Incarnations:
             return None
 
     def launch(self, record: SessionRecord) -> str:
-        """Start the record's first incarnation as a child of the root supervisor.
+        """Start the record's first incarnation as a child of its root supervisor.
 
         Raises:
             TimeoutError: the start took longer than ``call_timeout`` (a plugin's
@@ -177,10 +181,13 @@ class Incarnations:
         """
         try:
             self._resolve_for_start(record.session_id, record.template)
-            self.root.start_child(self._spec(record))
+            self.supervisors.of(record.session_id).start_child(self._spec(record))
         except ChildStartError as err:
             self._table.forget(record)
             _reraise(err)
+        except pykka.ActorDeadError as exc:  # its supervisor stopped: the host shut down
+            self._table.forget(record)
+            raise HostShutDown from exc
         except pykka.Timeout as exc:
             self._table.forget(record)
             self._abandon_start(record.session_id)
@@ -198,7 +205,7 @@ class Incarnations:
         return record.session_id
 
     def _abandon_start(self, session_id: str) -> None:
-        """Have the root supervisor stop and remove the child ``session_id`` once the start
+        """Have its root supervisor stop and remove the child ``session_id`` once the start
         its caller stopped waiting for is over, without waiting for it here.
 
         The supervisor goes on with a start its caller gave up on: without this, a start
@@ -207,7 +214,7 @@ class Incarnations:
         is queued behind that start, so it finds the child if the start succeeded (and
         nothing, harmlessly, if it failed).
         """
-        self.root.actor_ref.ask(TerminateChild(session_id), block=False)
+        self.supervisors.of(session_id).actor_ref.ask(TerminateChild(session_id), block=False)
 
     def _spec(self, record: SessionRecord) -> ChildSpec:
         return ChildSpec(
@@ -300,20 +307,36 @@ class Incarnations:
         return ref if record.status == "active" and _serving(ref) else None
 
     def serving(self, record: SessionRecord) -> pykka.ActorRef[Any]:
-        """The session's serving incarnation: reactivate it, or wait for its restart."""
+        """The session's serving incarnation: reactivate it, or wait for its restart, for
+        up to ``restart_wait`` in all (a reactivated incarnation killed as it came back is
+        restarted, and waited for, within the same time)."""
         ref = record.ref  # the usual case, without the lock: a stale answer only means
         if record.status == "active" and _serving(ref):  # NotDelivered, and a retry
             assert ref is not None
             return ref
         deadline = time.monotonic() + self.policy.restart_wait  # real time, whatever the clock
+        while True:
+            ref = self._await_serving(record, deadline)
+            if ref is None:  # hibernated
+                ref = self._reactivate(record, deadline)
+            if ref is not None:
+                return ref
+
+    def _await_serving(self, record: SessionRecord, deadline: float) -> pykka.ActorRef[Any] | None:
+        """The serving incarnation once the session is back, or ``None`` once it is
+        hibernated (to be reactivated by the caller).
+
+        Raises:
+            SessionFailed, SessionNotFound: it was given up, or stopped.
+            SessionCrashed: it did not come back by ``deadline``.
+        """
         with self._table.changed:
             while True:
                 ref = record.ref
                 if record.status == "active" and _serving(ref):
-                    assert ref is not None
                     return ref
                 if record.status == "hibernated":
-                    break
+                    return None
                 if record.status == "failed":
                     raise SessionFailed(
                         record.session_id, record.failure or "restart intensity exceeded"
@@ -328,21 +351,35 @@ class Incarnations:
                         f"{self.policy.restart_wait} s",
                     )
                 self._table.changed.wait(min(remaining, 0.5))
+
+    def _reactivate(self, record: SessionRecord, deadline: float) -> pykka.ActorRef[Any] | None:
+        """Start a hibernated session's incarnation; it, if it serves once started, else
+        ``None`` (it ended at once, or a hibernation still stops the last one): the caller
+        waits for what comes next.
+
+        Raises:
+            ChildAlreadyExists: the last incarnation was still not stopped by ``deadline``.
+            TimeoutError: the start took longer than ``call_timeout``.
+            HostShutDown: the host shut down meanwhile.
+        """
         try:
-            self.root.start_child(self._spec(record))
+            self.supervisors.of(record.session_id).start_child(self._spec(record))
         except ChildStartError as err:
             if isinstance(err.cause, _Moved):
                 self.lose(record)
             _reraise(err)
         except ChildAlreadyExists:
-            # Another call's reactivation, which this one queued behind, started it: its
-            # start is over (the supervisor answers in turn), so it serves now, unless it
-            # has already ended again.
-            ref, status = record.ref, str(record.status)  # changed since it was hibernated
-            if status == "active" and _serving(ref):
-                assert ref is not None
-                return ref
-            raise
+            # Another call's reactivation, which this one queued behind, started it (its
+            # start is over: the supervisor answers in turn), or a hibernation has yet to
+            # stop the incarnation it checkpointed, which nothing announces: look again.
+            if record.status == "hibernated" and time.monotonic() >= deadline:
+                raise
+            if record.status == "hibernated":
+                with self._table.changed:
+                    self._table.changed.wait(_RETRY_START)
+            return None
+        except pykka.ActorDeadError as exc:  # its supervisor stopped: the host shut down
+            raise HostShutDown from exc
         except pykka.Timeout as exc:
             raise TimeoutError(
                 f"session {record.session_id!r} is being reactivated and did not start within "
@@ -352,8 +389,7 @@ class Incarnations:
             ) from exc
         self.ownership.hibernated(record.session_id, False)
         record.events.publish("reactivated")
-        assert record.ref is not None
-        return record.ref
+        return self.serving_now(record)
 
     def _on_evict(self, entry: SessionEntry, reason: ExitReason) -> None:
         """Registry eviction (on the dying actor's thread, before the supervisor's Down)."""
@@ -515,7 +551,18 @@ class Incarnations:
                 return False
             self._table.set(record, "hibernated", None)
             self.ownership.hibernated(record.session_id, True)
-            self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
+            try:
+                self.supervisors.of(record.session_id).terminate_child(
+                    record.session_id, shutdown=self.policy.call_timeout
+                )
+            except ChildNotFound:
+                # Given up after its snapshot (crashes past its restart intensity): failed
+                # it stays, as the give-up announced, until it is resumed.
+                self._table.set(record, "failed", None)
+                self.ownership.hibernated(record.session_id, False)
+                return False
+            except pykka.ActorDeadError as exc:  # its supervisor stopped: the host shut down
+                raise HostShutDown from exc
             if record.status in ("active", "restarting"):
                 # Killed after its snapshot: the restart registered while this waited for
                 # the supervisor (set it active), and the terminate then ended that
@@ -550,7 +597,9 @@ class Incarnations:
             raise
         self._table.set(record, "stopped", None)
         with contextlib.suppress(Exception):
-            self.root.terminate_child(record.session_id, shutdown=self.policy.call_timeout)
+            self.supervisors.of(record.session_id).terminate_child(
+                record.session_id, shutdown=self.policy.call_timeout
+            )
         self._table.forget(record)
         self.ownership.release(record.session_id, stopped=True)
 
@@ -560,7 +609,7 @@ class Incarnations:
         Idempotent; runs on the caller's thread (never the session's own)."""
         self._forget_moved(record, "another node owns it now")
         with contextlib.suppress(Exception):
-            self.root.terminate_child(record.session_id)
+            self.supervisors.of(record.session_id).terminate_child(record.session_id)
 
     def lose_id(self, session_id: str) -> None:
         """``lose`` the session of that id, if the host has it (the node's callback)."""

@@ -77,7 +77,8 @@ class SessionTable:
             raise HostShutDown
 
     def add(self, record: SessionRecord) -> None:
-        """Add a new record, replacing a failed one of the same id.
+        """Add a new record, replacing a failed one of the same id (whose ``when_stopped``
+        watchers are called: it is gone for good).
 
         Raises:
             SessionAlreadyExists: a record of that id is live or hibernated.
@@ -94,6 +95,8 @@ class SessionTable:
             self._by_tenant.setdefault(record.tenant_id, {})[record.session_id] = None
             for tap in self._taps:
                 record.events.subscribe(functools.partial(tap, record))
+        if existing is not None:  # its watchers (event streams) end: it is gone for good
+            self._call_stop_watchers(existing)
 
     def create(
         self,
@@ -152,12 +155,15 @@ class SessionTable:
 
         Raises:
             SessionNotFound: no such session (for that tenant).
+            HostShutDown: none, and the host is shut down (a shutdown stops every session).
             SessionOwnedElsewhere: (a cluster node) a live other node owns it.
         """
         # Without the lock: one dict lookup is atomic, and this runs on every call.
         record = self._records.get(session_id)
-        if (record is None or record.status == "stopped") and self.on_missing is not None:
-            record = self.on_missing(session_id)
+        if record is None or record.status == "stopped":
+            self.check_open()  # a shutdown stops every session; their checkpoints stand
+            if self.on_missing is not None:
+                record = self.on_missing(session_id)
         if record is None or record.status == "stopped":
             raise SessionNotFound(session_id)
         require_tenant(session_id, record.tenant_id, tenant_id)
@@ -207,7 +213,10 @@ class SessionTable:
             if self._records.get(record.session_id) is record:
                 del self._records[record.session_id]
                 self._unindex(record)
-        with self.changed:  # one that failed to start is forgotten without being stopped
+        self._call_stop_watchers(record)  # one that failed to start is never stopped
+
+    def _call_stop_watchers(self, record: SessionRecord) -> None:
+        with self.changed:
             watchers = self._stop_watchers.pop(record, ())
         for watcher in watchers:
             watcher()

@@ -213,10 +213,10 @@ class AgentHost:
                 keys,
                 fingerprint_secret=backing.fingerprint_secret,
             )
-            undo.append(self._sessions.root.stop)
+            undo.append(self._sessions.supervisors.stop)
             self._table.on_missing = self._sessions.adopt
             self.registry = self._sessions.registry
-            self._root = self._sessions.root
+            self._root = self._sessions.supervisors
             calls = NonBlockingCalls(
                 self._sessions, self._runtime, self._checkpoints, policy, self._table
             )

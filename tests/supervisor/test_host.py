@@ -35,6 +35,7 @@ from supervisor import (
     CheckpointNotFound,
     CheckpointStore,
     Down,
+    HostShutDown,
     MemoryCheckpointStore,
     SessionAlreadyExists,
     SessionCrashed,
@@ -424,8 +425,11 @@ def test_a_shut_down_host_refuses_new_sessions(make_host: HostFactory) -> None:
 
     with pytest.raises(RuntimeError, match="shut down"):
         host.start_session(template(), "late")
-    with pytest.raises(SessionNotFound):
-        host.send("s", "hello")
+    for sid in ("s", "never-there"):  # retryable (its checkpoints stand), not a 404
+        with pytest.raises(HostShutDown, match="this AgentHost is shut down; create a new one"):
+            host.send(sid, "hello")
+        with pytest.raises(HostShutDown):
+            host.history(sid)
 
 
 def test_a_shut_down_host_with_its_own_store_refuses_new_sessions(

@@ -78,6 +78,8 @@ def _key_store(
     yet yields ``None``: opening one would make ``gateway.secret`` and the database
     there, so that a command that only reads keys would write into a directory (one a
     later ``serve`` then uses, or a cluster node's before its secret is copied in).
+    For the same reason the cluster's key store is then opened without making the
+    secret: listing and revoking need none (the keys are in the database).
     """
     require_data_dir(data_dir)
     try:
@@ -99,7 +101,9 @@ def _key_store(
         from supervisor import PostgresCheckpointStore  # noqa: PLC0415
 
         with PostgresCheckpointStore(dsn, schema=schema, pool_size=1) as checkpoints:
-            yield _opened(lambda d: PostgresKeyStore(checkpoints, d), data_dir)
+            yield _opened(
+                lambda d: PostgresKeyStore(checkpoints, d, create_secret=create), data_dir
+            )
 
 
 def _opened(make: Callable[[Path], ApiKeys], data_dir: Path) -> ApiKeys:

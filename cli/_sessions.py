@@ -72,7 +72,7 @@ def sessions() -> None:
 @data_dir_option
 @json_option
 def list_sessions(tenant: str | None, data_dir: Path, as_json: bool) -> None:
-    """List the sessions with their tenant, model, turns and tokens."""
+    """List the sessions with their tenant, model, turns, tokens and damaged checkpoints."""
     with open_store(data_dir) as store:
         found = [d for sid in store.sessions() if (d := _load(store, sid)) is not None]
     if tenant is not None:
@@ -81,7 +81,7 @@ def list_sessions(tenant: str | None, data_dir: Path, as_json: bool) -> None:
         as_json,
         found,
         lambda: table(
-            ("SESSION", "TENANT", "MODEL", "TURNS", "TOKENS", "SAVED"),
+            ("SESSION", "TENANT", "MODEL", "TURNS", "TOKENS", "DAMAGED", "SAVED"),
             [
                 (
                     d["session_id"],
@@ -89,6 +89,7 @@ def list_sessions(tenant: str | None, data_dir: Path, as_json: bool) -> None:
                     d["model"],
                     d["turns"],
                     d["total_tokens"],
+                    d["damaged"],
                     d["saved_at"],
                 )
                 for d in found

@@ -9,6 +9,7 @@ tells a tenant that another tenant's session exists.
 from __future__ import annotations
 
 import asyncio
+import email.message
 import weakref
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -25,12 +26,15 @@ from supervisor.metrics import HostMetrics
 
 __all__ = [
     "AUTHENTICATED",
+    "JSON_BODY",
     "Caller",
     "Gateway",
     "GatewayDep",
     "caller",
     "gateway_of",
     "host_id",
+    "is_json",
+    "json_body",
     "public_id",
 ]
 
@@ -109,7 +113,10 @@ class Gateway:
     def unserved(self, token: str | None, session_id: str) -> Problem | None:
         """Why the session ``session_id`` of the bearer of ``token``, which the host does
         not have, cannot be served, if it exists: its template is not among this server's
-        (so it was not resumed at start). ``None`` otherwise, or for another tenant's."""
+        (so it was not resumed at start). ``None`` otherwise, or for another tenant's.
+
+        Blocking (it reads the key store): call it off the event loop, as
+        ``app._handle_not_found`` does."""
         key = self.keys.authenticate(token) if token else None
         if key is None:
             return None
@@ -169,6 +176,40 @@ async def caller(
 
 
 Caller = Annotated[ApiKey, Depends(caller)]
+
+
+def is_json(content_type: str) -> bool:
+    """Whether the ``Content-Type`` value ``content_type`` names JSON: ``application/json``
+    or an ``application/<name>+json`` type, in any case, with any parameters (``charset``).
+    FastAPI's own rule, so a body this accepts is one FastAPI reads as JSON."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+async def json_body(request: Request, _key: Caller) -> None:
+    """Refuse a request body that is not JSON (a FastAPI dependency of the routes that take
+    a JSON body), before its fields are read: a form or text body would otherwise answer a
+    422 about the body's shape, not its type. A body without ``Content-Type`` is read as
+    JSON (``api_app``), and no body is left to the route (its fields may be optional).
+    After ``caller``: a request without a valid key answers 401 whatever its body.
+
+    Raises:
+        ProblemError: 415, naming the media type sent and the one expected.
+    """
+    content_type = request.headers.get("content-type")
+    if not content_type or is_json(content_type) or not await request.body():
+        return
+    sent = content_type.partition(";")[0].strip()[:100]
+    detail = f"the body is {sent!r}; send JSON, with 'Content-Type: application/json'"
+    raise ProblemError(Problem(415, "unsupported-media-type", "Unsupported media type", detail))
+
+
+JSON_BODY = Depends(json_body)
+"""For the ``dependencies`` of a route that takes a JSON body (see ``json_body``)."""
 
 
 def template_not_served(session_id: str, template: str) -> Problem:

@@ -38,7 +38,7 @@ from gateway.problems import (
     handle_validation,
     problem_response,
 )
-from gateway.schemas import PROBLEM_RESPONSES
+from gateway.schemas import JSON_BODY_RESPONSES, PROBLEM_RESPONSES
 from supervisor import AsyncAgentHost, NotDelivered, SessionNotFound, SupervisorError
 from supervisor.metrics import HostMetrics
 
@@ -53,6 +53,12 @@ def api_app(limits: Limits | None = None) -> FastAPI:
         title="sessionvisor gateway",
         version=API_VERSION,
         description="Long-lived agent sessions over HTTP; errors are RFC 9457 problem details.",
+        # a JSON body sent without Content-Type is read as JSON, as FastAPI did before 0.132
+        # (any other type answers 415: gateway._context.json_body). FastAPI's strict default
+        # keeps a browser from posting to an API that takes no credentials without a CORS
+        # preflight; every /v1 operation with a body asks for an API key in Authorization,
+        # which a browser sends only after a preflight.
+        strict_content_type=False,
     )
     for router in (
         routes_sessions.router,
@@ -130,7 +136,7 @@ def _problems_as_problem_json(app: FastAPI) -> Callable[[], dict[str, Any]]:
     """``app.openapi``, with the problem answers' body under the media type they are sent
     with (FastAPI documents every model as ``application/json``)."""
     default = app.openapi
-    codes = {str(status) for status in PROBLEM_RESPONSES}
+    codes = {str(status) for status in (*PROBLEM_RESPONSES, *JSON_BODY_RESPONSES)}
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:

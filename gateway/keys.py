@@ -203,32 +203,45 @@ def mint_key(tenant_id: str, secret: bytes) -> tuple[NewKey, str]:
     return NewKey(key, info), key_fingerprint(secret, key)
 
 
-def read_or_create_secret(path: Path) -> bytes:
+def read_or_create_secret(path: Path, *, create: bool = True) -> bytes:
     """The fingerprint secret: created once with 0600 (never widened), read ever after.
 
+    Args:
+        path: The secret file (``SECRET_FILE`` in a data directory).
+        create: False to only read it: a missing file is then an error, not made.
+
     Raises:
+        FileNotFoundError: ``create`` is false and there is no file.
         ValueError: the file is damaged, or others may read it (with it and the key
             database, API keys of any tenant could be made): the message says what to do.
     """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        secret = path.read_bytes()
-        mode = path.stat().st_mode
-        if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ValueError(
-                f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}); it keys "
-                f"the API-key fingerprints: run 'chmod 600 {path}'"
-            ) from None
-        if len(secret) < 32:
-            msg = f"{path} is damaged (fewer than 32 bytes); every key must be created anew"
-            raise ValueError(msg) from None
-        return secret
-    secret = secrets.token_bytes(32)
-    with os.fdopen(fd, "wb") as out:
-        out.write(secret)
-        out.flush()
-        os.fsync(out.fileno())
+    if create:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # read below, outside this handler: its errors are not "while creating"
+        else:
+            secret = secrets.token_bytes(32)
+            with os.fdopen(fd, "wb") as out:
+                out.write(secret)
+                out.flush()
+                os.fsync(out.fileno())
+            return secret
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    """The existing secret file ``path``, checked (see ``read_or_create_secret``)."""
+    secret = path.read_bytes()
+    mode = path.stat().st_mode
+    if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(
+            f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}); it keys "
+            f"the API-key fingerprints: run 'chmod 600 {path}'"
+        )
+    if len(secret) < 32:
+        msg = f"{path} is damaged (fewer than 32 bytes); every key must be created anew"
+        raise ValueError(msg)
     return secret
 
 

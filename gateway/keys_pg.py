@@ -64,16 +64,31 @@ class PostgresKeyStore:
             connection, as the cluster's own statements are).
         data_dir: Where the fingerprint secret (``gateway.secret``) is, or is
             created; the same file on every node.
+        create_secret: False to create neither ``data_dir`` nor its secret, and to
+            read the secret only when a key is first made or checked (then a missing
+            one raises ``FileNotFoundError``): for a caller that only lists and
+            revokes keys (``sessionvisor keys list|revoke``), which need no secret and
+            so write no file (a node's directory before its secret is copied in).
 
     Raises:
         StoreUnreachable: the database cannot be reached.
-        ValueError: the secret file is damaged.
+        ValueError: the secret file is damaged (with ``create_secret``; without it,
+            raised when the secret is first needed).
     """
 
-    def __init__(self, store: PostgresCheckpointStore, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        store: PostgresCheckpointStore,
+        data_dir: str | os.PathLike[str],
+        *,
+        create_secret: bool = True,
+    ) -> None:
         directory = Path(data_dir)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
-        self._secret = read_or_create_secret(directory / SECRET_FILE)
+        self._secret_path = directory / SECRET_FILE
+        self._secret: bytes | None = None
+        if create_secret:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
+            self._secret = read_or_create_secret(self._secret_path)
         self._store = store
         self._sql = {
             name: store.in_schema(text)
@@ -122,9 +137,20 @@ class PostgresKeyStore:
 
         return self._store.run(action, work)
 
+    def _key_secret(self) -> bytes:
+        """The cluster's secret; read now if ``__init__`` did not (``create_secret``).
+
+        Raises:
+            FileNotFoundError: there is no secret file (see ``__init__``).
+            ValueError: the secret file is damaged.
+        """
+        if self._secret is None:  # threads racing here read the same bytes
+            self._secret = read_or_create_secret(self._secret_path, create=False)
+        return self._secret
+
     def fingerprint(self, key: str) -> str:
         """HMAC-SHA256 of ``key`` under the cluster's secret, hex."""
-        return key_fingerprint(self._secret, key)
+        return key_fingerprint(self._key_secret(), key)
 
     def create(self, tenant_id: str) -> NewKey:
         """A new key for ``tenant_id``; the key itself is not stored, so show it now.
@@ -132,7 +158,7 @@ class PostgresKeyStore:
         Raises:
             ValueError: ``tenant_id`` is empty.
         """
-        made, fingerprint = mint_key(tenant_id, self._secret)
+        made, fingerprint = mint_key(tenant_id, self._key_secret())
         params = (made.info.key_id, fingerprint, tenant_id, made.info.created_at)
         self._rows("creating an API key", "insert_key", params)
         return made

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 
 from actors import redact_secrets, strip_secrets
-from gateway._context import Caller, GatewayDep, host_id
-from gateway.schemas import CheckpointOut, CheckpointRequest, CheckpointsOut
+from gateway._context import JSON_BODY, Caller, GatewayDep, host_id
+from gateway.schemas import JSON_BODY_RESPONSES, CheckpointOut, CheckpointRequest, CheckpointsOut
 
 __all__ = ["router"]
 
@@ -36,7 +36,13 @@ async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) ->
     )
 
 
-@router.post("/checkpoints", status_code=201, summary="Take a checkpoint")
+@router.post(
+    "/checkpoints",
+    status_code=201,
+    summary="Take a checkpoint",
+    dependencies=[JSON_BODY],
+    responses=JSON_BODY_RESPONSES,
+)
 async def take_checkpoint(
     session_id: str,
     gateway: GatewayDep,

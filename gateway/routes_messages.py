@@ -10,10 +10,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
-from gateway._context import Caller, Gateway, GatewayDep, host_id
+from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id
 from gateway._turns import OwnTurn
 from gateway.problems import Problem, ProblemError, problem_for
-from gateway.schemas import HistoryOut, SendMessage, SendResult, SteerMessage, message_out
+from gateway.schemas import (
+    JSON_BODY_RESPONSES,
+    HistoryOut,
+    SendMessage,
+    SendResult,
+    SteerMessage,
+    message_out,
+)
 from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
 from supervisor import wait_future
 
@@ -33,7 +40,8 @@ def _check_length(gateway: Gateway, text: str) -> None:
     "/messages",
     summary="Send a message",
     response_model=SendResult,
-    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
+    dependencies=[JSON_BODY],
+    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}, **JSON_BODY_RESPONSES},
 )
 async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller) -> Any:
     """Run one turn. With ``stream: true`` the answer is Server-Sent Events: the turn's
@@ -109,7 +117,13 @@ def _drop_outcome(task: asyncio.Future[Any]) -> None:
         task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
-@router.post("/steer", status_code=204, summary="Steer a session")
+@router.post(
+    "/steer",
+    status_code=204,
+    summary="Steer a session",
+    dependencies=[JSON_BODY],
+    responses=JSON_BODY_RESPONSES,
+)
 async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: Caller) -> Response:
     """Queue text for the session's next model call, even in the middle of a turn."""
     _check_length(gateway, body.text)

@@ -10,10 +10,16 @@ from typing import Final
 from fastapi import APIRouter, Response
 
 from actors import Usage
-from gateway._context import Caller, Gateway, GatewayDep, host_id, public_id
+from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id, public_id
 from gateway.keys import RememberedSession, now_ms
 from gateway.problems import Problem, ProblemError
-from gateway.schemas import CreateSession, SessionOut, SessionsOut, UsageOut
+from gateway.schemas import (
+    JSON_BODY_RESPONSES,
+    CreateSession,
+    SessionOut,
+    SessionsOut,
+    UsageOut,
+)
 from supervisor import SessionAlreadyExists, SessionInfo, SessionNotFound, SessionOwnedElsewhere
 
 __all__ = ["router", "session_body", "session_out"]
@@ -27,9 +33,11 @@ listed as ``starting`` and counted against the tenant's limit). A younger one ma
 be a create still in flight, and is left to it."""
 
 
-def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
-    """The response body of one session."""
-    return session_body(info, gateway.keys.session_row(info.session_id))
+async def session_out(gateway: Gateway, info: SessionInfo) -> SessionOut:
+    """The response body of one session; its key store record is read off the event loop
+    (a database read)."""
+    row = await asyncio.to_thread(gateway.keys.session_row, info.session_id)
+    return session_body(info, row)
 
 
 def session_body(info: SessionInfo, row: RememberedSession | None) -> SessionOut:
@@ -47,7 +55,13 @@ def session_body(info: SessionInfo, row: RememberedSession | None) -> SessionOut
     )
 
 
-@router.post("", status_code=201, summary="Create a session")
+@router.post(
+    "",
+    status_code=201,
+    summary="Create a session",
+    dependencies=[JSON_BODY],
+    responses=JSON_BODY_RESPONSES,
+)
 async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) -> SessionOut:
     """Start a session on a named template; its id is yours or a new random one."""
     template = gateway.templates.get(body.template)
@@ -82,7 +96,7 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
     # Durable before it is answered: a restart (after a SIGKILL too) resumes the sessions
     # that have a checkpoint, and one never sent a message would have none yet.
     await gateway.ahost.checkpoint(internal, tenant_id=tenant)
-    return session_out(gateway, gateway.owned(tenant, session_id))
+    return await session_out(gateway, gateway.owned(tenant, session_id))
 
 
 @router.get("", summary="List your sessions")
@@ -119,7 +133,7 @@ def _unserved(record: RememberedSession) -> SessionOut:
 @router.get("/{session_id}", summary="Get a session")
 async def get_session(session_id: str, gateway: GatewayDep, key: Caller) -> SessionOut:
     """One session of the caller's tenant."""
-    return session_out(gateway, gateway.owned(key.tenant_id, session_id))
+    return await session_out(gateway, gateway.owned(key.tenant_id, session_id))
 
 
 @router.delete("/{session_id}", status_code=204, summary="Delete a session")
@@ -134,7 +148,7 @@ async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> R
         return Response(status_code=204)
     await gateway.ahost.stop_session(internal, tenant_id=key.tenant_id)
     await asyncio.to_thread(gateway.ahost.host.store.delete, internal)
-    gateway.keys.forget_session(internal)
+    await asyncio.to_thread(gateway.keys.forget_session, internal)
     return Response(status_code=204)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "JSON_BODY_RESPONSES",
     "PROBLEM_RESPONSES",
     "CheckpointOut",
     "CheckpointRequest",
@@ -192,6 +193,14 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     )
 }
 """The problem answers every ``/v1`` operation documents."""
+
+JSON_BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    415: {
+        "model": ProblemOut,
+        "description": "The body is not JSON (send it with 'Content-Type: application/json')",
+    }
+}
+"""The problem answers an operation taking a JSON body documents as well."""
 
 
 def message_out(data: dict[str, Any]) -> MessageOut:

@@ -66,7 +66,15 @@ def test_sessions_list_table_and_tenant_filter(served: tuple[AgentHost, Path]) -
     result = run("sessions", "list", "--tenant", "beta", "--data-dir", str(data))
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0].split() == ["SESSION", "TENANT", "MODEL", "TURNS", "TOKENS", "SAVED"]
+    assert lines[0].split() == [
+        "SESSION",
+        "TENANT",
+        "MODEL",
+        "TURNS",
+        "TOKENS",
+        "DAMAGED",
+        "SAVED",
+    ]
     assert len(lines) == 2
     assert lines[1].split()[:2] == ["b1", "beta"]
 

@@ -92,3 +92,8 @@ def test_sessions_are_described_by_their_newest_readable_checkpoint(tmp_path: Pa
     shown = CliRunner().invoke(main, ["sessions", "show", "s1", "--data-dir", str(tmp_path)])
     assert shown.exit_code == 0
     assert "damaged: 1" in shown.stdout
+    listed = CliRunner().invoke(main, ["sessions", "list", "--data-dir", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    header, *rows = (line.split() for line in listed.stdout.splitlines())
+    damaged = {row[0]: row[header.index("DAMAGED")] for row in rows}
+    assert damaged == {"s1": "1", "s2": "0"}

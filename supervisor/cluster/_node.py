@@ -51,6 +51,9 @@ __all__ = ["ClusterNode"]
 
 logger = logging.getLogger("supervisor.cluster")
 
+_BEST_EFFORT = (StoreUnreachable, StoreBusy, StoreFull, ValueError)
+"""What a best-effort write of the node's (a lease check, a state, a release) logs and
+goes on from: the database out of reach, busy or full, or the store closed (ValueError)."""
 _AFTER_LAPSE = 0.01
 """Seconds a sweep waits past a lease's lapse, so the database sees it lapsed."""
 
@@ -159,12 +162,7 @@ class ClusterNode:
         if self._clock() > self._deadline:  # it was fenced: some sessions may have moved
             try:
                 self._check_leases(sent)
-            except (
-                StoreUnreachable,
-                StoreBusy,
-                StoreFull,
-                ValueError,
-            ) as exc:  # ValueError: closed
+            except _BEST_EFFORT as exc:
                 logger.warning("node %r: cannot check its leases: %s", self.node_id, exc)
                 return False
         with self._lock:
@@ -264,12 +262,7 @@ class ClusterNode:
             state = "hibernated" if hibernated else "active"
             try:
                 self._table.set_state(session_id, self.node_id, self.incarnation, epoch, state)
-            except (
-                StoreUnreachable,
-                StoreBusy,
-                StoreFull,
-                ValueError,
-            ) as exc:  # ValueError: closed
+            except _BEST_EFFORT as exc:
                 logger.warning(
                     "node %r: could not record %r as %s: %s", self.node_id, session_id, state, exc
                 )
@@ -291,12 +284,7 @@ class ClusterNode:
                 lease.epoch,
                 "stopped" if stopped else None,
             )
-        except (
-            StoreUnreachable,
-            StoreBusy,
-            StoreFull,
-            ValueError,
-        ) as exc:  # ValueError: store closed
+        except _BEST_EFFORT as exc:
             logger.warning("node %r: could not release %r: %s", self.node_id, session_id, exc)
 
     def owner(self, session_id: str) -> Owner | None:

@@ -29,12 +29,19 @@ from actors import (
     ModelResponse,
     Plugin,
     PluginContext,
+    Snapshot,
     Subscriber,
     Tool,
     is_stripped_marker,
     tool,
 )
-from supervisor import AgentHost, RemoteError, SessionCrashed, SessionNotFound
+from supervisor import (
+    AgentHost,
+    MemoryCheckpointStore,
+    RemoteError,
+    SessionCrashed,
+    SessionNotFound,
+)
 
 __all__ = [
     "MODES",
@@ -322,6 +329,20 @@ class Journal(Plugin):
         ok = poll_until(lambda: len(reasons()) >= count, timeout)
         assert ok, f"{session_id!r} ended {len(reasons())} times, wanted {count}"
         return reasons()
+
+
+class HibernateHookStore(MemoryCheckpointStore):
+    """Runs ``hook`` once, right after the next hibernate checkpoint is saved: between a
+    hibernation's snapshot and the stop of the incarnation it checkpointed."""
+
+    hook: Callable[[], object] | None = None
+
+    def save(self, snapshot: Snapshot, *args: Any, **kwargs: Any) -> Any:
+        saved = super().save(snapshot, *args, **kwargs)
+        if snapshot.label == "hibernate" and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return saved
 
 
 def poll_until(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors import Plugin, PluginContext, ProviderRegistry, Snapshot
+from actors import Plugin, PluginContext, ProviderRegistry
 from supervisor import (
     AgentHost,
     HostShutDown,
@@ -18,6 +18,7 @@ from supervisor import (
 )
 from tests.supervisor.host_helpers import (
     WAIT,
+    HibernateHookStore,
     HostFactory,
     host_options,
     pairs,
@@ -73,21 +74,8 @@ def test_a_send_whose_reactivated_session_is_killed_at_once_waits_for_its_restar
     assert pairs(host.history(sid)) == [("before", "echo: before"), ("after", "echo: after")]
 
 
-class HookStore(MemoryCheckpointStore):
-    """Runs ``hook`` once, right after the hibernate checkpoint is saved."""
-
-    hook: Any = None
-
-    def save(self, snapshot: Snapshot, *args: Any, **kwargs: Any) -> Any:
-        saved = super().save(snapshot, *args, **kwargs)
-        if snapshot.label == "hibernate" and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        return saved
-
-
 def test_a_session_given_up_while_it_hibernates_stays_failed(make_host: HostFactory) -> None:
-    store = HookStore()
+    store = HibernateHookStore()
     host = make_host(store=store, max_restarts=0)
     sid = host.start_session(template())
     host.send(sid, "hello")
@@ -109,7 +97,7 @@ def test_a_session_given_up_while_it_hibernates_stays_failed(make_host: HostFact
 
 
 def test_a_hibernation_racing_shutdown_raises_host_shut_down(mode: str) -> None:
-    store = HookStore()
+    store = HibernateHookStore()
     host = AgentHost(store=store, **host_options(mode))
     sid = host.start_session(template())
     host.send(sid, "hello")

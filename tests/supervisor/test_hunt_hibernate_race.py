@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from actors import Plugin, PluginContext, Snapshot
-from supervisor import AgentHost, MemoryCheckpointStore
-from tests.supervisor.host_helpers import WAIT, poll_until, template
+from actors import Plugin, PluginContext
+from supervisor import AgentHost
+from tests.supervisor.host_helpers import WAIT, HibernateHookStore, poll_until, template
 
 
 class SlowResume(Plugin):
@@ -22,21 +21,8 @@ class SlowResume(Plugin):
             self.release.wait(WAIT)
 
 
-class HookStore(MemoryCheckpointStore):
-    """Runs ``hook`` once, right after the hibernate checkpoint is saved."""
-
-    hook: Any = None
-
-    def save(self, snapshot: Snapshot, *args: Any, **kwargs: Any) -> Any:
-        saved = super().save(snapshot, *args, **kwargs)
-        if snapshot.label == "hibernate" and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        return saved
-
-
 def test_a_crash_while_hibernating_leaves_the_session_hibernated_and_serving() -> None:
-    store, slow = HookStore(), SlowResume()
+    store, slow = HibernateHookStore(), SlowResume()
     host = AgentHost(store=store, call_timeout=WAIT)
     try:
         sid = host.start_session(template(plugins=[slow]))

@@ -27,6 +27,9 @@ is told otherwise), so one database can hold several independent stores:
   SHARE``, as saves do, and never waits for them.
 * ``meta``: ``schema_version``.
 
+``checkpoints.checkpoint_id`` has the ``"C"`` collation (version 5), so checkpoints
+order by code point, as Python sorts their ids, whatever the database's collation.
+
 ``save_checkpoint`` (PL/pgSQL) writes one checkpoint in one round trip: it
 checks the fence (the session's owner and epoch, under a ``FOR SHARE`` lock
 that a claim must wait for), checks that the message log is still the one the
@@ -475,11 +478,20 @@ _V4 = (
     """,
 )
 
+_V5 = (
+    # "Newest" is the greatest checkpoint id by code point, as Python and the other stores
+    # compare them; the column had the database's collation, and under a linguistic one
+    # (en_US.UTF-8) "B" sorted after "a", so ids other than the generated lowercase hex
+    # ones ordered differently. Rebuilds the key and the newest-first index in "C" order.
+    'ALTER TABLE {s}.checkpoints ALTER COLUMN checkpoint_id TYPE text COLLATE "C"',
+)
+
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
+    (5, _V5),
 )
 """Per schema version, in order, the statements that bring the version before it to it
 (``{s}`` is the quoted schema name)."""

@@ -296,7 +296,7 @@ def open_database(
         raise lost
     try:
         conn = sqlite3.connect(
-            name, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            _as_file_name(name), timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
     except sqlite3.OperationalError as exc:
         raise StoreUnavailable(name, exc) from exc
@@ -317,6 +317,14 @@ def open_database(
         conn.close()
         raise
     return conn
+
+
+def _as_file_name(name: str) -> str:
+    """``name`` in the form SQLite opens as that file: SQLite built with URI file names on
+    (as Debian's is) reads a name starting with ``file:`` as a URI, so that ``file::memory:``
+    would be a temporary database and ``file:x.db`` the file ``x.db``, away from the marker
+    file beside ``name``. Such a (relative) name gets ``./`` in front; others are unchanged."""
+    return os.path.join(os.curdir, name) if name.startswith("file:") else name
 
 
 _DAMAGE_CODES = frozenset((sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB))

@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointStore",
     "ClosingContext",
     "check_keep_last",
+    "encodable",
 ]
 
 DEFAULT_KEEP_LAST = 100
@@ -57,7 +58,10 @@ class CheckpointStore(Protocol):
     """Where snapshots are saved and loaded. Implementations must be thread-safe.
 
     Every method runs on the caller's thread and raises into the caller;
-    none of them calls back into user code.
+    none of them calls back into user code. An id no save can store (text with a
+    lone surrogate, which ``Snapshot.serialize`` refuses) is found nowhere: ``load``
+    raises ``CheckpointNotFound``, ``list`` returns ``[]``, ``delete`` and ``prune`` 0.
+    ``CheckpointInfo.saved_at`` is in UTC whatever the snapshot's zone.
     """
 
     def save(self, snapshot: Snapshot) -> CheckpointInfo:
@@ -157,6 +161,22 @@ def check_keep_last(keep_last: object, *, allow_none: bool) -> int | None:
     if keep_last < 0:
         raise ValueError(f"keep_last must be >= 0, got {keep_last}")
     return keep_last
+
+
+def encodable(text: object) -> bool:
+    """Whether ``text`` is a ``str`` that encodes to UTF-8, as a database stores text: not
+    one with a lone surrogate (the ``surrogateescape`` form of an undecodable file name),
+    which no save can store (``Snapshot.serialize`` refuses it), so a read of such an id
+    finds nothing instead of failing in the driver."""
+    if not isinstance(text, str):
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 for _cls in (CheckpointInfo, CheckpointStore):

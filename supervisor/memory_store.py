@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import threading
 from dataclasses import dataclass
+from datetime import UTC
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._message_log import seal, verify
@@ -88,7 +89,7 @@ class MemoryCheckpointStore(ClosingContext):
         info = CheckpointInfo(
             snapshot.session_id,
             snapshot.checkpoint_id,
-            snapshot.saved_at,
+            snapshot.saved_at.astimezone(UTC),  # CheckpointInfo's times are UTC
             snapshot.label,
             len(data),
         )

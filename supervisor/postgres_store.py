@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
@@ -41,6 +42,7 @@ from supervisor.checkpoint_store import (
     CheckpointInfo,
     ClosingContext,
     check_keep_last,
+    encodable,
 )
 from supervisor.errors import (
     CheckpointNotFound,
@@ -116,6 +118,8 @@ _PRUNE = (
     " ORDER BY epoch DESC, checkpoint_id DESC OFFSET %s)"
 )
 _COLLECT = "SELECT {s}.collect_logs(%s)"
+_LOCK_LOG = "SELECT 1 FROM {s}.message_logs WHERE session_id = %s FOR UPDATE"
+"""First in a delete or prune (see ``_remove``): lock the session's message-log row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +300,7 @@ class PostgresCheckpointStore(ClosingContext):
         self._q_delete_one = q(_DELETE_ONE)
         self._q_prune = q(_PRUNE)
         self._q_collect = q(_COLLECT)
+        self._q_lock_log = q(_LOCK_LOG)
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointStore({self.where!r}, schema={self.schema!r})"
@@ -338,6 +343,17 @@ class PostgresCheckpointStore(ClosingContext):
         finally:
             self._pool.putconn(conn)
 
+    def _findable(self, session_id: object, checkpoint_id: object = None) -> bool:
+        """Whether a row of these ids could have been stored (``storable_text``): a read of
+        one that could not finds nothing without asking the server.
+
+        Raises:
+            ValueError: the store is closed (as a query would).
+        """
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+        return _may_exist(session_id, checkpoint_id)
+
     def run(
         self,
         action: str,
@@ -358,9 +374,15 @@ class PostgresCheckpointStore(ClosingContext):
         with self._borrow() as conn:
             return work(conn)
 
-    def _retrying(self, action: str, attempt: Callable[[], T], session_id: str | None = None) -> T:
+    def _retrying(
+        self,
+        action: str,
+        attempt: Callable[[], T],
+        session_id: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> T:
         """``attempt()``, once more if the connection broke; the driver's errors as the
-        store's (``session_id``: the session whose id the attempt writes, if one)."""
+        store's (``session_id``, ``checkpoint_id``: the ids the attempt writes, if any)."""
         psycopg = self._psycopg
         for tries in (1, 2):
             try:
@@ -374,7 +396,7 @@ class PostgresCheckpointStore(ClosingContext):
                 if state == _DISK_FULL:
                     raise StoreFull(self.where, exc) from exc
                 if state == _TOO_LARGE and session_id is not None and "index row" in str(exc):
-                    raise _too_long_id(session_id, exc) from exc
+                    raise _too_long_id(session_id, exc, checkpoint_id) from exc
                 lost = not state or state.startswith(_CONNECTION_LOST)
                 if not lost:
                     raise
@@ -402,8 +424,8 @@ class PostgresCheckpointStore(ClosingContext):
             StoreFull: the server's disk is full; nothing was stored.
             SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
             ValueError: PostgreSQL cannot store its session id, checkpoint id or label (a
-                NUL character in it, or a session id of thousands of bytes); nothing was
-                stored.
+                NUL character in it, or a session or checkpoint id of thousands of bytes);
+                nothing was stored.
         """
         if not isinstance(snapshot, Snapshot):
             raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
@@ -419,17 +441,19 @@ class PostgresCheckpointStore(ClosingContext):
         cut = split(snapshot, None if cached is None else cached.known, parts=False)
         if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        # CheckpointInfo times are UTC; a moment UTC cannot hold raises here, storing nothing
+        saved_at = snapshot.saved_at.astimezone(UTC)
         write = functools.partial(self._write, snapshot, cut, cached, fence)
         try:
-            entry = self._retrying("a save", lambda: self._commits.run(write), sid)
+            entry = self._retrying(
+                "a save", lambda: self._commits.run(write), sid, snapshot.checkpoint_id
+            )
         except BaseException:
             self._logs.drop(sid)
             raise
         if entry is not None:
             self._logs.put(sid, entry)
-        return CheckpointInfo(
-            sid, snapshot.checkpoint_id, snapshot.saved_at, snapshot.label, cut.size
-        )
+        return CheckpointInfo(sid, snapshot.checkpoint_id, saved_at, snapshot.label, cut.size)
 
     def _write(
         self,
@@ -540,7 +564,7 @@ class PostgresCheckpointStore(ClosingContext):
 
     def load(self, session_id: str, checkpoint_id: str | None = None) -> Snapshot:
         """The checkpoint, or the session's newest (see ``CheckpointStore.load``)."""
-        if not _may_exist(session_id, checkpoint_id):
+        if not self._findable(session_id, checkpoint_id):
             raise CheckpointNotFound(session_id, checkpoint_id)  # no save could store it
         query = self._q_latest if checkpoint_id is None else self._q_one
         params = (session_id,) if checkpoint_id is None else (session_id, checkpoint_id)
@@ -564,7 +588,7 @@ class PostgresCheckpointStore(ClosingContext):
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first by ``(epoch, checkpoint_id)``."""
-        if not storable_text(session_id):
+        if not self._findable(session_id):
             return []
         rows = self.run(
             "a listing", lambda conn: conn.execute(self._q_list, (session_id,)).fetchall()
@@ -583,19 +607,16 @@ class PostgresCheckpointStore(ClosingContext):
 
     def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
         """Remove one or all of the session's checkpoints; returns how many (not fenced)."""
-        if not _may_exist(session_id, checkpoint_id):
+        if not self._findable(session_id, checkpoint_id):
             return 0
-
-        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-            with conn.transaction():
-                if checkpoint_id is None:
-                    removed = conn.execute(self._q_delete_all, (session_id,)).rowcount
-                else:
-                    removed = conn.execute(self._q_delete_one, (session_id, checkpoint_id)).rowcount
-                conn.execute(self._q_collect, (session_id,))
-            return removed
-
-        removed = self.run("a delete", work)
+        params: tuple[str, ...]
+        if checkpoint_id is None:
+            statement, params = self._q_delete_all, (session_id,)
+        else:
+            statement, params = self._q_delete_one, (session_id, checkpoint_id)
+        removed = self.run(
+            "a delete", lambda conn: self._remove(conn, session_id, statement, params)
+        )
         if checkpoint_id is None:
             self._logs.drop(session_id)
         return removed
@@ -603,19 +624,39 @@ class PostgresCheckpointStore(ClosingContext):
     def prune(self, session_id: str, keep_last: int) -> int:
         """Keep the ``keep_last`` newest checkpoints of the session; returns how many went."""
         keep = check_keep_last(keep_last, allow_none=False)
-        if not storable_text(session_id):
+        if not self._findable(session_id):
             return 0
         assert keep is not None
         keep = min(keep, _INT8_MAX)  # OFFSET is a bigint; no session holds more anyway
 
-        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-            with conn.transaction():
-                removed = conn.execute(self._q_prune, (session_id, session_id, keep)).rowcount
-                if removed:
-                    conn.execute(self._q_collect, (session_id,))
-            return removed
+        params = (session_id, session_id, keep)
+        return self.run(
+            "a prune", lambda conn: self._remove(conn, session_id, self._q_prune, params)
+        )
 
-        return self.run("a prune", work)
+    def _remove(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        sid: str,
+        statement: bytes,
+        params: tuple[Any, ...],
+    ) -> int:
+        """Delete checkpoints of ``sid`` with ``statement``, then the message-log rows no
+        checkpoint uses any more, in one transaction; returns how many checkpoints went.
+
+        The log's row is locked first: a save in flight holds it until it commits, so
+        this waits for that save and then sees its checkpoint. Without the lock,
+        ``collect_logs`` could miss the checkpoint and delete the log chunks it uses,
+        leaving it unloadable. A session without a log row has no chunks to collect
+        (saves write the two together; those a save in flight adds belong to its own
+        checkpoint), so then nothing is collected.
+        """
+        with conn.transaction():
+            has_log = conn.execute(self._q_lock_log, (sid,)).fetchone() is not None
+            removed: int = conn.execute(statement, params).rowcount
+            if removed and has_log:
+                conn.execute(self._q_collect, (sid,))
+        return removed
 
     def close(self) -> None:
         """Close every connection of the pool. Idempotent."""
@@ -628,8 +669,9 @@ class PostgresCheckpointStore(ClosingContext):
 
 def storable_text(value: object) -> bool:
     """Whether ``value`` is a ``str`` a PostgreSQL ``text`` column can hold (no NUL
-    character): an id that is not can have no row, so a read of it finds nothing."""
-    return isinstance(value, str) and "\x00" not in value
+    character, no lone surrogate, which UTF-8 cannot encode): an id that is not can have
+    no row, so a read of it finds nothing."""
+    return isinstance(value, str) and "\x00" not in value and encodable(value)
 
 
 def _may_exist(session_id: object, checkpoint_id: object = None) -> bool:
@@ -657,13 +699,19 @@ def check_text(name: str, value: object) -> str:
     return value
 
 
-def _too_long_id(session_id: str, exc: BaseException) -> ValueError:
-    """The error for a session id PostgreSQL refused as too long for an index entry
-    (SQLSTATE 54000, ``exc``): what was wrong and what to do. Nothing was written."""
-    size = len(session_id.encode())
+def _too_long_id(
+    session_id: str, exc: BaseException, checkpoint_id: str | None = None
+) -> ValueError:
+    """The error for an id PostgreSQL refused as too long for an index entry (SQLSTATE
+    54000, ``exc``): which id (the longer of the session id and ``checkpoint_id``, which
+    share the checkpoints' key), what was wrong and what to do. Nothing was written."""
+    name, value = "session", session_id
+    if checkpoint_id is not None and len(checkpoint_id.encode()) > len(session_id.encode()):
+        name, value = "checkpoint", checkpoint_id
+    size = len(value.encode())
     return ValueError(
-        f"session id {session_id[:60]!r}... ({size} bytes) is too long for the PostgreSQL "
-        f"store's indexes ({exc}); nothing was stored. Use session ids of at most 2,000 bytes "
+        f"{name} id {value[:60]!r}... ({size} bytes) is too long for the PostgreSQL "
+        f"store's indexes ({exc}); nothing was stored. Use {name} ids of at most 2,000 bytes "
         "(e.g. a hash of a longer name)"
     )
 

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any, ClassVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
@@ -56,6 +57,7 @@ from supervisor.checkpoint_store import (
     CheckpointInfo,
     ClosingContext,
     check_keep_last,
+    encodable,
 )
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge, SupervisorError
 
@@ -370,6 +372,15 @@ class SQLiteCheckpointStore(ClosingContext):
         saves divided by commits is the batching group commit achieved. Thread-safe."""
         return self._commits.commits
 
+    def _unfindable(self, *ids: object) -> bool:
+        """Whether one of ``ids`` is text SQLite cannot bind (a lone surrogate), so that no
+        save stored it: a read finds nothing (once the store is checked to be open)."""
+        if all(not isinstance(one, str) or encodable(one) for one in ids):
+            return False
+        if self._conn is None:
+            raise ValueError(f"{self!r} is closed")
+        return True
+
     def _open_connection(self) -> sqlite3.Connection:
         """The connection, with ``_lock`` held; ``ValueError`` once the store is closed."""
         if self._conn is None:
@@ -404,6 +415,8 @@ class SQLiteCheckpointStore(ClosingContext):
         )
         if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        # CheckpointInfo times are UTC; a moment UTC cannot hold raises here, storing nothing
+        saved_at = snapshot.saved_at.astimezone(UTC)
         refs = part_refs(cut.parts)
         try:
             with reporting_store_errors(self.path):
@@ -411,9 +424,7 @@ class SQLiteCheckpointStore(ClosingContext):
         except BaseException:
             self._logs.drop(sid)
             raise
-        return CheckpointInfo(
-            sid, snapshot.checkpoint_id, snapshot.saved_at, snapshot.label, cut.size
-        )
+        return CheckpointInfo(sid, snapshot.checkpoint_id, saved_at, snapshot.label, cut.size)
 
     def _write(
         self,
@@ -609,6 +620,8 @@ class SQLiteCheckpointStore(ClosingContext):
         its checksum, naming the file: it exists but cannot be read, and a host
         falls back to an older checkpoint that can (``Checkpoints.latest``).
         """
+        if self._unfindable(session_id, checkpoint_id):
+            raise CheckpointNotFound(session_id, checkpoint_id)
         with self._transaction("DEFERRED") as db:
             try:
                 cid, stored, chunks, found_parts = self._read(db, session_id, checkpoint_id)
@@ -694,6 +707,8 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first (see ``CheckpointStore.list``)."""
+        if self._unfindable(session_id):
+            return []
         with self._transaction("DEFERRED") as db:
             rows = db.execute(
                 "SELECT checkpoint_id, saved_at_us, label, size FROM checkpoints"
@@ -717,6 +732,8 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
         """Remove one or all of the session's checkpoints; returns how many."""
+        if self._unfindable(session_id, checkpoint_id):
+            return 0
         with self._transaction("IMMEDIATE") as db:
             if checkpoint_id is None:
                 removed = db.execute(
@@ -737,6 +754,8 @@ class SQLiteCheckpointStore(ClosingContext):
         keep = check_keep_last(keep_last, allow_none=False)
         assert keep is not None
         keep = min(keep, _SQLITE_INT_MAX)  # no session holds more; SQLite takes no larger
+        if self._unfindable(session_id):
+            return 0
         with self._transaction("IMMEDIATE") as db:
             return self._prune(db, session_id, keep)
 

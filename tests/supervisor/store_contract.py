@@ -10,8 +10,10 @@ stores it closes after the test); every test here then runs against it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -55,6 +57,21 @@ class CheckpointStoreContract:
         assert store.load("sess-1") == saved
         assert store.load("sess-1", saved.checkpoint_id) == saved
 
+    def test_checkpoint_times_are_utc_whatever_the_snapshots_zone(
+        self, store: CheckpointStore
+    ) -> None:
+        # CheckpointInfo.saved_at is documented as UTC: a snapshot made with another
+        # zone (by hand, or carried over) is listed at the same moment, in UTC.
+        local = timezone(timedelta(hours=2))
+        moment = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=local)
+        saved = dataclasses.replace(snap(), saved_at=moment)
+        returned = store.save(saved)
+        [listed] = store.list("sess-1")
+        for info in (returned, listed):
+            assert info.saved_at == moment
+            assert info.saved_at.utcoffset() == timedelta(0)
+        assert store.load("sess-1") == saved
+
     def test_load_latest_is_the_greatest_checkpoint_id(self, store: CheckpointStore) -> None:
         older, newer = snap(turns=1), snap(turns=2)
         store.save(newer)
@@ -80,6 +97,26 @@ class CheckpointStoreContract:
         assert [i.saved_at for i in listed] == [s.saved_at for s in reversed(snaps)]
         assert [i.size for i in listed] == [len(s.serialize()) for s in reversed(snaps)]
         assert store.list("nobody") == []
+
+    def test_ids_with_a_lone_surrogate_are_refused_on_save_and_found_nowhere(
+        self, store: CheckpointStore
+    ) -> None:
+        # Text no store can encode (an undecodable file name's "surrogateescape" form):
+        # a save refuses it; a read finds nothing, as for any unknown id (not the
+        # driver's UnicodeEncodeError).
+        odd = "s\udcff"
+        with pytest.raises(SnapshotEncodeError, match="lone surrogate"):
+            store.save(snap(odd))
+        store.save(snap())
+        assert store.list(odd) == []
+        with pytest.raises(CheckpointNotFound):
+            store.load(odd)
+        with pytest.raises(CheckpointNotFound):
+            store.load("sess-1", "c\ud800")
+        assert store.delete(odd) == 0
+        assert store.delete("sess-1", "c\ud800") == 0
+        assert store.prune(odd, keep_last=0) == 0
+        assert store.sessions() == ["sess-1"]
 
     def test_sessions(self, store: CheckpointStore) -> None:
         assert store.sessions() == []
@@ -264,6 +301,15 @@ class CheckpointStoreContract:
             store.load("sess-1")
         with pytest.raises(ValueError, match="closed"):
             store.save(snap())
+        for odd in ("a\x00b", "s\udcff"):  # ids a store may know it holds none of
+            with pytest.raises(ValueError, match="closed"):
+                store.list(odd)
+            with pytest.raises(ValueError, match="closed"):
+                store.load(odd)
+            with pytest.raises(ValueError, match="closed"):
+                store.delete(odd)
+            with pytest.raises(ValueError, match="closed"):
+                store.prune(odd, keep_last=0)
 
     def test_context_manager_closes(self, make_store: MakeStore) -> None:
         with make_store() as store:  # type: ignore[attr-defined]

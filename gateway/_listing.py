@@ -30,7 +30,7 @@ from typing import Final
 import httpx
 from pydantic import ValidationError
 
-from actors import AgentTemplate, SnapshotDecodeError, Usage
+from actors import AgentTemplate, Snapshot, SnapshotDecodeError, Usage
 from gateway._context import public_id
 from gateway.keys import ApiKeys, RememberedSession
 from gateway.routes_sessions import session_body
@@ -155,14 +155,23 @@ class ClusterListing:
         return {entry.session_id: entry for entry in sessions}
 
     def _from_store(self, record: RememberedSession, owner: Owner | None) -> SessionOut:
-        """A session no node listed, from its record and latest checkpoint (in a thread)."""
+        """A session no node listed, from its record and latest checkpoint (in a thread).
+
+        A newest checkpoint that cannot be read lists the session still (its next request
+        resumes it from the newest one that can be), with no usage: raised, it failed the
+        whole listing of the tenant.
+        """
+        snapshot: Snapshot | None = None
         try:
             snapshot = self.host.store.load(record.session_id)
+            saved = True
         except CheckpointNotFound:
-            snapshot = None
-        if owner is not None and (owner.live or snapshot is None):
+            saved = False
+        except SnapshotDecodeError:
+            saved = True
+        if owner is not None and (owner.live or not saved):
             status = UNAVAILABLE  # held by a node that did not answer, or died too early
-        elif snapshot is None:
+        elif not saved:
             status = "starting"  # recorded, not claimed yet: a create in flight
         else:
             status = "hibernated"  # no live owner: its next request resumes it

@@ -2,12 +2,13 @@
 the send forwards its own turn's events and no other's.
 
 A session runs its turns one at a time and brackets each turn's events between
-``turn_started`` and ``turn_finished`` (or an ``error`` naming the turn). A
-streamed send is submitted with a tag of its own (``AgentHost.send(tag=...)``),
-which its turn's ``turn_started`` carries: from that event to the turn's last
-one, the events are the send's. Turns queued before it (a JSON send, a library
-call on the same host, another streamed send, of the same text or not) carry
-another tag or none, so they are never taken for it.
+``turn_started`` and ``turn_finished`` (or an ``error`` naming the turn; or
+``crashed``, when the session died during it). A streamed send is submitted with
+a tag of its own (``AgentHost.send(tag=...)``), which its turn's ``turn_started``
+carries: from that event to the turn's last one, the events are the send's. Turns
+queued before it or after it (a JSON send, a library call on the same host,
+another streamed send, of the same text or not) carry another tag or none, so
+they are never taken for it; the next ``turn_started`` ends its turn in any case.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ __all__ = ["OwnTurn", "ends_turn"]
 
 
 def ends_turn(event: Event) -> bool:
-    """Whether ``event`` is the last event of a turn."""
-    return event.type == "turn_finished" or (event.type == "error" and "turn" in event.data)
+    """Whether ``event`` is the last event of a turn: it finished, failed, or the session
+    died during it (``crashed``: the turn never finishes, and the next turn, of the session
+    restarted, is another send's)."""
+    return event.type in {"turn_finished", "crashed"} or (
+        event.type == "error" and "turn" in event.data
+    )
 
 
 @dataclass(eq=False, slots=True)
@@ -39,16 +44,40 @@ class OwnTurn:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_seq: int | None = None
     finished: bool = False
+    _before: int = field(default=0, repr=False)  # lost before its turn_started was seen
+
+    def missed(self, count: int) -> int:
+        """The stream lost ``count`` events (dropped from the session's full buffer)
+        right before the next event it hands out: how many of them to report now, before
+        that event. Those lost inside this send's turn, at once; those lost before its
+        ``turn_started`` was seen are held back (``unseen``): they were another turn's
+        unless its ``turn_started`` was among them. Call it before ``owns`` of that event.
+        """
+        if count <= 0 or self.finished:
+            return 0
+        if self.started_seq is None:
+            self._before += count
+            return 0
+        return count
+
+    def unseen(self) -> int:
+        """Events lost that may have been this send's turn's, not reported yet: all those
+        lost before its ``turn_started`` if it was never seen (lost itself), else none."""
+        return self._before if self.started_seq is None else 0
 
     def owns(self, event: Event) -> bool:
         """Whether ``event`` belongs to this send's turn. Call it for every event of the
         session's stream after the send was submitted, in order."""
         if self.finished:
             return False
+        mine = event.type == "turn_started" and event.data.get("tag") == self.tag
         if self.started_seq is None:
-            if event.type != "turn_started" or event.data.get("tag") != self.tag:
+            if not mine:
                 return False
             self.started_seq = event.seq
+        elif event.type == "turn_started":  # another turn: this one ended unseen
+            self.finished = True
+            return False
         if ends_turn(event):
             self.finished = True
         return True

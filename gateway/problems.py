@@ -50,7 +50,14 @@ from supervisor import (
     WorkerStartError,
 )
 
-__all__ = ["PROBLEM_JSON", "Problem", "ProblemError", "problem_for", "problem_response"]
+__all__ = [
+    "PROBLEM_JSON",
+    "Problem",
+    "ProblemError",
+    "problem_for",
+    "problem_response",
+    "problem_responses",
+]
 
 PROBLEM_JSON: Final = "application/problem+json"
 RETRY_AFTER_S: Final = 1
@@ -105,6 +112,17 @@ def problem_response(problem: Problem, instance: str | None = None) -> JSONRespo
     return JSONResponse(body, status_code=problem.status, headers=headers, media_type=PROBLEM_JSON)
 
 
+def problem_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the problem answers of one operation beyond those every
+    ``/v1`` operation documents (``schemas.PROBLEM_RESPONSES``): status -> description,
+    each a ``ProblemOut`` under ``application/problem+json``, the type it is sent with."""
+    schema = {"$ref": "#/components/schemas/ProblemOut"}
+    return {
+        status: {"description": description, "content": {PROBLEM_JSON: {"schema": schema}}}
+        for status, description in descriptions.items()
+    }
+
+
 def _retry(status: int, slug: str, title: str, detail: str) -> Problem:
     return Problem(status, slug, title, detail, retry_after=RETRY_AFTER_S)
 
@@ -145,11 +163,18 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             detail = f"session {error.session_id!r} already exists; use another id, or delete it"
             return Problem(409, "session-exists", "Session already exists", detail)
         case SessionFailed():
-            return Problem(
-                409, "session-failed", "Session given up after repeated crashes", str(error)
+            detail = (
+                f"{_which(error, session_id)} was given up after repeated crashes (the server "
+                "logged why); its checkpoints are kept: the server's operator can resume it "
+                "once the cause is fixed, or DELETE it"
             )
+            return Problem(409, "session-failed", "Session given up after repeated crashes", detail)
         case SessionCrashed() | NotDelivered() | Killed():
-            return _retry(503, "session-crashed", "Session crashed; send again", str(error))
+            detail = (
+                f"{_which(error, session_id)} crashed (the server logged why); send again "
+                "once it is back, from its last checkpoint"
+            )
+            return _retry(503, "session-crashed", "Session crashed; send again", detail)
         case HostShutDown():
             detail = "this server is shutting down; send again once it is back (or to another node)"
             return _retry(503, "shutting-down", "Server shutting down", detail)
@@ -175,12 +200,34 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             return Problem(507, "snapshot-too-large", "Session state too large", str(error))
         case RegistryProfileMissing() | UnknownModel() | PluginError():
             return Problem(500, "template-unusable", "The agent template failed", str(error))
-        case SnapshotDecodeError() | SnapshotEncodeError():
+        case SnapshotDecodeError():
+            return _unreadable(error, session_id)
+        case SnapshotEncodeError():
             return Problem(500, "checkpoint-unreadable", "A checkpoint cannot be used", str(error))
         case InvalidMessage() | ValueError() | TypeError():
             return Problem(422, "invalid-input", "Invalid input", str(error))
     logger.error("unexpected error answering a request", exc_info=error)
     return Problem(500, "internal", "Internal error", "an unexpected error; the server logged it")
+
+
+def _which(error: BaseException, session_id: str | None) -> str:
+    """The session a crash's answer names, never by what the crash said: its reason (an
+    exception's text, which may hold anything the session held) and the actor that died
+    are the server's, and logged there."""
+    named = session_id or getattr(error, "session_id", None)
+    return "the session" if named is None else f"session {named!r}"
+
+
+def _unreadable(error: SnapshotDecodeError, session_id: str | None) -> Problem:
+    """A stored checkpoint that cannot be read: logged, and answered without the store's
+    words, which name the server's files (a damaged page's database path) and the host's
+    ``tenant/id`` of the session."""
+    logger.error("answering that a checkpoint cannot be read: %s", error)
+    detail = (
+        f"a checkpoint of {_which(error, session_id)} cannot be read (damaged, or saved by "
+        "a newer version); the server logged which, and why"
+    )
+    return Problem(500, "checkpoint-unreadable", "A checkpoint cannot be used", detail)
 
 
 def validation_problem(error: RequestValidationError) -> Problem:

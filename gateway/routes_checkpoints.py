@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Query
 
 from actors import redact_secrets, strip_secrets
 from gateway._context import JSON_BODY, Caller, GatewayDep, host_id
+from gateway.problems import problem_responses
 from gateway.schemas import JSON_BODY_RESPONSES, CheckpointOut, CheckpointRequest, CheckpointsOut
 
 __all__ = ["router"]
@@ -41,7 +42,15 @@ async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) ->
     status_code=201,
     summary="Take a checkpoint",
     dependencies=[JSON_BODY],
-    responses=JSON_BODY_RESPONSES,
+    responses={
+        **JSON_BODY_RESPONSES,
+        **problem_responses(
+            {
+                500: "The newest checkpoint of a hibernated session cannot be read",
+                507: "The session's state is too large to checkpoint",
+            }
+        ),
+    },
 )
 async def take_checkpoint(
     session_id: str,
@@ -63,7 +72,11 @@ async def take_checkpoint(
     )
 
 
-@router.get("/export", summary="Export the conversation, redacted")
+@router.get(
+    "/export",
+    summary="Export the conversation, redacted",
+    responses=problem_responses({500: "The checkpoint cannot be read"}),
+)
 async def export(
     session_id: str,
     gateway: GatewayDep,

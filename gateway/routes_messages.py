@@ -10,9 +10,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
+from actors import Message
 from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id
 from gateway._turns import OwnTurn
-from gateway.problems import Problem, ProblemError, problem_for
+from gateway.problems import Problem, ProblemError, problem_for, problem_responses
 from gateway.schemas import (
     JSON_BODY_RESPONSES,
     HistoryOut,
@@ -22,7 +23,7 @@ from gateway.schemas import (
     message_out,
 )
 from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
-from supervisor import wait_future
+from supervisor import SessionNotFound, wait_future
 
 __all__ = ["router"]
 
@@ -41,22 +42,54 @@ def _check_length(gateway: Gateway, text: str) -> None:
     summary="Send a message",
     response_model=SendResult,
     dependencies=[JSON_BODY],
-    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}, **JSON_BODY_RESPONSES},
+    responses={
+        200: {"content": {SSE_MEDIA_TYPE: {}}},
+        **JSON_BODY_RESPONSES,
+        **problem_responses(
+            {
+                500: "The session's template failed, a checkpoint of it cannot be read, "
+                "or the model raised an unexpected error",
+                502: "The model provider failed (retryable: see Retry-After)",
+                507: "The session's state is too large to checkpoint: the turn was not kept",
+            }
+        ),
+    },
 )
 async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller) -> Any:
     """Run one turn. With ``stream: true`` the answer is Server-Sent Events: the turn's
-    events (``delta``, ``turn_started``, ``tool_call``, ...) then ``answer`` (or ``error``)."""
+    events (``delta``, ``turn_started``, ``tool_call``, ...) then ``answer`` (or ``error``);
+    a ``missed`` frame counts events of the turn lost to a reader that fell behind."""
     _check_length(gateway, body.text)
     tenant = key.tenant_id
     internal = host_id(tenant, session_id)
     if not body.stream:
-        answer = await gateway.ahost.send(internal, body.text, tenant_id=tenant)
+        answer = await _answer(gateway, internal, body.text, tenant)
         return SendResult(message=message_out(answer.to_dict()))
     start = gateway.ahost.host.events(internal, tenant_id=tenant).cursor  # 404 before streaming
     own = OwnTurn()
     future = gateway.ahost.host.futures.send(internal, body.text, tenant_id=tenant, tag=own.tag)
     frames = _turn_frames(gateway, internal, tenant, start, own, wait_future(future))
     return StreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
+
+
+async def _answer(gateway: Gateway, internal: str, text: str, tenant: str) -> Message:
+    """The answer of a JSON send. What the model raised, or the store saving the turn,
+    which ``send`` passes on as it is (any type), answers as problem details too (500,
+    logged, for an unexpected one), as a streamed send's ``error`` frame does: the app
+    has handlers for library errors only, and an unhandled one answered a bare
+    ``text/plain`` 500 and closed the client's connection.
+
+    Raises:
+        SessionNotFound: as it is (its handler tells a session whose template is not
+            served here from a missing one).
+        ProblemError: any other error, as ``problem_for`` answers it.
+    """
+    try:
+        return await gateway.ahost.send(internal, text, tenant_id=tenant)
+    except SessionNotFound:
+        raise
+    except Exception as exc:
+        raise ProblemError(problem_for(exc)) from exc
 
 
 async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
@@ -68,10 +101,14 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
     answer: Any,
 ) -> AsyncIterator[str]:
     """The frames of one streamed send: its own turn's events (``OwnTurn``), then its
-    ``answer`` or ``error``."""
+    ``answer`` or ``error``. Events of its turn that the session's buffer dropped before
+    they were read (a reader that fell behind) are counted in a ``missed`` frame, as an
+    ``/events`` stream counts them, where they were lost (or before the answer, if its
+    ``turn_started`` was among them): they were left out without a word."""
     stream = gateway.ahost.events(internal, since=start, tenant_id=tenant)
     answer_task: asyncio.Future[Any] = asyncio.ensure_future(answer)
     next_task: asyncio.Future[Any] | None = None
+    told = 0  # the stream's ``missed`` already passed to ``own``
     try:
         while True:
             next_task = asyncio.ensure_future(stream.__anext__())
@@ -82,14 +119,20 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
                 event = next_task.result()
             except StopAsyncIteration:
                 break
+            if lost := own.missed(stream.missed - told):
+                yield frame("missed", {"missed": lost})
+            told = stream.missed
             if own.owns(event):
                 yield frame_event(event)
         with contextlib.suppress(Exception):  # the session may be gone already
-            for event in gateway.ahost.host.events(
-                internal, stream.cursor, tenant_id=tenant
-            ).events:
+            rest = gateway.ahost.host.events(internal, stream.cursor, tenant_id=tenant)
+            if lost := own.missed(rest.missed):
+                yield frame("missed", {"missed": lost})
+            for event in rest.events:
                 if own.owns(event):
                     yield frame_event(event)
+        if lost := own.unseen():
+            yield frame("missed", {"missed": lost})
         try:
             message = await answer_task
         except Exception as exc:
@@ -132,7 +175,11 @@ async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: C
     return Response(status_code=204)
 
 
-@router.get("/history", summary="Read the conversation")
+@router.get(
+    "/history",
+    summary="Read the conversation",
+    responses=problem_responses({500: "The checkpoint of a hibernated session cannot be read"}),
+)
 async def history(
     session_id: str,
     gateway: GatewayDep,

@@ -509,13 +509,12 @@ class Incarnations:
         checkpoint saved again as the newest, labelled ``label``."""
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot(label))
         try:
-            if snapshot is None:
-                try:
-                    latest = self._checkpoints.store.load(record.session_id)
-                except CheckpointNotFound:  # restarting with none saved: its next incarnation's
-                    snapshot = self.call(record, TakeSnapshot(label), self.policy.call_timeout)
-                else:
+            if snapshot is None:  # the newest that loads, as its next incarnation would
+                latest = self._checkpoints.latest(record.session_id, record.events)
+                if latest is not None:
                     return self._checkpoints.relabel(latest, label, record.events)
+                # restarting with none saved: its next incarnation's
+                snapshot = self.call(record, TakeSnapshot(label), self.policy.call_timeout)
             return self._checkpoints.save(snapshot, record.events)
         except OwnershipLost:
             self.lose(record)
@@ -528,12 +527,11 @@ class Incarnations:
         return self.saved_history(record.session_id) if history is None else history
 
     def saved_history(self, session_id: str) -> list[Message]:
-        """The conversation of the session's last checkpoint; none (restarting before its
-        first checkpoint) is the empty history it comes back with."""
-        try:
-            return self._checkpoints.store.load(session_id).messages()
-        except CheckpointNotFound:
-            return []
+        """The conversation of the session's newest checkpoint that loads (the one it comes
+        back from: a damaged newer one is skipped, as a resume skips it); none (restarting
+        before its first checkpoint) is the empty history it comes back with."""
+        latest = self._checkpoints.latest(session_id)
+        return [] if latest is None else latest.messages()
 
     def hibernate(self, record: SessionRecord) -> bool:
         """Checkpoint the session and stop its incarnation; False if another operation

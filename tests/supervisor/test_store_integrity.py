@@ -276,6 +276,27 @@ def test_resume_falls_back_to_the_newest_good_checkpoint(tmp_path: Path, mode: s
         assert host.send("s1", "again").content == "echo: again"
 
 
+def test_a_hibernated_session_reads_and_checkpoints_from_the_newest_good_checkpoint(
+    make_host: HostFactory, tmp_path: Path
+) -> None:
+    db = tmp_path / "c.db"
+    host = make_host(store=SQLiteCheckpointStore(db))
+    sid = host.start_session(template(), "s1")
+    host.send(sid, "one")
+    host.send(sid, "two")  # checkpointed after the turn ...
+    kept = host.history(sid)
+    assert host.hibernate(sid)  # ... and again: that one gets damaged
+    newest = host.store.list(sid)[0].checkpoint_id
+    _corrupt_body(db, newest)
+
+    assert host.history(sid) == kept  # what it comes back with (was SnapshotDecodeError)
+    saved = host.checkpoint(sid, label="after damage")
+    assert saved.label == "after damage"
+    assert host.store.load(sid).messages() == kept  # the good state, newest again
+    assert host.session_info(sid).status == "hibernated"
+    assert host.send(sid, "three").content == "echo: three"
+
+
 # --- item 5 and 8: what is and is not a store ---------------------------------------------
 
 

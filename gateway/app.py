@@ -33,6 +33,7 @@ from gateway.limits import Limits, LimitsMiddleware, _bearer
 from gateway.problems import (
     PROBLEM_JSON,
     ProblemError,
+    UnexpectedErrors,
     handle_http,
     handle_problem,
     handle_validation,
@@ -84,6 +85,7 @@ def api_app(limits: Limits | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, handle_validation)
     app.add_exception_handler(StarletteHTTPException, handle_http)
     app.add_middleware(LimitsMiddleware, limits=limits or Limits())
+    app.user_middleware.append(Middleware(UnexpectedErrors))  # inside the limits
     return app
 
 

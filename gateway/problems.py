@@ -18,6 +18,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors import (
     InvalidMessage,
@@ -54,6 +55,7 @@ __all__ = [
     "PROBLEM_JSON",
     "Problem",
     "ProblemError",
+    "UnexpectedErrors",
     "problem_for",
     "problem_response",
     "problem_responses",
@@ -273,3 +275,35 @@ async def handle_http(request: Request, error: Exception) -> JSONResponse:
     slug = {404: "not-found", 405: "method-not-allowed"}.get(error.status_code, "http-error")
     problem = Problem(error.status_code, slug, str(error.detail), str(error.detail))
     return problem_response(problem, request.url.path)
+
+
+class UnexpectedErrors:
+    """ASGI middleware, inside the app's own: an exception no handler took (a bug, a
+    database driver's own error) answers a logged problem-details 500 when nothing of the
+    response was sent yet, and the connection stays open for the client's next request.
+    Starlette's last resort answered ``text/plain`` and raised it on to the server, which
+    closed the connection. Stateless, so safe for concurrent requests.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # too late for another answer: the server ends the response
+                raise
+            session_id = scope.get("path_params", {}).get("session_id")
+            response = problem_response(problem_for(exc, session_id), scope.get("path"))
+            await response(scope, receive, send)

@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointStore",
     "ClosingContext",
     "check_keep_last",
+    "check_max_snapshot_bytes",
     "encodable",
 ]
 
@@ -161,6 +162,25 @@ def check_keep_last(keep_last: object, *, allow_none: bool) -> int | None:
     if keep_last < 0:
         raise ValueError(f"keep_last must be >= 0, got {keep_last}")
     return keep_last
+
+
+def check_max_snapshot_bytes(limit: object) -> int | None:
+    """Validate a store's ``max_snapshot_bytes``: an int >= 1, or ``None`` (no limit).
+
+    Raises:
+        TypeError: not an int (a bool, or a number given as text) or None.
+        ValueError: below 1.
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(
+            f"max_snapshot_bytes must be an int number of bytes, or None for no limit; got "
+            f"{type(limit).__name__} {limit!r}"
+        )
+    if limit < 1:
+        raise ValueError(f"max_snapshot_bytes must be >= 1, got {limit}")
+    return limit
 
 
 def encodable(text: object) -> bool:

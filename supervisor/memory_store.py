@@ -14,6 +14,7 @@ from supervisor.checkpoint_store import (
     CheckpointInfo,
     ClosingContext,
     check_keep_last,
+    check_max_snapshot_bytes,
 )
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
 
@@ -63,8 +64,7 @@ class MemoryCheckpointStore(ClosingContext):
         keep_last: int | None = DEFAULT_KEEP_LAST,
         migrations: MigrationRegistry | None = None,
     ) -> None:
-        if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
-            raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
+        check_max_snapshot_bytes(max_snapshot_bytes)
         self.max_snapshot_bytes = max_snapshot_bytes
         self.keep_last = check_keep_last(keep_last, allow_none=True)
         self._migrations = migrations

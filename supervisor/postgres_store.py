@@ -42,6 +42,7 @@ from supervisor.checkpoint_store import (
     CheckpointInfo,
     ClosingContext,
     check_keep_last,
+    check_max_snapshot_bytes,
     encodable,
 )
 from supervisor.errors import (
@@ -238,8 +239,7 @@ class PostgresCheckpointStore(ClosingContext):
         connect_timeout: float = 10.0,
         transaction_timeout: float = 5.0,
     ) -> None:
-        if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
-            raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
+        check_max_snapshot_bytes(max_snapshot_bytes)
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
         for name, value in (

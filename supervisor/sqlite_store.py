@@ -57,6 +57,7 @@ from supervisor.checkpoint_store import (
     CheckpointInfo,
     ClosingContext,
     check_keep_last,
+    check_max_snapshot_bytes,
     encodable,
 )
 from supervisor.errors import CheckpointNotFound, SnapshotTooLarge, SupervisorError
@@ -316,8 +317,7 @@ class SQLiteCheckpointStore(ClosingContext):
         migrations: MigrationRegistry | None = None,
         encryption: EncryptionKeys | None = None,
     ) -> None:
-        if max_snapshot_bytes is not None and max_snapshot_bytes < 1:
-            raise ValueError(f"max_snapshot_bytes must be >= 1, got {max_snapshot_bytes}")
+        check_max_snapshot_bytes(max_snapshot_bytes)
         if os.fspath(path) in _NOT_FILES:
             raise ValueError(
                 f"SQLiteCheckpointStore needs a file to be durable; {os.fspath(path)!r} would "

@@ -189,6 +189,13 @@ class CheckpointStoreContract:
         with pytest.raises(ValueError, match="or None to keep every checkpoint; got -1"):
             make_store(keep_last=-1)
 
+    def test_a_size_limit_that_is_no_byte_count_is_refused(self, make_store: MakeStore) -> None:
+        for limit in (True, "10", 10.0):  # True was a limit of 1 byte; "10" a bare TypeError
+            with pytest.raises(TypeError, match="max_snapshot_bytes must be an int number of"):
+                make_store(max_snapshot_bytes=limit)
+        with pytest.raises(ValueError, match="max_snapshot_bytes must be >= 1, got 0"):
+            make_store(max_snapshot_bytes=0)
+
     def test_keep_last_none_keeps_everything(self, make_store: MakeStore) -> None:
         store = make_store(keep_last=None)
         for t in range(120):

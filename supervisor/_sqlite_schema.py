@@ -287,6 +287,13 @@ def open_database(
         sqlite3.OperationalError: it stayed locked by another writer too long.
     """
     name = os.fspath(path)
+    if os.path.isdir(name):
+        raise StoreUnavailable(
+            name,
+            IsADirectoryError(f"{name!r} is a directory"),
+            "give the path of a file in it (AgentHost(data_dir=...) keeps checkpoints.db in "
+            "its directory)",
+        )
     marker = name + MARKER_SUFFIX
     # The marker is read first: it is written only once the file holds the schema, so
     # a file found empty or missing after it was seen is truly empty, not being created.

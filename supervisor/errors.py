@@ -435,12 +435,16 @@ class StoreUnavailable(SupervisorError, OSError):
     ``path`` names the file; the SQLite or OS error is the ``__cause__``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], error: BaseException) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], error: BaseException, what_to_do: str | None = None
+    ) -> None:
         self.path = os.fspath(path)
+        what_to_do = what_to_do or (
+            "make its directory writable by this process (SQLite creates -wal and -shm "
+            "files beside it), or choose another path or data_dir"
+        )
         super().__init__(
-            f"checkpoint store {self.path!r} cannot be opened or written ({error}); make its "
-            "directory writable by this process (SQLite creates -wal and -shm files beside "
-            "it), or choose another path or data_dir"
+            f"checkpoint store {self.path!r} cannot be opened or written ({error}); {what_to_do}"
         )
 
 

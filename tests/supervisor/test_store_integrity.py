@@ -373,6 +373,17 @@ def test_a_store_in_a_missing_directory_names_its_path(tmp_path: Path) -> None:
     assert isinstance(info.value, OSError)
 
 
+def test_a_store_given_a_directory_says_to_give_a_file(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable) as info:
+        SQLiteCheckpointStore(tmp_path)
+    assert str(info.value) == (
+        f"checkpoint store {str(tmp_path)!r} cannot be opened or written ({str(tmp_path)!r} is "
+        "a directory); give the path of a file in it (AgentHost(data_dir=...) keeps "
+        "checkpoints.db in its directory)"
+    )
+    assert list(tmp_path.iterdir()) == []  # no marker or -wal left in it
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_a_store_in_a_read_only_directory_names_its_path(tmp_path: Path) -> None:
     db = tmp_path / "c.db"

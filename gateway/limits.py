@@ -10,6 +10,7 @@ by the routes (they need the parsed body, or the host).
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +31,10 @@ class Limits:
         max_concurrent_per_key: Requests in flight per API key, streams
             included (429 with ``Retry-After`` beyond it).
         retry_after_s: The ``Retry-After`` of a 429.
+        heartbeat_s: Seconds an SSE answer (``/events``, a streamed send) may stay
+            silent before a comment line (``: keep-alive``) is sent, which clients
+            ignore: a client that went away is noticed at that write and its request
+            slot freed, and proxies do not close the idle connection.
     """
 
     max_body_bytes: int = 1 << 20
@@ -37,8 +42,14 @@ class Limits:
     max_sessions_per_tenant: int = 100
     max_concurrent_per_key: int = 16
     retry_after_s: int = 1
+    heartbeat_s: float = 15.0
 
     def __post_init__(self) -> None:
+        heartbeat = self.heartbeat_s
+        if isinstance(heartbeat, bool) or not isinstance(heartbeat, int | float):
+            raise ValueError(f"Limits.heartbeat_s must be a number of seconds, got {heartbeat!r}")
+        if not 0 < heartbeat < math.inf:
+            raise ValueError(f"Limits.heartbeat_s must be > 0 and finite, got {heartbeat!r}")
         for name in (
             "max_body_bytes",
             "max_message_chars",

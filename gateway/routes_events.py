@@ -2,7 +2,8 @@
 
 ``Last-Event-ID`` (or ``?since=``) resumes after that event; a client that fell
 behind the session's bounded buffer gets a ``missed`` frame saying how many
-events it lost before the next one it receives. A stopping server ends the streams
+events it lost before the next one it receives. A stream silent for
+``Limits.heartbeat_s`` sends a comment line. A stopping server ends the streams
 (their answers end cleanly) instead of waiting for their sessions to stop.
 """
 
@@ -16,7 +17,7 @@ from fastapi.responses import StreamingResponse
 
 from gateway._context import Caller, Gateway, GatewayDep, host_id
 from gateway.problems import Problem, ProblemError
-from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
+from gateway.sse import HEARTBEAT, SSE_MEDIA_TYPE, frame, frame_event, with_heartbeats
 from supervisor import EventStream
 
 __all__ = ["router"]
@@ -58,7 +59,10 @@ async def events(
 async def _frames(gateway: Gateway, stream: EventStream) -> AsyncIterator[str]:
     told = 0
     try:
-        async for event in stream:
+        async for event in with_heartbeats(stream, gateway.limits.heartbeat_s):
+            if event is None:  # silent for a while: a comment, so a client that left is seen
+                yield HEARTBEAT
+                continue
             if stream.missed > told:
                 yield frame("missed", {"missed": stream.missed - told})
                 told = stream.missed

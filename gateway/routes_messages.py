@@ -22,7 +22,7 @@ from gateway.schemas import (
     SteerMessage,
     message_out,
 )
-from gateway.sse import SSE_MEDIA_TYPE, frame, frame_event
+from gateway.sse import HEARTBEAT, SSE_MEDIA_TYPE, frame, frame_event
 from supervisor import SessionNotFound, wait_future
 
 __all__ = ["router"]
@@ -111,12 +111,21 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
     told = 0  # the stream's ``missed`` already passed to ``own``
     try:
         while True:
-            next_task = asyncio.ensure_future(stream.__anext__())
-            await asyncio.wait({next_task, answer_task}, return_when=asyncio.FIRST_COMPLETED)
+            if next_task is None:
+                next_task = asyncio.ensure_future(stream.__anext__())
+            done, _ = await asyncio.wait(
+                {next_task, answer_task},
+                timeout=gateway.limits.heartbeat_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:  # a long model call: a comment, so a client that left is seen
+                yield HEARTBEAT
+                continue
             if not next_task.done():
                 break
+            arrived, next_task = next_task, None
             try:
-                event = next_task.result()
+                event = arrived.result()
             except StopAsyncIteration:
                 break
             if lost := own.missed(stream.missed - told):

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
-from typing import Any, Final
+from collections.abc import AsyncIterator
+from typing import Any, Final, TypeVar
 
 from actors import Event
 
-__all__ = ["SSE_MEDIA_TYPE", "frame", "frame_event"]
+__all__ = ["HEARTBEAT", "SSE_MEDIA_TYPE", "frame", "frame_event", "with_heartbeats"]
 
 SSE_MEDIA_TYPE = "text/event-stream"
+HEARTBEAT: Final = ": keep-alive\n\n"
+"""An SSE comment, which clients ignore: what a silent stream sends now and then
+(``Limits.heartbeat_s``), so that a client that went away is noticed at the write."""
+
+_T = TypeVar("_T")
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 """A code point UTF-8 cannot encode (a lone surrogate: an undecodable file name's byte)."""
@@ -77,3 +84,27 @@ def _key(key: Any) -> Any:
     if isinstance(key, float):
         return key if math.isfinite(key) else str(key)
     return str(key)
+
+
+async def with_heartbeats(items: AsyncIterator[_T], every: float) -> AsyncIterator[_T | None]:
+    """``items``, and ``None`` (send ``HEARTBEAT``) each time none came for ``every``
+    seconds. The next item is awaited in a task of its own, kept across heartbeats, so
+    none is lost; it is cancelled when the iteration ends early."""
+    pending: asyncio.Future[_T] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(items))
+            done, _ = await asyncio.wait({pending}, timeout=every)
+            if not done:
+                yield None
+                continue
+            arrived, pending = pending, None
+            try:
+                item = arrived.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()

@@ -9,6 +9,7 @@ threads.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, Unpack
@@ -37,6 +38,8 @@ from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable
 
 __all__ = ["EventWatch", "HostFutures"]
+
+logger = logging.getLogger("supervisor.host")
 
 
 class _Host(Protocol):
@@ -267,8 +270,10 @@ class HostFutures:
         """Follow the session's event stream: ``on_event`` gets every new event (as
         ``AgentHost.subscribe``'s subscriber, on the publishing thread) and ``on_stopped``
         is called once when the session is stopped (``stop_session``, or the host's
-        shutdown; at once if it is stopped already). Both must be quick and not block.
-        The returned ``EventWatch`` reads the stream by cursor, even after the stop.
+        shutdown; at once if it is stopped already). Both must be quick and not block;
+        one that raises is logged and skipped (the stop, and the session's other
+        watchers, go on). The returned ``EventWatch`` reads the stream by cursor, even
+        after the stop.
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
@@ -278,7 +283,7 @@ class HostFutures:
         check_subscriber(on_stopped, "on_stopped", "once the session is stopped")
         record = self._table.live(session_id, tenant_id)
         unsubscribe = record.events.subscribe(on_event)
-        unwatch = self._table.when_stopped(record, on_stopped)
+        unwatch = self._table.when_stopped(record, _logged(on_stopped, session_id))
         return EventWatch(record.events, unsubscribe, unwatch)
 
     def _with_record(
@@ -330,6 +335,20 @@ class EventWatch:
 
 def _same(answer: list[Message]) -> list[Message]:
     return answer
+
+
+def _logged(on_stopped: Callable[[], None], session_id: str) -> Callable[[], None]:
+    """``on_stopped`` for the stopping thread: what it raises is logged, as an event
+    subscriber's is. Raised there, it would abort the stop half-way (the session left
+    listed, not forgotten) and keep the session's other watchers from being told."""
+
+    def stopped() -> None:
+        try:
+            on_stopped()
+        except Exception:
+            logger.exception("on_stopped of a watch of session %r failed", session_id)
+
+    return stopped
 
 
 for _cls in (EventWatch, HostFutures):

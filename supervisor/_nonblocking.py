@@ -11,6 +11,7 @@ futures.send ── record.op_lock.when_free(ticket)   queued in the session's F
    done(answer | error) on the completing thread (session's, pipe reader's, timer's):
       NotDelivered ── helper: await_end, then once more (SessionCrashed the 2nd time)
       SessionCrashed ── helper: await_end (its end is reported first), then the error
+      OwnershipLost ── helper: the stale copy stopped here (Incarnations.lose), then the error
       else ── last_active; gate released (next call starts); future settled
 ```
 
@@ -40,7 +41,7 @@ from supervisor._incarnations import Incarnations
 from supervisor._runtime import NotDelivered, SessionRuntime
 from supervisor._session_table import SessionTable
 from supervisor._timer import CallTimer, Deadline
-from supervisor.errors import HostShutDown, SessionCrashed, SessionNotFound
+from supervisor.errors import HostShutDown, OwnershipLost, SessionCrashed, SessionNotFound
 
 __all__ = ["HELPERS", "NonBlockingCalls"]
 
@@ -55,7 +56,15 @@ _CLOSED = "this AgentHost shut down before the call completed"
 
 
 def settle(future: Future[T], value: T | None, error: BaseException | None) -> None:
-    """Resolve ``future`` unless it is resolved already (cancelled, or failed at shutdown)."""
+    """Resolve ``future`` unless it is resolved already (cancelled, or failed at shutdown).
+
+    Its done-callbacks run here, on the thread completing the call (a session's, a
+    worker pipe's reader, ...). ``concurrent.futures`` logs an ``Exception`` one of
+    them raises, but lets ``SystemExit`` and the like through: that would crash the
+    session, or end the reader of a worker's pipe (every session of that worker then
+    stops answering), so it is logged here instead. A ``KeyboardInterrupt`` (Ctrl-C,
+    on the main thread) still goes through.
+    """
     try:
         if error is None:
             future.set_result(value)  # type: ignore[arg-type]
@@ -63,6 +72,10 @@ def settle(future: Future[T], value: T | None, error: BaseException | None) -> N
             future.set_exception(error)
     except InvalidStateError:
         pass
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # from a done-callback: the future is resolved
+        logger.exception("a done-callback of a non-blocking call's future raised")
 
 
 class NonBlockingCalls:
@@ -103,6 +116,7 @@ class NonBlockingCalls:
                 return future
             self._pending.add(future)
         future.add_done_callback(self._pending.discard)
+        future.add_done_callback(_told_if_cancelled)
         return future
 
     def close(self) -> None:
@@ -154,12 +168,8 @@ class NonBlockingCalls:
 
         def run() -> None:
             if running(future):  # not cancelled while it waited for a helper
-                try:
-                    value = work()
-                except Exception as exc:
-                    settle(future, None, self.failure(exc))
-                else:
-                    settle(future, value, None)
+                value, error = outcome_of(work)
+                settle(future, value, self.failure(error))
 
         if not future.done():
             self.helpers.run(run)
@@ -189,7 +199,7 @@ class NonBlockingCalls:
             elif error is not None:
                 settle(future, None, error)
             else:
-                _run_into(future, lambda: answered(value))
+                self._answer(record, future, lambda: answered(value))
 
         try:
             self.runtime.submit(
@@ -199,6 +209,26 @@ class NonBlockingCalls:
             settle(future, None, exc)
         return future
 
+    def _answer(self, record: SessionRecord, future: Future[Any], work: Callable[[], Any]) -> None:
+        """Settle ``future`` with what ``work()`` (a checkpoint's save) returns or raises. A
+        save refused because another node owns the session (``OwnershipLost``) first stops
+        the stale copy here, as the blocking call does, on a helper thread: ``lose`` never
+        runs on the session's own."""
+        value, error = outcome_of(work)
+        if isinstance(error, OwnershipLost):
+            lost = error
+            self.helpers.run(lambda: self._lose(record, future, lost))
+        else:
+            settle(future, value, error)
+
+    def _lose(self, record: SessionRecord, future: Future[Any], error: OwnershipLost) -> None:
+        """On a helper thread: stop the session here for good (another node owns it now,
+        ``Incarnations.lose``), then fail ``future`` with ``error``."""
+        try:
+            self.sessions.lose(record)
+        finally:
+            settle(future, None, error)
+
     def _after_end(
         self, ref: pykka.ActorRef[Any], future: Future[Any], otherwise: Callable[[], Any]
     ) -> None:
@@ -207,21 +237,41 @@ class NonBlockingCalls:
 
 
 def running(future: Future[Any]) -> bool:
-    """Mark ``future`` running; False if it was cancelled, or failed at shutdown, already."""
+    """Mark ``future`` running; False if it was cancelled, or failed at shutdown, already.
+
+    Under the lock ``concurrent.futures`` resolves it with (reentrant), so that a
+    failure at shutdown cannot come between the look and the mark: marking a resolved
+    future running logs a CRITICAL "unexpected state" before it raises.
+    """
+    with future._condition:
+        return not future.done() and future.set_running_or_notify_cancel()
+
+
+def _told_if_cancelled(future: Future[Any]) -> None:
+    """A future's done-callback: a cancelled call never runs, so tell its future at once
+    (``set_running_or_notify_cancel``), as an executor tells a job it withdrew: that is
+    what wakes ``concurrent.futures.wait`` and ``as_completed``, which else never count it
+    done. ``running`` leaves it alone from then on."""
+    if future.cancelled():
+        future.set_running_or_notify_cancel()
+
+
+def outcome_of(work: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """``(work(), None)``, or ``(None, what it raised)`` whatever its type, as the blocking
+    call raises it to its caller. A ``SystemExit`` or ``GeneratorExit`` (from a store, say)
+    must reach the call's future, not escape the thread that ran the work: the future
+    would never resolve, a ``stop_session`` would hold its session's queue for good, and
+    a session's thread (a checkpoint's save) or a worker pipe's reader would end."""
     try:
-        return future.set_running_or_notify_cancel()
-    except RuntimeError:  # resolved already: the host shut down
-        return False
+        return work(), None
+    except BaseException as exc:  # handed to the caller, as said above
+        return None, exc
 
 
 def _run_into(future: Future[Any], work: Callable[[], Any]) -> None:
     """Settle ``future`` with what ``work()`` returns or raises."""
-    try:
-        value = work()
-    except Exception as exc:
-        settle(future, None, exc)
-    else:
-        settle(future, value, None)
+    value, error = outcome_of(work)
+    settle(future, value, error)
 
 
 class _Exclusive:
@@ -289,18 +339,19 @@ class _Exclusive:
             self.record.op_lock.release()
             return
         if isinstance(self.job, Send):
-            self._try(1)
+            try:  # as ``Incarnations.call``: a fenced cluster node takes no turn
+                self.calls.sessions.ownership.check_serving()
+            except Exception as exc:
+                self._finish(None, exc)
+            else:
+                self._try(1)
         else:
             work = self.job
             self.calls.helpers.run(lambda: self._run(work))
 
     def _run(self, work: Callable[[], Any]) -> None:
-        try:
-            value = work()
-        except Exception as exc:
-            self._finish(None, exc)
-        else:
-            self._finish(value, None)
+        value, error = outcome_of(work)
+        self._finish(value, error)
 
     def _try(self, attempt: int) -> None:
         """Carry the call to the serving incarnation; reactivating or waiting for one is
@@ -313,10 +364,11 @@ class _Exclusive:
             self._submit(ref)
 
     def _try_when_serving(self) -> None:
-        try:
-            ref = self.calls.sessions.serving(self.record)
-        except Exception as exc:
-            self._finish(None, exc)
+        ref, error = outcome_of(lambda: self.calls.sessions.serving(self.record))
+        if isinstance(error, OwnershipLost):
+            self._lost(error)
+        elif error is not None:
+            self._finish(None, error)
         else:
             self._submit(ref)
 
@@ -334,8 +386,18 @@ class _Exclusive:
     def _done(self, value: Any, error: BaseException | None) -> None:
         if isinstance(error, (NotDelivered, SessionCrashed)):
             self.calls.helpers.run(lambda: self._after_end(error))
+        elif isinstance(error, OwnershipLost):
+            self.calls.helpers.run(lambda: self._lost(error))
         else:
             self._finish(value, error)
+
+    def _lost(self, error: OwnershipLost) -> None:
+        """On a helper thread, as ``Incarnations.call``: the turn's save (or the session's
+        return) found another node owning it; stop the stale copy here, then fail."""
+        try:
+            self.calls.sessions.lose(self.record)
+        finally:
+            self._finish(None, error)
 
     def _after_end(self, error: NotDelivered | SessionCrashed) -> None:
         """As ``Incarnations.call``: wait for the ended incarnation's notices, then send

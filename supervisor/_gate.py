@@ -103,11 +103,15 @@ class SessionGate:
         self._run(ticket)
 
     def withdraw(self, ticket: Ticket) -> bool:
-        """Take a queued callback out of the queue; False if it was granted already."""
+        """Take a queued callback out of the queue; False if it was granted, or withdrawn,
+        already (a cancel racing the call's own deadline withdraws it twice)."""
         with self._mutex:
             if ticket.granted:
                 return False
-            self._waiters.remove(ticket)
+            try:
+                self._waiters.remove(ticket)
+            except ValueError:
+                return False
             return True
 
     def release(self) -> None:

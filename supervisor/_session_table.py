@@ -154,12 +154,18 @@ class SessionTable:
         when one is given (see ``require_tenant``).
 
         Raises:
+            TypeError: ``session_id`` is not a ``str``.
             SessionNotFound: no such session (for that tenant).
             HostShutDown: none, and the host is shut down (a shutdown stops every session).
             SessionOwnedElsewhere: (a cluster node) a live other node owns it.
         """
         # Without the lock: one dict lookup is atomic, and this runs on every call.
-        record = self._records.get(session_id)
+        try:
+            record = self._records.get(session_id)
+        except TypeError:  # unhashable: a list, a dict
+            record = None
+        if record is None and not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
         if record is None or record.status == "stopped":
             self.check_open()  # a shutdown stops every session; their checkpoints stand
             if self.on_missing is not None:

@@ -105,6 +105,19 @@ def test_a_bad_send_timeout_is_refused_before_the_turn_runs(  # noqa: PLR0917 (p
 
 
 @pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("bad", [["s"], {"id": "s"}, 5, None, b"s"])
+def test_a_session_id_that_is_no_str_is_named_as_such(
+    host: AgentHost, sid: str, form: str, bad: object
+) -> None:
+    """It was ``TypeError: unhashable type: 'list'`` from a dict lookup, or (an int, bytes)
+    ``SessionNotFound``, as if a session of that id might exist."""
+    with pytest.raises(TypeError) as caught:
+        send_in(form, host, bad, None)  # type: ignore[arg-type]
+    assert str(caught.value) == f"session_id must be a str, got {type(bad).__name__}"
+    assert host.send(sid, "still fine").content == "echo: still fine"
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("timeout", [1e10, 1e300, 10**30, 366 * 86_400])
 def test_a_timeout_past_a_year_is_taken_as_a_year(
     make_host: HostFactory, form: str, timeout: object

@@ -83,6 +83,7 @@ def test_a_withdrawn_callback_never_runs_and_one_granted_cannot_be_withdrawn() -
     gate.when_free(first)
     gate.when_free(second)
     assert gate.withdraw(first)
+    assert not gate.withdraw(first)  # twice (a cancel racing the deadline): no ValueError
     gate.release()
     assert ran == ["second"]
     assert second.granted

@@ -58,11 +58,15 @@ def limits() -> Limits:
 
 @contextmanager
 def serving(
-    host: AgentHost, templates: dict[str, AgentTemplate], data_dir: Path, limits: Limits
+    host: AgentHost,
+    templates: dict[str, AgentTemplate],
+    data_dir: Path,
+    limits: Limits,
+    keys: KeyStore | None = None,
 ) -> Iterator[Served]:
-    """The gateway of ``host`` (whose data directory is ``data_dir``, keys there too) served
-    on a real uvicorn server; server, host and keys closed on exit."""
-    keys = KeyStore(data_dir)
+    """The gateway of ``host`` (whose data directory is ``data_dir``, keys there too, or
+    ``keys``) served on a real uvicorn server; server, host and keys closed on exit."""
+    keys = keys or KeyStore(data_dir)
     app = create_app(AsyncAgentHost(host), templates, keys, limits)
     url, server, thread = run_server(app)
     try:
@@ -71,6 +75,18 @@ def serving(
         stop_server(server, thread)
         host.shutdown()
         keys.close()
+
+
+@contextmanager
+def one_session(data_dir: Path, template: AgentTemplate) -> Iterator[httpx.Client]:
+    """A client of session ``s`` (of tenant ``acme``), made from ``template`` on a served
+    host of its own in ``data_dir``; client, server, host and keys closed on exit."""
+    host = AgentHost(data_dir=data_dir, call_timeout=10)
+    with serving(host, {"t": template}, data_dir, Limits()) as served:
+        with served.client(served.keys.create("acme").key) as client:
+            made = client.post("/v1/sessions", json={"template": "t", "session_id": "s"})
+            assert made.status_code == 201, made.text
+            yield client
 
 
 @pytest.fixture

@@ -8,13 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
 from actors import AgentTemplate, Message, ModelResponse, Tool
-from gateway import KeyStore, create_app
 from gateway.problems import problem_for
-from supervisor import AgentHost, AsyncAgentHost, SessionCrashed, SessionFailed
-from tests.gateway.conftest import run_server, stop_server
+from supervisor import SessionCrashed, SessionFailed
+from tests.gateway.conftest import one_session
 from tests.gateway.test_gateway import problem
 
 LEAK = "api_key=sk-live-123"
@@ -28,20 +25,9 @@ class Dying:
 
 
 def test_a_crash_answers_without_its_reason(tmp_path: Path) -> None:
-    keys = KeyStore(tmp_path)
-    host = AgentHost(data_dir=tmp_path, call_timeout=10)
-    templates = {"dying": AgentTemplate(model=Dying())}
-    url, server, thread = run_server(create_app(AsyncAgentHost(host), templates, keys))
-    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as c:
-            assert c.post("/v1/sessions", json={"template": "dying", "session_id": "s"}).is_success
-            answer = c.post("/v1/sessions/s/messages", json={"text": "hi"})
-            streamed = c.post("/v1/sessions/s/messages", json={"text": "hi", "stream": True})
-    finally:
-        stop_server(server, thread)
-        host.shutdown()
-        keys.close()
+    with one_session(tmp_path, AgentTemplate(model=Dying())) as c:
+        answer = c.post("/v1/sessions/s/messages", json={"text": "hi"})
+        streamed = c.post("/v1/sessions/s/messages", json={"text": "hi", "stream": True})
     body = problem(answer, 503, "session-crashed")
     assert body["detail"] == (
         "session 's' crashed (the server logged why); send again once it is back, from its "

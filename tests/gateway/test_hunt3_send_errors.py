@@ -12,9 +12,7 @@ import httpx
 import pytest
 
 from actors import AgentTemplate, Message, ModelResponse, Tool
-from gateway import KeyStore, create_app
-from supervisor import AgentHost, AsyncAgentHost
-from tests.gateway.conftest import run_server, stop_server
+from tests.gateway.conftest import one_session
 from tests.gateway.test_gateway import problem
 
 
@@ -28,20 +26,8 @@ class Failing:
 @pytest.fixture
 def failing(tmp_path: Path) -> Iterator[httpx.Client]:
     """A client of session ``s`` of a served host whose template's model fails."""
-    keys = KeyStore(tmp_path)
-    host = AgentHost(data_dir=tmp_path, call_timeout=10)
-    templates = {"failing": AgentTemplate(model=Failing())}
-    url, server, thread = run_server(create_app(AsyncAgentHost(host), templates, keys))
-    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
-            made = client.post("/v1/sessions", json={"template": "failing", "session_id": "s"})
-            assert made.status_code == 201, made.text
-            yield client
-    finally:
-        stop_server(server, thread)
-        host.shutdown()
-        keys.close()
+    with one_session(tmp_path, AgentTemplate(model=Failing())) as client:
+        yield client
 
 
 def test_a_model_error_answers_problem_details(failing: httpx.Client) -> None:

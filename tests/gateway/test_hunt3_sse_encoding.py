@@ -15,10 +15,8 @@ import httpx
 import pytest
 
 from actors import AgentTemplate, Event, Message, Plugin, PluginContext
-from gateway import KeyStore, create_app
 from gateway.sse import frame, frame_event
-from supervisor import AgentHost, AsyncAgentHost
-from tests.gateway.conftest import run_server, stop_server
+from tests.gateway.conftest import one_session
 
 
 class OddEvents(Plugin):
@@ -44,21 +42,9 @@ def _strict(text: str) -> Any:
 
 @pytest.fixture
 def odd_server(tmp_path: Path) -> Iterator[httpx.Client]:
-    """A served host whose template ``odd`` runs ``OddEvents``; a client of session ``s``."""
-    keys = KeyStore(tmp_path)
-    host = AgentHost(data_dir=tmp_path, call_timeout=10)
-    templates = {"odd": AgentTemplate(model="echo", plugins=[OddEvents()])}
-    url, server, thread = run_server(create_app(AsyncAgentHost(host), templates, keys))
-    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
-            made = client.post("/v1/sessions", json={"template": "odd", "session_id": "s"})
-            assert made.status_code == 201, made.text
-            yield client
-    finally:
-        stop_server(server, thread)
-        host.shutdown()
-        keys.close()
+    """A served host whose template runs ``OddEvents``; a client of session ``s``."""
+    with one_session(tmp_path, AgentTemplate(model="echo", plugins=[OddEvents()])) as client:
+        yield client
 
 
 def _strict_frames(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:

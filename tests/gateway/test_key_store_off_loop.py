@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway import KeyStore, create_app, load_templates
+from gateway import KeyStore, Limits, load_templates
 from gateway.keys import RememberedSession
-from supervisor import AgentHost, AsyncAgentHost
-from tests.gateway.conftest import TEMPLATES, Served, run_server, stop_server
+from supervisor import AgentHost
+from tests.gateway.conftest import TEMPLATES, serving
 
 
 class WatchedKeys(KeyStore):
@@ -42,20 +42,12 @@ class WatchedKeys(KeyStore):
 def test_session_records_are_read_and_dropped_off_the_event_loop(tmp_path: Path) -> None:
     host = AgentHost(data_dir=tmp_path, call_timeout=10)
     keys = WatchedKeys(tmp_path)
-    url, server, thread = run_server(
-        create_app(AsyncAgentHost(host), load_templates(TEMPLATES), keys)
-    )
-    try:
-        served = Served(url, keys, host, tmp_path)
+    with serving(host, load_templates(TEMPLATES), tmp_path, Limits(), keys) as served:
         with served.client(keys.create("acme").key) as client:
             created = client.post("/v1/sessions", json={"template": "echo", "session_id": "s1"})
             assert created.status_code == 201, created.text
             assert client.get("/v1/sessions/s1").json()["template"] == "echo"
             assert client.delete("/v1/sessions/s1").status_code == 204
             assert client.get("/v1/sessions/s1").status_code == 404
-    finally:
-        stop_server(server, thread)
-        host.shutdown()
-        keys.close()
     assert {"session_row", "forget_session"} <= set(keys.calls)
     assert keys.on_loop == []

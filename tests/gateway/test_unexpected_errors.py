@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway import KeyStore, create_app, load_templates
+from gateway import KeyStore, Limits, load_templates
 from gateway.keys import RememberedSession
-from supervisor import AgentHost, AsyncAgentHost
-from tests.gateway.conftest import TEMPLATES, Served, run_server, stop_server
+from supervisor import AgentHost
+from tests.gateway.conftest import TEMPLATES, serving
 
 
 class BrokenRows(KeyStore):
@@ -30,11 +30,7 @@ def test_an_unexpected_error_answers_a_problem_and_is_logged(
 ) -> None:
     host = AgentHost(data_dir=tmp_path, call_timeout=10)
     keys = BrokenRows(tmp_path)
-    url, server, thread = run_server(
-        create_app(AsyncAgentHost(host), load_templates(TEMPLATES), keys)
-    )
-    try:
-        served = Served(url, keys, host, tmp_path)
+    with serving(host, load_templates(TEMPLATES), tmp_path, Limits(), keys) as served:
         with served.client(keys.create("acme").key) as client:
             created = client.post("/v1/sessions", json={"template": "echo", "session_id": "s1"})
             assert created.status_code == 201, created.text
@@ -49,7 +45,3 @@ def test_an_unexpected_error_answers_a_problem_and_is_logged(
             assert "driver" not in got.text  # the server's own words stay in its log
             assert any("the driver fell over" in r.exc_text for r in caplog.records if r.exc_text)
             assert client.get("/v1/sessions/s1").status_code == 200  # and it goes on serving
-    finally:
-        stop_server(server, thread)
-        host.shutdown()
-        keys.close()

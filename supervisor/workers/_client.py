@@ -329,6 +329,8 @@ class WorkerClient:
         payload: Any = None,
         timeout: float | None = None,
         written: Callable[[], None] | None = None,
+        *,
+        kill_late: bool = True,
     ) -> Any:
         """Send a request and wait for its reply; ``written``, if given, is called once the
         request is on the pipe (frames written after it reach the worker after it).
@@ -337,7 +339,9 @@ class WorkerClient:
             WorkerCrashed: the worker died before answering (or was dead).
             TimeoutError: no reply within ``timeout``; the worker is SIGKILLed
                 (a stuck worker is replaced), so the call fails with WorkerCrashed
-                right after unless the reply won the race.
+                right after unless the reply won the race. With ``kill_late=False``
+                the worker is left alone and this ``TimeoutError`` is raised (a
+                reply that comes later is dropped).
             Exception: what the operation raised in the worker (see
                 ``_protocol.decode_error``).
         """
@@ -347,8 +351,8 @@ class WorkerClient:
         try:
             return self.wait(future, timeout)
         except TimeoutError:
-            if future.done():
-                raise  # the error *is* the reply
+            if future.done() or not kill_late:
+                raise  # the error *is* the reply, or the caller only stops waiting
             logger.error(
                 "worker pid %s did not answer %r within %s s; killing it",
                 self.pid,

@@ -1,13 +1,14 @@
 """``WorkerPool``: N worker processes, session placement, and what happens when one dies.
 
 A session is placed on the live worker with the fewest sessions and stays
-there. When a worker dies the pool (on that worker's reader thread) starts a
-replacement, then crashes the proxy actor of every session that was on it with
-``supervisor.kill`` and a reason naming the worker and its exit code or
-signal: the registry evicts each at once and the host's supervisor resumes it
-from its last checkpoint on a live worker. Workers that keep dying are
-themselves subject to a restart intensity: past it the pool stops replacing
-them and calls ``on_give_up``.
+there. When a worker dies the pool (on that worker's reader thread) crashes the
+proxy actor of every session that was on it with ``supervisor.kill`` and a
+reason naming the worker and its exit code or signal, then starts a
+replacement: the registry evicts each session at once and the host's
+supervisor resumes it from its last checkpoint on a live worker, chosen once
+the replacement is started (``place`` waits for it), so that it takes its
+share. Workers that keep dying are themselves subject to a restart intensity:
+past it the pool stops replacing them and calls ``on_give_up``.
 
 A worker is started when its first frame (``ready``) arrives. One that exits on
 its own before that cannot start (an unguarded main file it re-imports, an
@@ -69,6 +70,9 @@ _SPAWN_WAIT = 30.0
 _SHUTDOWN_WAIT = 5.0
 """Seconds ``close`` gives the workers, together, to stop their sessions and exit before it
 kills those still running."""
+
+_START_METHODS = ("forkserver", "spawn")
+"""The start methods a pool takes (``fork`` is refused: the parent is threaded)."""
 
 _START_FAILURES = 3
 """Replacement workers in a row that exit before serving, after which the pool stops
@@ -180,7 +184,14 @@ class WorkerPool:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"workers must be a positive integer, got {size!r}")
         if start_method == "fork":
-            raise ValueError("start_method='fork' is unsafe in a threaded host; use forkserver")
+            raise ValueError(
+                "worker_start_method='fork' is unsafe in a threaded host; use forkserver"
+            )
+        if start_method is not None and start_method not in _START_METHODS:
+            raise ValueError(
+                f"worker_start_method must be one of {', '.join(_START_METHODS)} or None, "
+                f"got {start_method!r}"
+            )
         call_timeout = worker_call_timeout(call_timeout)  # the host's rule: > 0, finite
         main_path = _unimportable_main()
         if main_path is not None:
@@ -191,7 +202,9 @@ class WorkerPool:
                 "multiprocessing's forkserver and spawn do: save the program to a file "
                 "(or run it with python -c or -m)",
             )
-        if memory_limit is not None and (not isinstance(memory_limit, int) or memory_limit < 1):
+        if memory_limit is not None and (
+            isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 1
+        ):  # (``True`` is an int: a limit of 1 byte)
             raise ValueError(f"worker_memory_limit must be a positive int, got {memory_limit!r}")
         self._io = io_named(io)
         self._setup = WorkerSetup(
@@ -206,7 +219,7 @@ class WorkerPool:
             self._context.set_forkserver_preload(_preload_modules())
         self.size = size
         self.call_timeout = call_timeout
-        self._intensity = RestartIntensity(max_restarts, max_seconds, clock)
+        self._intensity = _intensity(max_restarts, max_seconds, clock)
         self._on_give_up = on_give_up
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # notified when workers come and go
@@ -385,7 +398,11 @@ class WorkerPool:
     def place(self, session_id: str, events: EventBuffer, timeout: float = 10.0) -> WorkerClient:
         """Pick the least-loaded live worker for a new incarnation of ``session_id``.
 
-        Waits up to ``timeout`` for a replacement when every worker just died.
+        Waits up to ``timeout`` for a replacement when every worker just died, and for
+        a replacement being started (a process start: milliseconds), so that it counts
+        among the workers to choose from: the sessions of a dead worker, resumed the
+        moment it is buried, would otherwise all go to the surviving workers and leave
+        their replacement empty.
 
         Raises:
             WorkerCrashed: no worker is alive (they died too often, or the pool is closed).
@@ -393,7 +410,11 @@ class WorkerPool:
         """
         with self._changed:
             self._changed.wait_for(
-                lambda: self._closed or self.gave_up or any(w.alive for w in self._workers),
+                lambda: (
+                    self._closed
+                    or self.gave_up
+                    or (self._spawning == 0 and any(w.alive for w in self._workers))
+                ),
                 timeout,
             )
             live = [w for w in self._workers if w.alive]
@@ -544,6 +565,25 @@ class WorkerPool:
         with self._lock:
             self._workers.clear()
             self._pickled.clear()
+
+
+def _intensity(
+    max_restarts: int, max_seconds: float, clock: Callable[[], float]
+) -> RestartIntensity:
+    """The workers' restart intensity.
+
+    Raises:
+        TypeError, ValueError: a bad ``max_restarts`` or ``max_seconds``, named as the
+            host's keywords (``worker_max_restarts``): a bare ``max_restarts`` would
+            point at the host's own, the sessions' restart intensity.
+    """
+    try:
+        return RestartIntensity(max_restarts, max_seconds, clock)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        if message.startswith(("max_restarts ", "max_seconds ")):
+            raise type(exc)(f"worker_{message}") from None
+        raise
 
 
 def _pickled_initializer(

@@ -56,6 +56,10 @@ _START_ATTEMPTS = 3
 _START_WRITE_WAIT = 30.0
 """Seconds a steering text waits for its session's ``start`` frame to be written (a bound
 on a wait that normally lasts microseconds; past it the text is sent anyway)."""
+_STEER_WAIT = 10.0
+"""Seconds ``steer`` waits for the worker to take a text. Past it the text is kept here as
+sent (the worker takes it late, or its session's end gives it back): a worker is killed
+for being slow only under ``worker_call_timeout``, never for a steer."""
 
 
 class SessionLink:
@@ -388,7 +392,8 @@ class _Steer:
                 # requeued the text
                 return
         try:
-            self.client.call("steer", {"session": self.session_id, "text": text}, 10.0)
+            payload = {"session": self.session_id, "text": text}
+            self.client.call("steer", payload, _STEER_WAIT, kill_late=False)
         except SteeringQueueFull:
             with self._lock:
                 refused = self._forget_sent(text)
@@ -449,10 +454,54 @@ def start_in_worker(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[A
     for attempt in range(_START_ATTEMPTS):
         try:
             return _start_once(pool, launch)
+        except _StartKilled as stuck:
+            raise stuck.crashed from None  # the start itself hung: another worker would too
         except WorkerCrashed:
             if attempt == _START_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _StartKilled(Exception):
+    """A start outlived ``worker_call_timeout`` and its worker was killed for it: the start
+    fails with ``crashed`` and is not tried again elsewhere."""
+
+    def __init__(self, crashed: WorkerCrashed) -> None:
+        super().__init__(str(crashed))
+        self.crashed = crashed
+
+
+def _call_start(pool: WorkerPool, client: WorkerClient, payload: Any, forward: _Steer) -> None:
+    """Write the ``start`` frame and wait for its reply.
+
+    Without ``worker_call_timeout`` the wait has no bound, as a start in thread mode
+    has none: the host stops waiting after its ``call_timeout`` and stops the session
+    once the start is over. It must not kill the worker, whose other sessions are
+    fine (before, it did, and the start then killed the next worker in turn). With
+    one, a start that outlives it kills its worker, as any call does (``_StartKilled``).
+
+    Raises:
+        _StartKilled: the start outlived ``worker_call_timeout``.
+        Exception: what the start raised in the worker, or ``WorkerCrashed``.
+    """
+    reply = client.submit("start", payload)
+    forward.start_written()
+    try:
+        client.wait(reply, pool.call_timeout)
+    except TimeoutError:
+        if reply.done():
+            raise  # the error *is* the reply
+        logger.error(
+            "worker pid %s did not answer 'start' within %s s; killing it",
+            client.pid,
+            pool.call_timeout,
+            extra={"worker_pid": client.pid, "reason": "call_timeout"},
+        )
+        client.kill()
+        try:
+            reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
+        except WorkerCrashed as exc:
+            raise _StartKilled(exc) from exc
 
 
 def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
@@ -485,7 +534,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "epoch": launch.epoch,
             },
         }
-        client.call("start", payload, launch.timeout, written=forward.start_written)
+        _call_start(pool, client, payload, forward)
     except BaseException:
         forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)

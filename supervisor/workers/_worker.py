@@ -388,9 +388,7 @@ class _Worker:
 
     def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
         if op == "load_template":
-            template = cloudpickle.loads(payload["template"])
-            model = cloudpickle.loads(payload["model"]) if payload["model"] else template.model
-            self._templates[payload["key"]] = (template, model)
+            self._templates[payload["key"]] = _load_template(payload)
             self.reply(call_id, None)
         elif op == "unload_template":  # no session here uses it any more (nor starts on it)
             self._templates.pop(payload["key"], None)
@@ -548,6 +546,33 @@ def _pack_answer(frame: dict[str, Any]) -> bytes:
         if frame.get("ok"):
             pack({"payload": frame.get("payload")})  # raises if the answer itself cannot go
         return pack_escaped(frame)  # escaping leaves encodable text as it is
+
+
+def _load_template(payload: dict[str, Any]) -> tuple[AgentTemplate, Model]:
+    """The template and model of a ``load_template`` frame, unpickled.
+
+    Raises:
+        Exception: what unpickling raised (its own class, so the caller of
+            ``start_session`` can catch it as such), with a note saying that this
+            worker could not load the template and how to fix the usual cause: a
+            module the host imports that the worker cannot (cloudpickle sends only
+            the main file's classes and functions by value; the others are imported
+            by name here, with the ``sys.path`` the host had when its workers' server
+            started).
+    """
+    try:
+        template = cloudpickle.loads(payload["template"])
+        model = cloudpickle.loads(payload["model"]) if payload["model"] else template.model
+    except Exception as exc:
+        exc.add_note(
+            f"worker process pid {os.getpid()} could not load the agent template the host "
+            "sent it: each worker imports by name the modules of the template's classes and "
+            "functions (those of the main file travel whole); make them importable there "
+            "(install them, or set PYTHONPATH: a sys.path change made after the workers "
+            "started does not reach them), or define those parts in the main file"
+        )
+        raise
+    return template, model
 
 
 def _credentials(plain: dict[str, Any] | None) -> Credentials | None:

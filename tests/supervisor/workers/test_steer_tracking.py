@@ -29,7 +29,9 @@ class _AcceptingClient:
         self.steered: list[str] = []
         self.called = threading.Event()
 
-    def call(self, op: str, payload: Any = None, timeout: float | None = None) -> None:
+    def call(
+        self, op: str, payload: Any = None, timeout: float | None = None, *, kill_late: bool = True
+    ) -> None:
         assert op == "steer"
         self.steered.append(payload["text"])
         self.called.set()

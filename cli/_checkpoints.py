@@ -15,6 +15,7 @@ from cli._common import (
     emit,
     fail,
     json_option,
+    message_count,
     open_store,
     render_fields,
     table,
@@ -89,7 +90,7 @@ def show_checkpoint(
         fields.update(
             model=state.get("model"),
             turns=state.get("turns"),
-            messages=len(state.get("messages") or []),
+            messages=message_count(state),
             usage=state.get("usage"),
             metadata=state.get("metadata"),
         )

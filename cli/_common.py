@@ -18,6 +18,7 @@ exceptions into that line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import unicodedata
@@ -42,6 +43,7 @@ __all__ = [
     "fail",
     "json_option",
     "make_data_dir",
+    "message_count",
     "open_store",
     "read_only",
     "render",
@@ -58,10 +60,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def data_dir_option(func: F) -> F:
-    """``--data-dir`` (default the library's ``DEFAULT_DATA_DIR``)."""
+    """``--data-dir`` (default the library's ``DEFAULT_DATA_DIR``). A file there is no
+    usage error but "no data directory" (``require_data_dir``, ``make_data_dir``)."""
     option = click.option(
         "--data-dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
+        metavar="DIRECTORY",
         default=DEFAULT_DATA_DIR,
         show_default=True,
         help="The host's data directory.",
@@ -83,7 +87,8 @@ def fail(message: str) -> NoReturn:
 def require_data_dir(data_dir: Path) -> None:
     """Exit 1 unless ``data_dir`` is a directory: a typo must not become a new, empty one."""
     if not data_dir.is_dir():
-        fail(f"no data directory at {str(data_dir)!r}; give the right one with --data-dir")
+        what = ", a file is there" if data_dir.exists() else ""
+        fail(f"no data directory at {str(data_dir)!r}{what}; give the right one with --data-dir")
 
 
 def make_data_dir(data_dir: Path) -> None:
@@ -95,6 +100,8 @@ def make_data_dir(data_dir: Path) -> None:
     """
     if data_dir.is_dir():
         return
+    if data_dir.exists():  # a file: no data directory, and none to create
+        require_data_dir(data_dir)
     parent = data_dir.parent
     if not parent.is_dir():
         fail(
@@ -148,35 +155,55 @@ def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
 
     Keys for an encrypted store come from ``SESSIONVISOR_KEYS`` (as
     ``EncryptionKeys.from_env`` reads them). Every failure exits 1 with a message.
+
+    A ``-wal`` file already there (a host serves the store, or stopped without
+    closing it) stays as it is: a read-only connection is held open beside the
+    store's, so that closing the store is not closing the file's last connection,
+    which copies the ``-wal`` file into the store and deletes it.
     """
     require_data_dir(data_dir)
     path = data_dir / DB_NAME
     require_store(data_dir)
     with data_dir_errors(data_dir, f"the store {DB_NAME}"):
-        _check_schema(data_dir, path)
-        try:
-            keys = EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
-            store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
-        except StoreEncrypted:
-            fail(
-                f"the store {str(path)!r} is encrypted, give keys: set {EncryptionKeys.VARIABLE} "
-                "as the host has it (key_id:base64key,...)"
-            )
-        try:
-            yield store
-        finally:
-            store.close()
+        keep_wal = path.with_name(path.name + "-wal").exists()
+        with closing(read_only(path)) as reader:
+            _check_schema(data_dir, path, reader)
+            keys = _keys(reader)
+            if not keep_wal:
+                reader.close()  # else SQLite could not remove the files the store makes
+            try:
+                store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
+            except StoreEncrypted:
+                fail(
+                    f"the store {str(path)!r} is encrypted, give keys: set "
+                    f"{EncryptionKeys.VARIABLE} as the host has it (key_id:base64key,...)"
+                )
+            try:
+                yield store
+            finally:
+                store.close()
 
 
 def require_store(data_dir: Path) -> None:
     """Exit 1 unless ``data_dir`` holds a store file: saying it was lost when its marker
-    file is left (as a host would refuse it), else that no host has written there yet."""
+    file is left (as a host would refuse it), that it is a link to nothing or no file, else
+    that no host has written there yet."""
     path = data_dir / DB_NAME
     lost = SQLiteCheckpointStore.lost_store(path)
     if lost is not None:
         fail(str(lost))
+    if path.is_symlink() and not path.exists():
+        fail(
+            f"{str(path)!r} is a symbolic link to {os.readlink(path)!r}, which does not "
+            "exist: restore what it points to (mount its volume), or remove the link"
+        )
     if not path.exists():
         fail(f"{str(data_dir)!r} holds no {DB_NAME}: no host has written there yet")
+    if not path.is_file():  # SQLite: a "disk I/O error"; a named pipe blocks the open
+        fail(
+            f"{str(path)!r} is not a file: restore the store's file there from a backup, or "
+            "give the right data directory with --data-dir"
+        )
 
 
 def read_only(db: Path) -> sqlite3.Connection:
@@ -184,14 +211,44 @@ def read_only(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
 
 
-def _check_schema(data_dir: Path, path: Path) -> None:
-    """Exit 1 unless ``path`` holds a store of the schema this code writes, read only.
+def _keys(conn: sqlite3.Connection) -> EncryptionKeys | None:
+    """The keys to open the store ``conn`` reads with: those of ``SESSIONVISOR_KEYS``, for
+    an encrypted store only, with a key the store records as the current one.
+
+    Opening a store with keys writes what it lacks: it marks a plaintext store that
+    holds no checkpoint yet encrypted (a host without keys then refuses it), and
+    records a new current key (a host whose ring lacks it then refuses the store).
+    A command must change neither; a plaintext store needs no keys to be read, and
+    any key of the ring decrypts the rows written under it.
+
+    Raises:
+        InvalidEncryptionKeys: ``SESSIONVISOR_KEYS`` is malformed.
+    """
+    variable = EncryptionKeys.VARIABLE
+    if not os.environ.get(variable):
+        return None
+    keys = EncryptionKeys.from_env()
+    meta = dict(conn.execute("SELECT name, value FROM store_meta").fetchall())
+    if meta.get("encryption") is None:
+        return None
+    recorded = {key_id for (key_id,) in conn.execute("SELECT key_id FROM encryption_keys")}
+    current = next((key_id for key_id in keys.key_ids if key_id in recorded), None)
+    if current is None or current == keys.current_id:
+        return keys  # no recorded key in the ring: the store refuses it, naming the keys
+    entries = os.environ[variable].split(",")
+    first = [e for e in entries if e.strip().partition(":")[0] == current]
+    rest = [e for e in entries if e.strip().partition(":")[0] != current]
+    return EncryptionKeys.from_env(environ={variable: ",".join(first + rest)})
+
+
+def _check_schema(data_dir: Path, path: Path, conn: sqlite3.Connection) -> None:
+    """Exit 1 unless ``path`` holds a store of the schema this code writes, read through
+    the read-only connection ``conn``.
 
     Raises what the store's own check raises (a foreign or truncated file, a newer
     schema) and SQLite's errors, for ``data_dir_errors``.
     """
-    with closing(read_only(path)) as conn:
-        version = SQLiteCheckpointStore.stored_schema(conn, str(path))
+    version = SQLiteCheckpointStore.stored_schema(conn, str(path))
     if version is None:
         fail(f"{str(path)!r} holds no store yet: no host has written there")
     writes = SQLiteCheckpointStore.SCHEMA_VERSION
@@ -258,17 +315,47 @@ def render(value: object) -> str:
     return _printable(str(value))
 
 
+def message_count(state: Mapping[str, object]) -> int:
+    """How many messages a checkpoint's ``state`` holds: none unless its ``messages`` is a
+    list (a store holds whatever state its users saved, not only an agent session's)."""
+    messages = state.get("messages")
+    return len(messages) if isinstance(messages, list) else 0
+
+
 def render_fields(fields: Mapping[str, object]) -> str:
     """One ``name: value`` line per field, each value ``render``-ed."""
     return "\n".join(f"{name}: {render(value)}" for name, value in fields.items())
 
 
 def emit(as_json: bool, document: object, text: Callable[[], str]) -> None:
-    """Print ``document`` as JSON (indented, as every command prints it), or ``text()``."""
-    if as_json:
-        click.echo(json.dumps(document, indent=2, default=_json_value, ensure_ascii=False))
-    else:
+    """Print ``document`` as JSON (indented, as every command prints it), or ``text()``.
+
+    The JSON is strict: a NaN or an infinity (a session's state may hold one) is
+    ``null``, as JavaScript's ``JSON.stringify`` writes it; Python's ``NaN`` and
+    ``Infinity`` are no JSON, and strict parsers (``jq``, browsers) refuse them.
+    """
+    if not as_json:
         click.echo(text())
+        return
+    try:
+        click.echo(_dumps(document))
+    except ValueError:  # a float that is not finite
+        click.echo(_dumps(_finite(document)))
+
+
+def _dumps(document: object) -> str:
+    return json.dumps(document, indent=2, default=_json_value, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    """``value`` with every NaN and infinity, at any depth, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json_value(value: object) -> str:

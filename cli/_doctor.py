@@ -119,6 +119,9 @@ def check(data_dir: Path) -> dict[str, object]:
     if lost is not None:  # what a host opening it says; read_only would say "cannot open"
         problems.append(str(lost))
         return report
+    if not db.is_file():  # SQLite would say "disk I/O error" (or wait on a named pipe)
+        problems.append(f"{db} is not a file: restore the store's file there from a backup")
+        return report
     try:
         conn = _reader(db)
     except sqlite3.Error as exc:
@@ -180,7 +183,8 @@ def _text(report: dict[str, object]) -> str:
 def doctor(data_dir: Path, as_json: bool) -> None:
     """Check permissions, secrets, integrity, schema version, orphaned rows and size."""
     require_data_dir(data_dir)
-    if SQLiteCheckpointStore.lost_store(data_dir / DB_NAME) is None:  # else a finding
+    db = data_dir / DB_NAME
+    if SQLiteCheckpointStore.lost_store(db) is None and not db.exists():  # else a finding
         require_store(data_dir)
     with data_dir_errors(data_dir):
         report = check(data_dir)

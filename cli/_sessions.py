@@ -2,37 +2,55 @@
 
 A session whose newest checkpoints cannot be read (damaged) is described by the
 newest one that can, as a host resuming it would, with ``damaged`` counting
-the ones skipped; one none of whose checkpoints can be read is an error naming
-the newest.
+the ones skipped. One none of whose checkpoints can be read is an error naming
+the newest for ``show``; ``list`` lists it with every checkpoint damaged and
+what only a checkpoint tells (tenant, model, turns, tokens) ``None``, so that
+it hides neither itself nor the other sessions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
-from actors import Snapshot, SnapshotDecodeError
+from actors import Snapshot, SnapshotDecodeError, Usage
 from cli import main
-from cli._common import data_dir_option, emit, fail, json_option, open_store, render_fields, table
+from cli._common import (
+    data_dir_option,
+    emit,
+    fail,
+    json_option,
+    message_count,
+    open_store,
+    render_fields,
+    table,
+)
 from supervisor import CheckpointNotFound, SQLiteCheckpointStore
 
 __all__ = ["describe", "sessions"]
 
 
 def describe(snapshot: Snapshot, checkpoints: int) -> dict[str, Any]:
-    """The summary of a session read from its newest checkpoint ``snapshot``."""
+    """The summary of a session read from its newest checkpoint ``snapshot``. A state not
+    shaped as an agent session's (the store holds what its users saved) gives ``None``
+    for what it lacks: a ``metadata`` that is no mapping, a ``usage`` that is no usage."""
     state = snapshot.state
-    usage = snapshot.usage()
+    try:
+        usage: Usage | None = snapshot.usage()
+    except SnapshotDecodeError:  # the checkpoint reads; its state.usage is no usage
+        usage = None
+    metadata = state.get("metadata")
     return {
         "session_id": snapshot.session_id,
-        "tenant_id": state.get("metadata", {}).get("tenant_id"),
+        "tenant_id": metadata.get("tenant_id") if isinstance(metadata, Mapping) else None,
         "model": state.get("model"),
         "turns": state.get("turns", 0),
-        "messages": len(state.get("messages") or []),
-        "usage": usage.to_dict(),
-        "total_tokens": usage.total,
+        "messages": message_count(state),
+        "usage": None if usage is None else usage.to_dict(),
+        "total_tokens": None if usage is None else usage.total,
         "checkpoints": checkpoints,
         "newest_checkpoint": snapshot.checkpoint_id,
         "saved_at": snapshot.saved_at.isoformat(),
@@ -62,6 +80,31 @@ def _load(store: SQLiteCheckpointStore, sid: str) -> dict[str, Any] | None:
     return None
 
 
+def _unreadable(store: SQLiteCheckpointStore, sid: str) -> dict[str, Any] | None:
+    """The session none of whose checkpoints can be read, as ``list`` shows it (see the
+    module docstring); ``None`` if it has none (any more)."""
+    infos = store.list(sid)
+    if not infos:
+        return None
+    unknown = dict.fromkeys(("tenant_id", "model", "turns", "messages", "usage", "total_tokens"))
+    return {
+        "session_id": sid,
+        **unknown,
+        "checkpoints": len(infos),
+        "newest_checkpoint": infos[0].checkpoint_id,
+        "saved_at": infos[0].saved_at.isoformat(),
+        "damaged": len(infos),
+    }
+
+
+def _listed(store: SQLiteCheckpointStore, sid: str) -> dict[str, Any] | None:
+    """The session as ``list`` shows it, readable or not; ``None`` if it has no checkpoint."""
+    try:
+        return _load(store, sid)
+    except SnapshotDecodeError:
+        return _unreadable(store, sid)
+
+
 @main.group()
 def sessions() -> None:
     """Sessions stored in a data directory."""
@@ -74,7 +117,7 @@ def sessions() -> None:
 def list_sessions(tenant: str | None, data_dir: Path, as_json: bool) -> None:
     """List the sessions with their tenant, model, turns, tokens and damaged checkpoints."""
     with open_store(data_dir) as store:
-        found = [d for sid in store.sessions() if (d := _load(store, sid)) is not None]
+        found = [d for sid in store.sessions() if (d := _listed(store, sid)) is not None]
     if tenant is not None:
         found = [d for d in found if d["tenant_id"] == tenant]
     emit(

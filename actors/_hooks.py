@@ -248,7 +248,21 @@ PROMPT: Returns = (_is_prompt, "a list of Message (the system prompt first)")
 """What ``before_model`` may return."""
 RESPONSE: Returns = (lambda value: isinstance(value, ModelResponse), "a ModelResponse")
 """What ``after_model`` may return."""
-TOOL_CALL: Returns = (lambda value: isinstance(value, ToolCall), "a ToolCall")
+
+
+def _is_call(value: object) -> bool:
+    """A ``ToolCall`` a session can run and publish: a ``str`` id and name, and ``dict``
+    arguments (``ToolCall`` checks none of them; arguments given as JSON text failed the
+    turn with ``dictionary update sequence element #0 ...``, naming no plugin)."""
+    return (
+        isinstance(value, ToolCall)
+        and isinstance(value.id, str)
+        and isinstance(value.name, str)
+        and isinstance(value.arguments, dict)
+    )
+
+
+TOOL_CALL: Returns = (_is_call, "a ToolCall (a str id and name, dict arguments)")
 """What ``on_tool_call`` may return."""
 
 

@@ -14,7 +14,14 @@ what comes from outside the session's control is made storable as it enters:
 
 A tool call whose JSON arguments an adapter could not read (``INVALID_ARGUMENTS``,
 see ``actors.streaming``) is stored as it came and becomes an error the model
-sees as well.
+sees as well. Text of a ``str`` subclass (a ``StrEnum`` member) is stored as a
+plain ``str``.
+
+A response of the wrong types (``check_response``, ``storable_message``: a
+``Message`` where a ``ModelResponse`` belongs, an ``int`` call id, a set in the
+arguments, a float token count) is a bug of the model's code, not an answer:
+it fails the turn with a ``TypeError`` naming the field, instead of entering a
+history that no checkpoint, or no resume, could take.
 
 The user's own text is refused instead (``AgentHost.send`` raises before the
 turn starts): a caller can fix it, a tool result cannot be sent back. Pure
@@ -27,16 +34,21 @@ from __future__ import annotations
 from typing import Any
 
 from actors._codec import join_path
-from actors.messages import Message, ToolCall
+from actors.messages import Message, ToolCall, Usage
+from actors.model import ModelResponse
 from actors.streaming import INVALID_ARGUMENTS
 
-__all__ = ["storable_message", "storable_text", "user_text"]
+__all__ = ["check_response", "storable_message", "storable_text", "user_text", "wrong_type"]
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 
 def storable_text(text: str) -> str:
-    """``text`` with every lone surrogate backslash-escaped (itself when it has none)."""
+    """``text`` with every lone surrogate backslash-escaped (itself when it has none), as a
+    plain ``str``: a subclass (a ``StrEnum`` member a tool returns) becomes a plain copy,
+    since a checkpoint refuses it, and a history holding it would fail every later one."""
+    if type(text) is not str:
+        text = str.__str__(text)
     if text.isascii():
         return text
     try:
@@ -73,21 +85,33 @@ def user_text(text: str, name: str) -> str:
     return text
 
 
-def storable_message(message: Message) -> tuple[Message, dict[str, str]]:
-    """A model's ``message`` made storable, and the calls whose arguments held an integer
-    out of range: ``{call id: what to tell the model}`` (those calls are not run)."""
+def storable_message(message: Message) -> tuple[Message, dict[int, str]]:
+    """A model's ``message`` made storable, and the calls not to run (arguments that held
+    an integer out of range, or were not a JSON object): ``{position of the call in
+    message.tool_calls: what to tell the model}``. By position, not id: a server may give
+    every call the same id (``""``), and a refusal must reach its own call.
+
+    Raises:
+        TypeError: a field of the message has the wrong type (a model's bug, not its
+            answer), naming the field: stored, it failed every later checkpoint, or made
+            one no session could resume; failing the turn rolls it back.
+    """
+    _check_message(message)
     content = message.content
     fixed_content = content if content is None else storable_text(content)
-    calls, refused = [], {}
-    for call in message.tool_calls:
-        arguments, problem = _storable_value(call.arguments, "")
+    calls: list[ToolCall] = []
+    refused: dict[int, str] = {}
+    for index, call in enumerate(message.tool_calls):
+        arguments, problem = _storable_value(
+            call.arguments, "", f"message.tool_calls[{index}].arguments"
+        )
         if problem is not None:
-            refused[call.id] = (
+            refused[index] = (
                 f"error: argument {problem} is an integer beyond 64 bits, which this session "
                 "cannot store; the tool was not run: send it as a string"
             )
         elif INVALID_ARGUMENTS in call.arguments:
-            refused[call.id] = (
+            refused[index] = (
                 "error: the arguments are not a JSON object; the tool was not run: call it "
                 "again with its arguments as one JSON object"
             )
@@ -103,24 +127,87 @@ def storable_message(message: Message) -> tuple[Message, dict[str, str]]:
     ), refused
 
 
-def _storable_value(value: Any, path: str) -> tuple[Any, str | None]:
-    """``value`` made storable, and the path of its first out-of-range integer, if any."""
+def wrong_type(field: str, value: object, must: str) -> TypeError:
+    """The error for a model's response whose ``field`` is ``value`` instead of ``must``."""
+    return TypeError(
+        f"the model's response is malformed: {field} must be {must}, got "
+        f"{type(value).__name__} ({value!r:.80})"
+    )
+
+
+def check_response(response: object) -> None:
+    """Raise ``wrong_type`` if ``response`` is not a ``ModelResponse`` or its usage not a
+    ``Usage`` of non-negative ``int`` counts: checked before the session adds the usage to
+    its own, which every checkpoint holds (a float count saved well, then failed the
+    resume). The message is checked by ``storable_message``, after ``after_model``."""
+    if not isinstance(response, ModelResponse):
+        raise wrong_type("the response", response, "a ModelResponse")
+    usage = response.usage
+    if not isinstance(usage, Usage):
+        raise wrong_type("usage", usage, "a Usage")
+    for name in _USAGE_FIELDS:
+        count = getattr(usage, name)
+        if type(count) is not int or count < 0:
+            raise wrong_type(f"usage.{name}", count, "a non-negative int")
+
+
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+
+
+def _check_message(message: object) -> None:
+    """Raise ``wrong_type`` for the first field of ``message`` of the wrong type."""
+    if not isinstance(message, Message):
+        raise wrong_type("message", message, "a Message")
+    if message.content is not None and not isinstance(message.content, str):
+        raise wrong_type("message.content", message.content, "a str or None")
+    for index, call in enumerate(message.tool_calls):
+        where = f"message.tool_calls[{index}]"
+        if not isinstance(call, ToolCall):
+            raise wrong_type(where, call, "a ToolCall")
+        for name, value in (("id", call.id), ("name", call.name)):
+            if not isinstance(value, str):
+                raise wrong_type(f"{where}.{name}", value, "a str")
+        if not isinstance(call.arguments, dict):
+            raise wrong_type(f"{where}.arguments", call.arguments, "a dict (a JSON object)")
+
+
+def _storable_value(value: Any, path: str, root: str) -> tuple[Any, str | None]:
+    """``value`` made storable, and the path of its first out-of-range integer, if any.
+
+    Raises:
+        TypeError: ``value`` holds what is not JSON (a set, an object, a key that is not a
+            ``str``), named by its path below ``root``.
+    """
     if isinstance(value, str):
         return storable_text(value), None
-    if isinstance(value, bool) or not isinstance(value, int | dict | list):
+    if value is None or isinstance(value, bool):
         return value, None
+    if isinstance(value, float):
+        return (value if type(value) is float else float(value)), None
     if isinstance(value, int):
+        if type(value) is not int:  # an IntEnum member: the plain number
+            value = int(value)
         if _INT_MIN <= value <= _INT_MAX:
             return value, None
         return str(value), repr(path or "value")
-    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+    if not isinstance(value, dict | list | tuple):
+        raise wrong_type(join_path(root, path) if path else root, value, "a JSON value")
+    if isinstance(value, dict):
+        for key in value:
+            if type(key) is not str:
+                raise wrong_type(
+                    f"a key of {join_path(root, path) if path else root}", key, "a str"
+                )
+        items = list(value.items())
+    else:
+        items = list(enumerate(value))
     changed, problem = {}, None
     for key, item in items:
-        fixed, found = _storable_value(item, join_path(path, key))
+        fixed, found = _storable_value(item, join_path(path, key), root)
         problem = problem or found
         if fixed is not item:
             changed[key] = fixed
-    if not changed:
+    if not changed and type(value) in (dict, list, tuple):
         return value, problem
     if isinstance(value, dict):
         return {**value, **changed}, problem

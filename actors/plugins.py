@@ -74,7 +74,8 @@ class Plugin:
     other hook is published as a ``plugin_error`` event and the session goes on
     as if the hook had returned ``None``; so is a replacement of the wrong type
     (``before_model`` must return a list of ``Message``, ``after_model`` a
-    ``ModelResponse``, ``on_tool_call`` a ``ToolCall``).
+    ``ModelResponse``, ``on_tool_call`` a ``ToolCall`` with ``str`` id and name and
+    ``dict`` arguments).
     """
 
     name: str = ""

@@ -26,7 +26,7 @@ from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
 from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
-from actors._storable import storable_message, storable_text, user_text
+from actors._storable import check_response, storable_message, storable_text, user_text
 from actors._strip import strip_live
 from actors.errors import (
     PluginError,
@@ -166,8 +166,31 @@ def _copy_containers(value: Any) -> Any:
     return value
 
 
+def _tool_error(exc: Exception) -> str:
+    """The text of a tool message for a tool that raised ``exc``: ``error: <class>: <text>``,
+    or ``error: <class>`` when its text cannot be had (a ``__str__`` that raises too)."""
+    try:
+        detail = str(exc)
+    except Exception:  # the tool failed all the same: say how, as far as can be told
+        return f"error: {type(exc).__name__}"
+    return storable_text(f"error: {type(exc).__name__}: {detail}")
+
+
 def _tool_output(result: object) -> str:
-    return storable_text(result if isinstance(result, str) else json.dumps(result, default=str))
+    """A tool's ``result`` as the text of its tool message: a ``str`` as it is, anything
+    else as JSON (``str`` for what JSON lacks), else as ``repr`` shows it (a dict with
+    tuple keys, a cycle). Never raises: the tool ran, and an error here read to the model
+    as the tool's failure, inviting it to run the tool (and its side effects) again."""
+    if isinstance(result, str):
+        return storable_text(result)
+    try:
+        text = json.dumps(result, default=str)
+    except Exception:  # any failure of JSON or of a __str__ it called
+        try:
+            text = repr(result)
+        except Exception:  # a __repr__ that raises too
+            text = f"<{type(result).__name__} object>"
+    return storable_text(text)
 
 
 class AgentSession(pykka.ThreadingActor):
@@ -307,7 +330,6 @@ class AgentSession(pykka.ThreadingActor):
         self._start_done.acquire()
         self._start_ok = False
         self._steered: list[str] = []
-        self._refused_calls: dict[str, str] = {}  # tool calls of the model not to run, by id
         self._system: Message | None = None
         # Without plugins a turn skips its hooks outright: calling the runner
         # (and building the hooks' arguments) was a measurable part of a turn.
@@ -588,7 +610,8 @@ class AgentSession(pykka.ThreadingActor):
 
         Raises:
             SnapshotEncodeError: a plugin's state (or the provider state or
-                metadata) holds a cycle or nests deeper than Python can copy.
+                metadata) holds a cycle or nests deeper than Python can copy, or a
+                plugin's ``ctx.state`` is no longer a dict.
         """
         try:
             return self._state()
@@ -620,11 +643,30 @@ class AgentSession(pykka.ThreadingActor):
         """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the
         plugins' states as they are now; costs a walk of those states, not of the history."""
         try:
-            states = _copy_containers(self.plugins.states())
+            states = _copy_containers(self._plugin_dicts())
         except RecursionError:
             raise self._too_deep_error() from None
         stripped, _ = strip_live(states)
         encode_plain(stripped, root="state.plugins")  # as a checkpoint's error names it
+
+    def _plugin_dicts(self) -> dict[str, dict[str, Any]]:
+        """``plugins.states()``, each checked to be a dict, as a resume requires: a hook or a
+        plugin's tool may have replaced its ``ctx.state`` with anything, and a checkpoint
+        holding a list there saved well, then failed every resume (``SnapshotDecodeError``).
+
+        Raises:
+            SnapshotEncodeError: naming the plugin's path (``state.plugins.<name>``).
+        """
+        states = self.plugins.states()
+        for name, state in states.items():
+            if not isinstance(state, dict):
+                raise SnapshotEncodeError(
+                    f"state.plugins.{name}",
+                    state,
+                    f"a plugin's ctx.state must be a dict, got {type(state).__name__}; "
+                    "change it in place instead of replacing it",
+                )
+        return states
 
     def _check_provider_state(self) -> None:
         """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the
@@ -684,7 +726,7 @@ class AgentSession(pykka.ThreadingActor):
         template's order, then each state kept without its plugin, in the order it was
         restored (see ``PluginRunner``): carried unchanged, so a template that lists the
         plugin again gets it back. Copies, so no caller of ``state`` can change a kept one."""
-        states: dict[str, Any] = _copy_containers(self.plugins.states())
+        states: dict[str, Any] = _copy_containers(self._plugin_dicts())
         kept = self.plugins.kept
         if kept:
             states.update(_copy_containers(kept))
@@ -715,16 +757,17 @@ class AgentSession(pykka.ThreadingActor):
             called = time.perf_counter()
             response = self._call_model(prompt, tools)
             seconds = time.perf_counter() - called
+            check_response(response)
             self._usage += response.usage
             if self._has_plugins:
                 response = self.plugins.pipe(
                     "after_model", response, lambda p, c, v: p.after_model(c, v), RESPONSE
                 )
-            message = self._record(response, seconds)
+            message, refused = self._record(response, seconds)
             if not message.tool_calls:
                 return message
-            for call in message.tool_calls:
-                self._call_tool(call)
+            for index, call in enumerate(message.tool_calls):
+                self._call_tool(call, refused.get(index))
         raise TurnLimitExceeded(self.max_steps)
 
     def _prompt(self) -> Sequence[Message]:
@@ -757,12 +800,11 @@ class AgentSession(pykka.ThreadingActor):
             "before_model", prompt, lambda p, c, v: p.before_model(c, v), PROMPT
         )
 
-    def _record(self, response: ModelResponse, seconds: float) -> Message:
-        """Append the model's message, made storable (see ``actors._storable``); return it.
-        ``seconds``: how long the model call took (published with the message)."""
+    def _record(self, response: ModelResponse, seconds: float) -> tuple[Message, dict[int, str]]:
+        """Append the model's message, made storable (see ``actors._storable``); return it and
+        what to answer instead of running each call not to run, by its position in the
+        message. ``seconds``: how long the model call took (published with the message)."""
         message, refused = storable_message(response.message)
-        if refused:
-            self._refused_calls.update(refused)
         self._messages.append(message)
         if response.provider_state is not None:
             self._provider_state = response.provider_state
@@ -775,9 +817,17 @@ class AgentSession(pykka.ThreadingActor):
         if response.stop_reason is not None:
             data["stop_reason"] = response.stop_reason
         self.event_buffer.publish("model_response", **data)
-        return message
+        return message, refused
 
-    def _call_tool(self, call: ToolCall) -> None:
+    def _call_tool(self, call: ToolCall, refused: str | None = None) -> None:
+        """Run the model's ``call`` and append its tool message; ``refused``: the answer to
+        give instead of running it (see ``actors._storable.storable_message``).
+
+        The tool message answers the model's call (its id and name) even when an
+        ``on_tool_call`` plugin replaced it: providers pair the two by id, and an answer
+        under the replacement's id left the model's call unanswered (a 400 on the next
+        request)."""
+        asked = call
         call = self.plugins.pipe(
             "on_tool_call", call, lambda p, c, v: p.on_tool_call(c, v), TOOL_CALL
         )
@@ -785,17 +835,18 @@ class AgentSession(pykka.ThreadingActor):
         tool = self.tools.get(call.name)
         ok = False
         started = time.perf_counter()
-        refused = self._refused_calls.pop(call.id, None) if self._refused_calls else None
         if refused is not None:
             output = refused
         elif tool is None:
             output = f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}"
         else:
             try:
-                output, ok = _tool_output(tool(**call.arguments)), True
+                result = tool(**call.arguments)
             except Exception as exc:
-                output = storable_text(f"error: {type(exc).__name__}: {exc}")
-        self._messages.append(Message.tool(call, output))
+                output = _tool_error(exc)
+            else:
+                output, ok = _tool_output(result), True
+        self._messages.append(Message.tool(asked, output))
         seconds = time.perf_counter() - started
         self.event_buffer.publish(
             "tool_result", id=call.id, name=call.name, ok=ok, content=output, seconds=seconds

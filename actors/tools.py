@@ -8,6 +8,7 @@ they belong to the agent template and are never serialized.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import types
@@ -123,11 +124,36 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return " ".join(summary), described
 
 
+def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Where ``fn``'s type hints are: itself, or for a ``functools.partial`` the function
+    it wraps, or for a callable object its class's ``__call__`` (``get_type_hints`` of
+    either object itself raised, though its signature is what a model calls)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or inspect.isclass(fn):
+        return fn
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the class's, for its hints
+    return call if call is not None else fn
+
+
 def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> Tool:
-    tool_name = name or fn.__name__
+    tool_name = name or getattr(fn, "__name__", None)
+    if not isinstance(tool_name, str) or not tool_name:
+        raise ToolDefinitionError(
+            f"{fn!r} has no __name__ to name its tool (a callable object or a "
+            "functools.partial): pass one, tool(name=...)(fn)"
+        )
     where = f"tool {tool_name!r}"
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        # Tools run on the session's thread and their result is taken as it is: an async
+        # one never ran, and the model got ``<coroutine object ...>`` as its result.
+        raise ToolDefinitionError(
+            f"{where}: an async def function cannot be a tool, since tools are called on the "
+            "session's thread and never awaited; define it with def (and run what it awaits "
+            "with asyncio.run, or a loop of your own)"
+        )
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(_annotated(fn))
     except Exception as exc:  # a forward reference that cannot be resolved
         raise ToolDefinitionError(f"{where}: cannot resolve type hints: {exc}") from exc
     summary, arg_docs = _parse_docstring(fn.__doc__ or "")
@@ -179,8 +205,8 @@ def tool(
             ``Args:`` section describes each parameter.
 
     Raises:
-        ToolDefinitionError: a parameter has no hint, an unsupported hint, or is
-            ``*args``/``**kwargs``/positional-only.
+        ToolDefinitionError: ``fn`` is an ``async def`` function, or a parameter has no
+            hint, an unsupported hint, or is ``*args``/``**kwargs``/positional-only.
     """
     if fn is not None:
         return _build(fn, name, description)

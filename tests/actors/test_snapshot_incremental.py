@@ -247,7 +247,8 @@ def _check_conversation(session: AgentSession, model: Planned, steps: list[Step]
     for step in steps:
         model.steps.append(step)
         # A failed turn is rolled back: the next snapshot must match the full walk again.
-        with contextlib.suppress(RuntimeError, OSError, SnapshotEncodeError, ValueError):
+        # (TypeError: a call whose id or arguments are not JSON fails its turn.)
+        with contextlib.suppress(RuntimeError, OSError, SnapshotEncodeError, ValueError, TypeError):
             session.send(step.user)
         model.steps.popleft()
         known = _assert_same_as_full_walk(session, known)

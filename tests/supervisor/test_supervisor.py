@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -375,12 +376,18 @@ def test_restart_whose_start_fails_is_retried_then_escalates(starts: Starts) -> 
 
 
 def test_child_dying_in_on_start_counts_as_a_crash() -> None:
+    monitored = threading.Event()
+    starts = itertools.count()
+
     def doomed() -> pykka.ActorRef[Any]:
+        if next(starts) > 0:  # restarts wait until the test monitors the supervisor: else
+            monitored.wait(WAIT)  # it could be gone before, and its Down say only 'noproc'
         return Worker.start(fail_on_start=RuntimeError("bad config"))
 
     handle = SupervisorHandle.start([ChildSpec("d", doomed)], max_restarts=2, clock=FakeClock())
     downs = Downs()
     monitor(handle.actor_ref, downs)
+    monitored.set()
     reason = downs.wait()[0].reason
     assert isinstance(reason, RestartIntensityExceeded)
     assert isinstance(reason.last_reason, RuntimeError)

@@ -24,6 +24,7 @@ from typing import Self, TypeVar, Unpack
 from actors import AgentTemplate, Event, Message, Snapshot
 from supervisor._futures import EventWatch
 from supervisor._host_policy import check_since
+from supervisor._host_record import SessionInfo
 from supervisor._session_attrs import SessionMetadata
 from supervisor.host import AgentHost
 
@@ -165,6 +166,47 @@ class AsyncAgentHost:
             TypeError: ``since`` is neither an ``int`` nor ``None`` (here, at the call).
         """
         return EventStream(self.host, session_id, check_since(since), tenant_id)
+
+    async def kill(
+        self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
+    ) -> None:
+        """``AgentHost.kill``: a crash; the supervisor resumes the session."""
+        self.host.kill(session_id, reason, tenant_id=tenant_id)
+
+    async def list_sessions(self, tenant_id: str | None = None) -> list[SessionInfo]:
+        """``AgentHost.list_sessions`` (the host's table, in memory: nothing waits)."""
+        return self.host.list_sessions(tenant_id)
+
+    async def session_info(self, session_id: str, *, tenant_id: str | None = None) -> SessionInfo:
+        """``AgentHost.session_info`` (the host's table, in memory: nothing waits)."""
+        return self.host.session_info(session_id, tenant_id=tenant_id)
+
+    # The calls below read or write the store, or wait for many sessions at once: each
+    # runs on a thread of asyncio's default executor (as asyncio runs file I/O), one
+    # thread per call, not per session.
+
+    async def latest_checkpoint(
+        self, session_id: str, *, tenant_id: str | None = None
+    ) -> Snapshot | None:
+        """``AgentHost.latest_checkpoint``: a store read, on an executor thread."""
+        return await asyncio.to_thread(self.host.latest_checkpoint, session_id, tenant_id=tenant_id)
+
+    async def hibernate_idle(self) -> list[str]:
+        """``AgentHost.hibernate_idle``, on an executor thread (it waits for each
+        session's final checkpoint)."""
+        return await asyncio.to_thread(self.host.hibernate_idle)
+
+    async def resume_all(
+        self, template: AgentTemplate | Callable[[str], AgentTemplate]
+    ) -> list[str]:
+        """``AgentHost.resume_all``, on an executor thread (it reads the store and starts
+        every session)."""
+        return await asyncio.to_thread(self.host.resume_all, template)
+
+    async def wait_for_workers(self, timeout: float | None = None) -> bool:
+        """``AgentHost.wait_for_workers``, on an executor thread. Cancelling the awaiting
+        task leaves that thread waiting until ``timeout`` (or the workers serve): give one."""
+        return await asyncio.to_thread(self.host.wait_for_workers, timeout)
 
     async def shutdown(self) -> None:
         """``AgentHost.shutdown`` on a thread of its own (it waits for every session)."""

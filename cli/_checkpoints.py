@@ -141,7 +141,7 @@ def export_checkpoint(
 @json_option
 def prune_checkpoints(keep: int, session_id: str | None, data_dir: Path, as_json: bool) -> None:
     """Keep only the newest KEEP checkpoints of one session, or of every session."""
-    with open_store(data_dir) as store:
+    with open_store(data_dir, write=True) as store:
         targets = [session_id] if session_id is not None else store.sessions()
         if session_id is not None and not store.list(session_id):
             fail(f"no session {session_id!r} in {str(data_dir)!r}")

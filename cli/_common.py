@@ -2,11 +2,14 @@
 
 Commands open the store beside a host that may be serving it: they never take
 ``host.lock``, never create a missing store (a typo in ``--data-dir`` is an
-error, not a new empty directory), and never change a store's schema: before
-the store is opened, a read-only connection checks that the file holds a store
-of the schema this sessionvisor writes (opening one of an older schema would
-migrate it under the host serving it). SQLite lets several processes use one
-file; readers do not block the host's writes. Not thread-safe: one command per
+error, not a new empty directory), and never change a store's schema. The
+reading commands open it ``read_only=True``: the store itself then refuses
+to create, migrate or mark anything, records no key, and leaves a ``-wal``
+file as it finds it. The one writing command (``checkpoints prune``) first
+checks through a read-only connection that the file holds a store of the
+schema this sessionvisor writes (opening one of an older schema would migrate
+it under the host serving it). SQLite lets several processes use one file;
+readers do not block the host's writes. Not thread-safe: one command per
 process.
 
 Every failure a user can cause or meet (a wrong path, a damaged file, a locked
@@ -31,8 +34,13 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from actors import SnapshotDecodeError
-from supervisor import EncryptionKeys, SQLiteCheckpointStore, SupervisorError
-from supervisor.errors import StoreEncrypted
+from supervisor import (
+    EncryptionKeys,
+    SQLiteCheckpointStore,
+    StoreEncrypted,
+    StoreReadOnly,
+    SupervisorError,
+)
 from supervisor.host import DEFAULT_DATA_DIR
 
 __all__ = [
@@ -50,6 +58,7 @@ __all__ = [
     "render_fields",
     "require_data_dir",
     "require_store",
+    "store_keys",
     "table",
 ]
 
@@ -150,38 +159,71 @@ def _damaged(data_dir: Path, database: str, exc: sqlite3.Error) -> NoReturn:
 
 
 @contextmanager
-def open_store(data_dir: Path) -> Iterator[SQLiteCheckpointStore]:
+def open_store(data_dir: Path, *, write: bool = False) -> Iterator[SQLiteCheckpointStore]:
     """The data directory's store, opened beside any running host; closed on exit.
 
-    Keys for an encrypted store come from ``SESSIONVISOR_KEYS`` (as
-    ``EncryptionKeys.from_env`` reads them). Every failure exits 1 with a message.
-
-    A ``-wal`` file already there (a host serves the store, or stopped without
-    closing it) stays as it is: a read-only connection is held open beside the
-    store's, so that closing the store is not closing the file's last connection,
-    which copies the ``-wal`` file into the store and deletes it.
+    Read-only unless ``write`` (see the module docstring). Keys for an encrypted
+    store come from ``SESSIONVISOR_KEYS`` (``store_keys``). Every failure exits 1
+    with a message.
     """
     require_data_dir(data_dir)
     path = data_dir / DB_NAME
     require_store(data_dir)
-    with data_dir_errors(data_dir, f"the store {DB_NAME}"):
-        keep_wal = path.with_name(path.name + "-wal").exists()
-        with closing(read_only(path)) as reader:
-            _check_schema(data_dir, path, reader)
-            keys = _keys(reader)
-            if not keep_wal:
-                reader.close()  # else SQLite could not remove the files the store makes
-            try:
-                store = SQLiteCheckpointStore(path, keep_last=None, encryption=keys)
-            except StoreEncrypted:
-                fail(
-                    f"the store {str(path)!r} is encrypted, give keys: set "
-                    f"{EncryptionKeys.VARIABLE} as the host has it (key_id:base64key,...)"
-                )
-            try:
-                yield store
-            finally:
-                store.close()
+    opened = _writing if write else _reading
+    with data_dir_errors(data_dir, f"the store {DB_NAME}"), opened(data_dir, path) as store:
+        yield store
+
+
+def store_keys() -> EncryptionKeys | None:
+    """The keys of ``SESSIONVISOR_KEYS``, ``None`` when it is unset or empty.
+
+    Raises:
+        InvalidEncryptionKeys: it is malformed.
+    """
+    return EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
+
+
+@contextmanager
+def _reading(data_dir: Path, path: Path) -> Iterator[SQLiteCheckpointStore]:
+    """The store opened ``read_only=True``: it changes nothing (see the module docstring)."""
+    try:
+        store = _open(path, store_keys(), read_only=True)
+    except StoreReadOnly as exc:  # no store there yet, or one of an older schema
+        if exc.schema_version is None:
+            raise
+        _wrong_schema(data_dir, path, exc.schema_version)
+    with closing(store):
+        yield store
+
+
+@contextmanager
+def _writing(data_dir: Path, path: Path) -> Iterator[SQLiteCheckpointStore]:
+    """The store opened to write, once a read-only connection found it of this schema.
+
+    A ``-wal`` file already there (a host serves the store, or stopped without
+    closing it) stays as it is: the read-only connection is held open beside the
+    store's, so that closing the store is not closing the file's last connection,
+    which copies the ``-wal`` file into the store and deletes it.
+    """
+    keep_wal = path.with_name(path.name + "-wal").exists()
+    with closing(read_only(path)) as reader:
+        _check_schema(data_dir, path, reader)
+        keys = _keys(reader)
+        if not keep_wal:
+            reader.close()  # else SQLite could not remove the files the store makes
+        with closing(_open(path, keys, read_only=False)) as store:
+            yield store
+
+
+def _open(path: Path, keys: EncryptionKeys | None, *, read_only: bool) -> SQLiteCheckpointStore:
+    """The store at ``path``, for every checkpoint (no pruning); exit 1 if it needs keys."""
+    try:
+        return SQLiteCheckpointStore(path, keep_last=None, encryption=keys, read_only=read_only)
+    except StoreEncrypted:
+        fail(
+            f"the store {str(path)!r} is encrypted, give keys: set "
+            f"{EncryptionKeys.VARIABLE} as the host has it (key_id:base64key,...)"
+        )
 
 
 def require_store(data_dir: Path) -> None:
@@ -212,22 +254,22 @@ def read_only(db: Path) -> sqlite3.Connection:
 
 
 def _keys(conn: sqlite3.Connection) -> EncryptionKeys | None:
-    """The keys to open the store ``conn`` reads with: those of ``SESSIONVISOR_KEYS``, for
-    an encrypted store only, with a key the store records as the current one.
+    """The keys to open the store ``conn`` reads with to write: those of
+    ``SESSIONVISOR_KEYS``, for an encrypted store only, with a key the store records as
+    the current one.
 
     Opening a store with keys writes what it lacks: it marks a plaintext store that
     holds no checkpoint yet encrypted (a host without keys then refuses it), and
     records a new current key (a host whose ring lacks it then refuses the store).
-    A command must change neither; a plaintext store needs no keys to be read, and
-    any key of the ring decrypts the rows written under it.
+    ``checkpoints prune`` only deletes, and must change neither; a plaintext store
+    needs no keys, and any key of the ring decrypts the rows written under it.
 
     Raises:
         InvalidEncryptionKeys: ``SESSIONVISOR_KEYS`` is malformed.
     """
-    variable = EncryptionKeys.VARIABLE
-    if not os.environ.get(variable):
+    keys = store_keys()
+    if keys is None:
         return None
-    keys = EncryptionKeys.from_env()
     meta = dict(conn.execute("SELECT name, value FROM store_meta").fetchall())
     if meta.get("encryption") is None:
         return None
@@ -235,6 +277,7 @@ def _keys(conn: sqlite3.Connection) -> EncryptionKeys | None:
     current = next((key_id for key_id in keys.key_ids if key_id in recorded), None)
     if current is None or current == keys.current_id:
         return keys  # no recorded key in the ring: the store refuses it, naming the keys
+    variable = EncryptionKeys.VARIABLE
     entries = os.environ[variable].split(",")
     first = [e for e in entries if e.strip().partition(":")[0] == current]
     rest = [e for e in entries if e.strip().partition(":")[0] != current]
@@ -249,15 +292,20 @@ def _check_schema(data_dir: Path, path: Path, conn: sqlite3.Connection) -> None:
     schema) and SQLite's errors, for ``data_dir_errors``.
     """
     version = SQLiteCheckpointStore.stored_schema(conn, str(path))
-    if version is None:
+    if version != SQLiteCheckpointStore.SCHEMA_VERSION:
+        _wrong_schema(data_dir, path, version or 0)
+
+
+def _wrong_schema(data_dir: Path, path: Path, version: int) -> NoReturn:
+    """Exit 1 saying that ``path`` holds no store (``version`` 0) or one of ``version``,
+    which this sessionvisor does not write (a newer one the store refuses itself)."""
+    if not version:
         fail(f"{str(path)!r} holds no store yet: no host has written there")
-    writes = SQLiteCheckpointStore.SCHEMA_VERSION
-    if version != writes:
-        fail(
-            f"the store {str(path)!r} has schema version {version}, this sessionvisor "
-            f"writes {writes}: start a host of this version on {str(data_dir)!r} to "
-            "migrate it, or use the sessionvisor that wrote it"
-        )
+    fail(
+        f"the store {str(path)!r} has schema version {version}, this sessionvisor "
+        f"writes {SQLiteCheckpointStore.SCHEMA_VERSION}: start a host of this version on "
+        f"{str(data_dir)!r} to migrate it, or use the sessionvisor that wrote it"
+    )
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

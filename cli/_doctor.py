@@ -5,6 +5,13 @@ it runs beside a serving host and repairs nothing: each problem is one line sayi
 A store's identity (empty, truncated, another program's, too new) is judged by
 the store's own rule (``supervisor._sqlite_schema``), so ``doctor`` says what
 opening the store would say.
+
+Beyond SQLite's pages, every checkpoint is loaded (``checkpoints``): one whose row
+fails its checksum, or whose message log or state part fails its digest, is a
+problem naming it, as ``sessions show`` would find it damaged. The bodies of an
+encrypted store can be checked only with its keys (``SESSIONVISOR_KEYS``): without
+them, or with keys that cannot read it, they are not verified, and a warning says
+so; that is no problem of the store, so it alone does not fail ``doctor``.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from actors import SnapshotDecodeError
 from cli import main
 from cli._common import (
     DB_NAME,
@@ -25,9 +33,19 @@ from cli._common import (
     render_fields,
     require_data_dir,
     require_store,
+    store_keys,
 )
 from cli._doctor_files import check_files
-from supervisor import SQLiteCheckpointStore, SupervisorError
+from supervisor import (
+    CheckpointNotFound,
+    EncryptionKeyError,
+    EncryptionKeys,
+    EncryptionUnavailable,
+    InvalidEncryptionKeys,
+    SQLiteCheckpointStore,
+    StoreEncrypted,
+    SupervisorError,
+)
 
 __all__ = ["check", "doctor"]
 
@@ -114,7 +132,13 @@ def check(data_dir: Path) -> dict[str, object]:
     _keys_db(data_dir, problems)
     db = data_dir / DB_NAME
     size = sum(p.stat().st_size for p in data_dir.glob(DB_NAME + "*") if p.is_file())
-    report: dict[str, object] = {"data_dir": str(data_dir), "bytes": size, "problems": problems}
+    warnings: list[str] = []
+    report: dict[str, object] = {
+        "data_dir": str(data_dir),
+        "bytes": size,
+        "problems": problems,
+        "warnings": warnings,
+    }
     lost = SQLiteCheckpointStore.lost_store(db)
     if lost is not None:  # what a host opening it says; read_only would say "cannot open"
         problems.append(str(lost))
@@ -127,6 +151,7 @@ def check(data_dir: Path) -> dict[str, object]:
     except sqlite3.Error as exc:
         problems.append(f"{db} cannot be opened ({exc}): check its owner and permissions")
         return report
+    verify = False
     try:
         try:
             version = SQLiteCheckpointStore.stored_schema(conn, str(db))
@@ -160,21 +185,80 @@ def check(data_dir: Path) -> dict[str, object]:
             for name, count in orphans.items()
             if count
         )
+        verify = True
     finally:
         conn.close()
+    if verify:  # through the store, once this connection no longer holds the file
+        report.update(_checkpoints(db, problems, warnings))
     return report
+
+
+def _checkpoints(db: Path, problems: list[str], warnings: list[str]) -> dict[str, object]:
+    """Load every checkpoint of the store ``db`` (see the module docstring), one at a time
+    through the store opened ``read_only=True``; the facts for the report:
+    ``checkpoints_verified`` and ``damaged_checkpoints`` (session, checkpoint, reason).
+
+    A problem per damaged checkpoint, or if the store fails on the way; a warning
+    if the bodies could not be verified for want of keys. A checkpoint the host
+    prunes meanwhile is skipped.
+    """
+    damaged: list[dict[str, str]] = []
+    unverified = {"checkpoints_verified": False, "damaged_checkpoints": damaged}
+    try:
+        keys = store_keys()
+        with closing(
+            SQLiteCheckpointStore(db, keep_last=None, encryption=keys, read_only=True)
+        ) as store:
+            for sid in store.sessions():
+                for info in store.list(sid):
+                    try:
+                        store.load(sid, info.checkpoint_id)
+                    except CheckpointNotFound:
+                        continue
+                    except SnapshotDecodeError as exc:
+                        damaged.append(_damaged(sid, info.checkpoint_id, exc))
+    except StoreEncrypted:
+        warnings.append(
+            f"the checkpoints in {db} were not verified: the store is encrypted; set "
+            f"{EncryptionKeys.VARIABLE} as the host has it to verify them"
+        )
+        return unverified
+    except (EncryptionKeyError, InvalidEncryptionKeys, EncryptionUnavailable) as exc:
+        warnings.append(f"the checkpoints in {db} were not verified: {exc}")
+        return unverified
+    except SupervisorError as exc:  # damage SQLite found on the way (reported above too)
+        problems.append(f"the checkpoints in {db} could not all be read: {exc}")
+        return {**unverified, "damaged_checkpoints": damaged}
+    problems.extend(
+        f"checkpoint {d['checkpoint_id']!r} of session {d['session_id']!r} cannot be read "
+        f"({d['reason']}): a host resumes the session from its newest checkpoint that "
+        "loads; restore the store from a backup to get this one back"
+        for d in damaged
+    )
+    return {"checkpoints_verified": True, "damaged_checkpoints": damaged}
+
+
+def _damaged(sid: str, cid: str, exc: SnapshotDecodeError) -> dict[str, str]:
+    """The report entry of checkpoint ``cid`` of ``sid``, which failed to load with ``exc``:
+    its reason on one line, without the ids the store puts in front."""
+    reason = exc.reason.removeprefix(f"checkpoint {cid!r} of session {sid!r}: ")
+    return {"session_id": sid, "checkpoint_id": cid, "reason": " ".join(reason.splitlines())}
 
 
 def _text(report: dict[str, object]) -> str:
     """The report for people: facts as ``name: value`` lines, then each problem."""
-    facts = {k: v for k, v in report.items() if k != "problems"}
+    facts = {k: v for k, v in report.items() if k not in ("problems", "warnings")}
     orphans = facts.get("orphans")
     if isinstance(orphans, dict):
         facts["orphans"] = render([f"{n} {name}" for name, n in orphans.items() if n])
-    problems = report["problems"]
+    damaged = facts.get("damaged_checkpoints")
+    if isinstance(damaged, list):  # each is a problem line below
+        facts["damaged_checkpoints"] = len(damaged)
+    problems, warnings = report["problems"], report["warnings"]
     assert isinstance(problems, list)
+    assert isinstance(warnings, list)
     found = [f"PROBLEM: {p}" for p in problems] or ["no problems found"]
-    return "\n".join([render_fields(facts), *found])
+    return "\n".join([render_fields(facts), *(f"WARNING: {w}" for w in warnings), *found])
 
 
 @main.command()

@@ -67,9 +67,11 @@ from supervisor.errors import StoreCorrupted as StoreCorrupted
 from supervisor.errors import StoreEncrypted as StoreEncrypted
 from supervisor.errors import StoreFull as StoreFull
 from supervisor.errors import StoreNotEncrypted as StoreNotEncrypted
+from supervisor.errors import StoreReadOnly as StoreReadOnly
 from supervisor.errors import StoreUnavailable as StoreUnavailable
 from supervisor.errors import StoreUnreachable as StoreUnreachable
 from supervisor.errors import SupervisorError as SupervisorError
+from supervisor.errors import TemplateNotLoadable as TemplateNotLoadable
 from supervisor.errors import TemplateNotPicklable as TemplateNotPicklable
 from supervisor.errors import WorkerCrashed as WorkerCrashed
 from supervisor.errors import WorkerStartError as WorkerStartError
@@ -156,6 +158,7 @@ __all__ = [
     "StoreEncrypted",
     "StoreFull",
     "StoreNotEncrypted",
+    "StoreReadOnly",
     "StoreUnavailable",
     "StoreUnreachable",
     "Strategy",
@@ -163,6 +166,7 @@ __all__ = [
     "Supervisor",
     "SupervisorError",
     "SupervisorHandle",
+    "TemplateNotLoadable",
     "TemplateNotPicklable",
     "WorkerCrashed",
     "WorkerInfo",

@@ -66,10 +66,13 @@ __all__ = [
     "MARKER_SUFFIX",
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
+    "check_file_identity",
     "damaged",
+    "file_identity",
     "is_damage",
     "lost_store",
     "open_database",
+    "open_error",
     "reporting_store_errors",
     "stored_schema",
 ]
@@ -153,13 +156,13 @@ def stored_schema(conn: sqlite3.Connection, path: str) -> int | None:
         StoreCorrupted: the file is neither a store nor new (truncated, foreign).
         SupervisorError: it is a store of a schema newer than this code supports.
     """
-    identity = _identity(conn)
-    if _check_identity(path, identity, os.path.exists(path + MARKER_SUFFIX)):
+    identity = file_identity(conn)
+    if check_file_identity(path, identity, os.path.exists(path + MARKER_SUFFIX)):
         return None
     return identity[1]
 
 
-def _identity(conn: sqlite3.Connection) -> tuple[int, int, frozenset[str]]:
+def file_identity(conn: sqlite3.Connection) -> tuple[int, int, frozenset[str]]:
     """The file's ``(application_id, user_version, table names)``; writes nothing."""
     app: int = conn.execute("PRAGMA application_id").fetchone()[0]
     version: int = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -167,7 +170,7 @@ def _identity(conn: sqlite3.Connection) -> tuple[int, int, frozenset[str]]:
     return app, version, frozenset(name for (name,) in tables)
 
 
-def _check_identity(path: str, identity: tuple[int, int, frozenset[str]], marked: bool) -> bool:
+def check_file_identity(path: str, identity: tuple[int, int, frozenset[str]], marked: bool) -> bool:
     """Whether the file is a new store to create (else one of ours to open as it is).
 
     Raises:
@@ -225,13 +228,13 @@ def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: str, marked: bool) -> None:
-    app, version, _ = _identity(conn)
+    app, version, _ = file_identity(conn)
     if (app, version) == (APPLICATION_ID, SCHEMA_VERSION):
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        identity = _identity(conn)  # again: another process may have created it meanwhile
-        if _check_identity(path, identity, marked):
+        identity = file_identity(conn)  # again: another process may have created it meanwhile
+        if check_file_identity(path, identity, marked):
             for statement in (*_DDL, *_DDL_3):
                 conn.execute(statement)
         else:
@@ -310,14 +313,14 @@ def open_database(
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         try:
-            _check_identity(name, _identity(conn), marked)  # before WAL changes the file
+            check_file_identity(name, file_identity(conn), marked)  # before WAL changes the file
             _enable_wal(conn, busy_timeout)
             conn.execute(f"PRAGMA synchronous = {synchronous}")
             conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_LIMIT_PAGES}")
             conn.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT_BYTES}")
             _ensure_schema(conn, name, marked)
         except sqlite3.DatabaseError as exc:
-            raise _open_error(name, exc) from exc
+            raise open_error(name, exc) from exc
         if not marked:
             _write_marker(marker)
     except BaseException:
@@ -400,7 +403,7 @@ def is_full(exc: sqlite3.Error) -> bool:
     return "database or disk is full" in str(exc)
 
 
-def _open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
+def open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
     """The error to raise for an SQLite error while opening ``path``."""
     text = str(exc)
     if is_damage(exc):

@@ -36,10 +36,13 @@ __all__ = [
     "StoreBusy",
     "StoreCorrupted",
     "StoreEncrypted",
+    "StoreFull",
     "StoreNotEncrypted",
+    "StoreReadOnly",
     "StoreUnavailable",
     "StoreUnreachable",
     "SupervisorError",
+    "TemplateNotLoadable",
     "TemplateNotPicklable",
     "WorkerCrashed",
     "WorkerStartError",
@@ -344,6 +347,41 @@ class TemplateNotPicklable(SupervisorError, TypeError):
         )
 
 
+class TemplateNotLoadable(SupervisorError, ImportError):
+    """A worker process could not load a template the host sent it: a module its classes
+    or functions come from is not importable there, its import raised (``sys.exit``
+    included), or cloudpickle could not rebuild a part.
+
+    The host pickled it fine: unlike ``TemplateNotPicklable`` the problem is the
+    worker's environment. A worker imports those modules by name (the main file's
+    parts travel whole), with the ``sys.path``, environment and working directory
+    its host had when the workers' server started. Nothing was started, and the
+    worker serves its other sessions on. An operator's configuration error:
+    retrying does not help. ``template`` describes the template (its model, tools
+    and plugins, with where each comes from), ``pid`` is the worker's, and
+    ``problem`` the underlying error as ``Type: message``; that error is the
+    ``__cause__`` and ``error`` (its own class when this process has it, else a
+    ``RemoteError`` with its text). An ``ImportError``, as the worker's error
+    usually is.
+    """
+
+    def __init__(self, template: str, pid: int, error: BaseException) -> None:
+        self.template = template
+        self.pid = pid
+        self.error = error
+        self.problem = f"{type(error).__name__}: {error}"
+        super().__init__(
+            f"worker process pid {pid} could not load the agent template ({template}): "
+            f"{self.problem}. Each worker imports by name the modules of the template's classes "
+            "and functions (those of the main file travel whole): make them importable there "
+            "(install the package, or set PYTHONPATH before the host starts: a sys.path change "
+            "made after the workers started does not reach them, and relative entries resolve "
+            "in the directory the host started in) and their import succeed there (no "
+            "sys.exit, no state only the host process has), define those parts in the main "
+            "file, or run the sessions in threads (workers=None)"
+        )
+
+
 class WorkerStartError(SupervisorError):
     """A worker process could not start: it exited on its own, or never answered, first.
 
@@ -445,6 +483,35 @@ class StoreUnavailable(SupervisorError, OSError):
         )
         super().__init__(
             f"checkpoint store {self.path!r} cannot be opened or written ({error}); {what_to_do}"
+        )
+
+
+class StoreReadOnly(SupervisorError):
+    """A checkpoint store opened with ``read_only=True`` was asked to write: nothing was
+    changed.
+
+    Raised by every method that writes (``save``, ``delete``, ``prune``,
+    ``rotate_keys``), and by opening when opening would have to write: the file
+    holds no store yet (creating it) or one of an older schema (migrating it).
+    Open the store without ``read_only=True`` to write. ``path`` names the file;
+    ``schema_version`` is the schema version the file holds when opening refused
+    (0: no store yet), else ``None``. Differs from ``StoreUnavailable`` (the file
+    cannot be opened or written at all).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        refused: str,
+        fix: str,
+        *,
+        schema_version: int | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.schema_version = schema_version
+        super().__init__(
+            f"checkpoint store {self.path!r} was opened read_only=True: {refused}, and nothing "
+            f"was changed; {fix}"
         )
 
 
@@ -679,6 +746,7 @@ for _cls in (
     StoreBusy,
     StoreCorrupted,
     StoreUnavailable,
+    StoreReadOnly,
     StoreFull,
     StoreEncrypted,
     StoreNotEncrypted,
@@ -701,6 +769,7 @@ for _cls in (
     WorkerCrashed,
     RemoteError,
     TemplateNotPicklable,
+    TemplateNotLoadable,
     WorkerStartError,
 ):
     _cls.__module__ = "supervisor"

@@ -39,6 +39,7 @@ from supervisor._saves_together import (
     checkpoint_row,
     write_together,
 )
+from supervisor._sqlite_read_only import open_read_only, refuse
 from supervisor._sqlite_schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
@@ -255,6 +256,18 @@ class SQLiteCheckpointStore(ClosingContext):
     cannot be opened or created there (a read-only directory) raises
     ``StoreUnavailable``. Both name the path.
 
+    Read-only (``read_only=True``): for tools that read a store beside a host
+    that may be serving it. Opening never creates the file nor writes to it:
+    no marker file, no schema creation or migration (``StoreReadOnly`` for a
+    file without a store or with an older schema), no key recorded (every key
+    the store records must be in the ring, which may have another current
+    key; keys given for a plaintext store are not used), and closing leaves a
+    ``-wal`` file there as it was (see ``_sqlite_read_only``). ``save``,
+    ``delete``, ``prune`` and ``rotate_keys`` raise ``StoreReadOnly`` and
+    change nothing; reads work as usual, thread-safe as above, and see what
+    others commit.
+    (``encrypt_existing`` is a class method on a path, outside any instance.)
+
     Args:
         path: Database file; created with its schema (and the marker file
             beside it) on first use.
@@ -269,6 +282,7 @@ class SQLiteCheckpointStore(ClosingContext):
         encryption: Encrypt at rest with these keys (AES-256-GCM, needs the
             ``cryptography`` package); see "Encryption" above. ``None``: the
             store must not be encrypted.
+        read_only: Open an existing store to read only; see "Read-only" above.
 
     Raises:
         StoreEncrypted: the store is encrypted and ``encryption`` is None.
@@ -277,7 +291,9 @@ class SQLiteCheckpointStore(ClosingContext):
         EncryptionKeyError: a key the store records is missing from the ring,
             or has other bytes there.
         EncryptionUnavailable: ``encryption`` is given without ``cryptography``.
-        StoreCorrupted, StoreUnavailable: see "Identity" above.
+        StoreCorrupted, StoreUnavailable: see "Identity" above (read-only: also
+            ``StoreUnavailable`` when there is no file, nor a marker file).
+        StoreReadOnly: (read-only) the file holds no store yet, or one of an older schema.
         ValueError: an argument is out of range, or ``path`` names no file (``""`` or
             ``":memory:"``, which SQLite takes for a database that vanishes on close).
     """
@@ -316,6 +332,7 @@ class SQLiteCheckpointStore(ClosingContext):
         busy_timeout: float = 30.0,
         migrations: MigrationRegistry | None = None,
         encryption: EncryptionKeys | None = None,
+        read_only: bool = False,
     ) -> None:
         check_max_snapshot_bytes(max_snapshot_bytes)
         if os.fspath(path) in _NOT_FILES:
@@ -343,20 +360,33 @@ class SQLiteCheckpointStore(ClosingContext):
         # used and changed by a batch's leader, with _lock held.
         self._damaged_logs: set[tuple[str, int]] = set()
         self._uncleanable: set[str] = set()
-        self._conn: sqlite3.Connection | None = open_database(
-            path, synchronous=self.synchronous, busy_timeout=busy_timeout
-        )
-        try:
-            self._rows: RowCodec = open_rows(self._conn, self.path, encryption)
-        except BaseException:
-            self._conn.close()
-            raise
+        self._read_only = bool(read_only)
+        self._conn: sqlite3.Connection | None
+        self._rows: RowCodec
+        if self._read_only:
+            self._conn, self._rows = open_read_only(
+                self.path, busy_timeout=busy_timeout, keys=encryption
+            )
+        else:
+            self._conn = open_database(
+                path, synchronous=self.synchronous, busy_timeout=busy_timeout
+            )
+            try:
+                self._rows = open_rows(self._conn, self.path, encryption)
+            except BaseException:
+                self._conn.close()
+                raise
         self._commits = GroupCommit(
             self._lock,
             self._open_connection,
             begin=self._before_writes,
             together=functools.partial(write_together, self),
         )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this instance was opened ``read_only=True``: it refuses every write."""
+        return self._read_only
 
     @property
     def encrypted(self) -> bool:
@@ -406,6 +436,8 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def save(self, snapshot: Snapshot) -> CheckpointInfo:
         """Store ``snapshot``; durable when it returns (see ``CheckpointStore.save``)."""
+        if self.read_only:
+            raise refuse(self.path, "save()")
         if not isinstance(snapshot, Snapshot):
             raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
         sid = snapshot.session_id
@@ -732,6 +764,8 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
         """Remove one or all of the session's checkpoints; returns how many."""
+        if self.read_only:
+            raise refuse(self.path, "delete()")
         if self._unfindable(session_id, checkpoint_id):
             return 0
         with self._transaction("IMMEDIATE") as db:
@@ -751,6 +785,8 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def prune(self, session_id: str, keep_last: int) -> int:
         """Keep the ``keep_last`` newest checkpoints of the session; returns how many went."""
+        if self.read_only:
+            raise refuse(self.path, "prune()")
         keep = check_keep_last(keep_last, allow_none=False)
         assert keep is not None
         keep = min(keep, _SQLITE_INT_MAX)  # no session holds more; SQLite takes no larger
@@ -857,7 +893,10 @@ class SQLiteCheckpointStore(ClosingContext):
 
         Raises:
             SupervisorError: the store is not encrypted.
+            StoreReadOnly: it was opened ``read_only=True``.
         """
+        if self.read_only:
+            raise refuse(self.path, "rotate_keys()")
         rows = self._rows
         if not isinstance(rows, SealedRows):
             raise SupervisorError(
@@ -872,7 +911,8 @@ class SQLiteCheckpointStore(ClosingContext):
         return count
 
     def close(self) -> None:
-        """Close the connection (checkpointing the WAL into the file). Idempotent."""
+        """Close the connection (checkpointing the WAL into the file, unless read-only).
+        Idempotent."""
         with self._lock:
             conn, self._conn = self._conn, None
         self._logs.clear()

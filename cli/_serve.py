@@ -54,7 +54,10 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     "uvicorn's --app-dir)",
 )
 @click.option(
-    "--workers", type=click.IntRange(min=1), default=None, help="Run sessions in N worker processes"
+    "--workers",
+    type=click.IntRange(min=1, max=1024),
+    default=None,
+    help="Run sessions in N worker processes",
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)

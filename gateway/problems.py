@@ -48,6 +48,7 @@ from supervisor import (
     StoreFull,
     StoreUnavailable,
     StoreUnreachable,
+    TemplateNotLoadable,
     WorkerStartError,
 )
 
@@ -202,6 +203,8 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             return Problem(507, "snapshot-too-large", "Session state too large", str(error))
         case RegistryProfileMissing() | UnknownModel() | PluginError():
             return Problem(500, "template-unusable", "The agent template failed", str(error))
+        case TemplateNotLoadable():
+            return _not_loadable(error)
         case SnapshotDecodeError():
             return _unreadable(error, session_id)
         case SnapshotEncodeError():
@@ -218,6 +221,18 @@ def _which(error: BaseException, session_id: str | None) -> str:
     are the server's, and logged there."""
     named = session_id or getattr(error, "session_id", None)
     return "the session" if named is None else f"session {named!r}"
+
+
+def _not_loadable(error: TemplateNotLoadable) -> Problem:
+    """The server's worker processes cannot load its agent template: the operator's
+    configuration (a module the workers cannot import), so not retryable; logged, and
+    answered without the error's words, which name the server's modules and processes."""
+    logger.error("answering that the agent template cannot be loaded: %s", error)
+    detail = (
+        "the server's worker processes cannot load its agent template (a configuration "
+        "error of the server; it logged why)"
+    )
+    return Problem(500, "template-unusable", "The agent template failed", detail)
 
 
 def _unreadable(error: SnapshotDecodeError, session_id: str | None) -> Problem:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -20,11 +21,13 @@ from supervisor.intensity import RestartIntensity
 __all__ = [
     "MAX_SETTING_SECONDS",
     "MAX_WAIT_SECONDS",
+    "MAX_WORKERS",
     "HostPolicy",
     "call_wait",
     "check_label",
     "check_since",
     "check_subscriber",
+    "check_worker_count",
     "check_worker_options",
     "resume_arguments",
     "start_arguments",
@@ -43,6 +46,16 @@ accept (``threading.TIMEOUT_MAX``, about 292 years), and the shutdown would fail
 MAX_WAIT_SECONDS = 365 * 86_400
 """A call's own ``timeout`` beyond this (a year) is taken as a year: no call waits that
 long, and Python's waits refuse a timeout past ``threading.TIMEOUT_MAX``."""
+
+MAX_WORKERS = 1024
+"""The most worker processes one host (one ``WorkerPool``) runs.
+
+Each worker is a process of its own, with its threads, its pipe and its copy of
+the imported modules (tens of MB), and each hosts many sessions: past the cores
+of the largest machines more workers add no throughput, only memory, and a host
+with thousands would meet the process (``RLIMIT_NPROC``) and file descriptor
+limits, or the machine's memory, one slow start at a time. A count above this is
+a mistake (a unit mix-up, the wrong setting), refused before anything starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +232,8 @@ def check_worker_options(
         raise TypeError(f"workers must be a positive int or None, got {_shown(workers)}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if workers is not None:
+        check_worker_count(workers)
     if workers is None and options:
         verb = "applies" if len(options) == 1 else "apply"
         raise ValueError(
@@ -226,6 +241,21 @@ def check_worker_options(
             "sessions in worker processes, or drop them"
         )
     worker_call_timeout(options.get("worker_call_timeout"))
+
+
+def check_worker_count(workers: int) -> None:
+    """``workers`` (a positive int) against ``MAX_WORKERS``.
+
+    Raises:
+        ValueError: more than ``MAX_WORKERS``; the message says why.
+    """
+    if workers > MAX_WORKERS:
+        raise ValueError(
+            f"workers must be at most {MAX_WORKERS}, got {workers}: each worker is a process "
+            "hosting many sessions, and more than the machine's cores add memory, not "
+            "throughput (a few per core is plenty; os.cpu_count() is "
+            f"{os.cpu_count()} here)"
+        )
 
 
 def check_label(label: object) -> str | None:

@@ -129,7 +129,8 @@ class SessionRuntime(Protocol):
 
         Raises:
             PluginError: a ``session_start`` hook raised.
-            TemplateNotPicklable, WorkerCrashed, WorkerStartError: worker runtime only.
+            TemplateNotPicklable, TemplateNotLoadable, WorkerCrashed, WorkerStartError:
+                worker runtime only.
         """
         ...
 

@@ -16,8 +16,10 @@ class WorkerOptions(TypedDict, total=False):
     """``AgentHost``'s options for its worker processes (with ``workers=N``; an error without).
 
     Keys:
-        worker_memory_limit: RLIMIT_AS of each worker in bytes; a tool allocating
-            past it kills its worker (its sessions are resumed).
+        worker_memory_limit: RLIMIT_AS of each worker in bytes (address space, not
+            resident memory: each session's thread reserves its stack, about 10 MiB
+            per session); a tool allocating past it kills its worker (its sessions
+            are resumed).
         worker_initializer: Called with ``*worker_initargs`` in each worker process,
             replacements included, before it hosts any session: set up logging,
             environment, caches (like ``ProcessPoolExecutor``'s ``initializer``). Sent

@@ -110,8 +110,10 @@ class AgentHost:
             at most a day).
         max_steps: Most model calls in one turn of each session (``>= 1``).
         workers: Run sessions in this many worker processes (``None``: in
-            threads of this process). Templates must then be picklable by
-            cloudpickle (``TemplateNotPicklable`` names the part that is not).
+            threads of this process; at most 1024, each a process hosting many
+            sessions). Templates must then be picklable by cloudpickle
+            (``TemplateNotPicklable`` names the part that is not) and loadable in
+            the workers (``TemplateNotLoadable`` says why one is not).
         worker_options: The ``worker_*`` keywords of ``WorkerOptions`` (memory
             limit, initializer, call timeout, start method, restart intensity, I/O).
         redact: Applied to every checkpoint before it is saved. The default,
@@ -407,6 +409,20 @@ class AgentHost:
             TimeoutError: the session did not answer within ``call_timeout``.
         """
         return self._sessions.history(self._table.live(session_id, tenant_id))
+
+    def latest_checkpoint(
+        self, session_id: str, *, tenant_id: str | None = None
+    ) -> Snapshot | None:
+        """The session's newest checkpoint that loads, the one it would come back from
+        (a damaged newer one is skipped with a logged warning, as ``resume``, ``history``
+        and ``checkpoint`` skip it); ``None`` if it has none yet. Reads the store only.
+
+        Raises:
+            SessionNotFound: no such session on this host (for ``tenant_id``).
+            SnapshotDecodeError: every checkpoint of the session is damaged.
+        """
+        record = self._table.live(session_id, tenant_id)
+        return self._checkpoints.latest(record.session_id)
 
     def events(
         self, session_id: str, since: int | None = None, *, tenant_id: str | None = None

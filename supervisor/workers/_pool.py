@@ -49,7 +49,7 @@ import pykka
 
 from actors import AgentTemplate, EventBuffer, Model
 from supervisor._actor import kill
-from supervisor._host_policy import worker_call_timeout
+from supervisor._host_policy import check_worker_count, worker_call_timeout
 from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import RestartIntensity
@@ -145,7 +145,7 @@ class WorkerPool:
     dead worker's reader thread.
 
     Args:
-        size: Number of worker processes (>= 1).
+        size: Number of worker processes (>= 1, at most ``MAX_WORKERS``, 1024).
         memory_limit: RLIMIT_AS per worker in bytes, or ``None``.
         initializer: Called with ``*initargs`` in each worker (replacements too)
             before it serves; shipped with cloudpickle. If it raises, the
@@ -183,6 +183,7 @@ class WorkerPool:
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"workers must be a positive integer, got {size!r}")
+        check_worker_count(size)  # before any process starts
         if start_method == "fork":
             raise ValueError(
                 "worker_start_method='fork' is unsafe in a threaded host; use forkserver"
@@ -478,17 +479,26 @@ class WorkerPool:
     # -- templates --------------------------------------------------------------------
 
     def load_template(
-        self, client: WorkerClient, template: AgentTemplate, model: Model, session_id: str
+        self,
+        client: WorkerClient,
+        template: AgentTemplate,
+        model: Model,
+        session_id: str,
+        call: Callable[[dict[str, Any]], object] | None = None,
     ) -> str:
         """Ship ``template`` and its resolved ``model`` to ``client`` unless loaded there;
         return their key. The placement of ``session_id`` on ``client`` counts as a user
-        of the template there until it is released (see ``release``).
+        of the template there until it is released (see ``release``). ``call`` writes
+        the ``load_template`` payload and waits for its reply (default: ``client.call``
+        with the pool's ``call_timeout``).
 
         The model is resolved in the parent (through the host's ProviderRegistry,
         as in thread mode), so a re-registered profile takes effect at once.
 
         Raises:
             TemplateNotPicklable: naming the part cloudpickle refused.
+            TemplateNotLoadable: the worker could not load it (a module it imports
+                by name is missing there, or its import raised).
         """
         template_bytes = self._pickle(template)
         try:
@@ -499,8 +509,12 @@ class WorkerPool:
             model_bytes = b""  # the template's own model: shipped inside the template
         key = hashlib.blake2b(template_bytes + model_bytes, digest_size=16).hexdigest()
         if not self._reserve_template(client, session_id, key):
-            payload = {"key": key, "template": template_bytes, "model": model_bytes}
-            client.call("load_template", payload, self.call_timeout)
+            about = _described(template, model)
+            payload = {"key": key, "template": template_bytes, "model": model_bytes, "about": about}
+            if call is None:
+                client.call("load_template", payload, self.call_timeout)
+            else:
+                call(payload)
             with self._lock:
                 loaded = client.templates.get(key)
                 if loaded is not None:  # (still counted: the caller releases after this)
@@ -624,6 +638,40 @@ def _not_picklable(template: AgentTemplate, error: BaseException) -> TemplateNot
         except Exception as exc:
             return TemplateNotPicklable(name, exc)
     return TemplateNotPicklable("template", error)
+
+
+_DESCRIBED_PARTS = 8
+"""How many tools, and how many plugins, a template's description names (then a count)."""
+
+
+def _described(template: AgentTemplate, model: Model) -> str:
+    """``template`` in a few words for ``TemplateNotLoadable``: each part with the module it
+    comes from, which is what a worker imports by name to load it."""
+
+    def origin(part: object) -> str:  # a function's (or class's) own name, else its class's
+        try:  # (user objects: a ``__getattr__`` may raise anything)
+            qualname = getattr(part, "__qualname__", None)
+            if not isinstance(qualname, str):
+                part, qualname = type(part), type(part).__qualname__
+            return f"{getattr(part, '__module__', None) or '?'}.{qualname}"
+        except Exception:
+            return f"a {type(part).__qualname__}"
+
+    def listed(kind: str, parts: list[tuple[str, object]]) -> list[str]:
+        if not parts:
+            return []
+        named = [f"{name} ({origin(part)})" for name, part in parts[:_DESCRIBED_PARTS]]
+        if len(parts) > _DESCRIBED_PARTS:
+            named.append(f"{len(parts) - _DESCRIBED_PARTS} more")
+        return [f"{kind}: {', '.join(named)}"]
+
+    shown = origin(model)
+    if isinstance(template.model, str):
+        shown = f"{template.model!r} resolved to {shown}"
+    tools: list[tuple[str, object]] = [(t.name, t.fn) for t in template.tools]
+    plugins: list[tuple[str, object]] = [(p.name, p) for p in template.plugins]
+    described = "; ".join([f"model: {shown}", *listed("tools", tools), *listed("plugins", plugins)])
+    return described.encode("utf-8", "backslashreplace").decode("utf-8")  # a frame carries it
 
 
 WorkerPool.__module__ = "supervisor"

@@ -10,7 +10,8 @@ Parent -> worker (requests)::
     {"id": int, "op": str, "payload": <op-specific>}
 
     op              payload                                             reply payload
-    load_template   {"key": str, "template": bytes, "model": bytes}     None
+    load_template   {"key": str, "template": bytes, "model": bytes,
+                     "about": str}                                      None
     unload_template {"key": str}                                        None
     start           {"session": sid, "key": str,
                      "restore": {"state": dict, "stripped": [str],
@@ -80,7 +81,9 @@ different exception class, or carry wrong values.
 
 ``load_template`` carries cloudpickle bytes (the template's closures, and the
 live model the parent resolved from a model string, or empty bytes when the
-template holds a live model itself); everything else is plain data. Events are pushed
+template holds a live model itself) and ``about``, the parent's description of
+the template for the ``TemplateNotLoadable`` the worker raises when it cannot
+load it; everything else is plain data. Events are pushed
 before the reply of the call that produced them, so the parent has published
 them when the call returns.
 """

@@ -19,6 +19,7 @@ session in the worker and gives its unused steering back to the host.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -449,7 +450,9 @@ def start_in_worker(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[A
     Raises:
         PluginError: a ``session_start`` hook raised (its cause names the original).
         TemplateNotPicklable: the template cannot be sent to a worker.
-        WorkerCrashed: the workers kept dying during the start, or none is alive.
+        TemplateNotLoadable: the worker could not load the template.
+        WorkerCrashed: the workers kept dying during the start, or none is alive, or
+            the start outlived ``worker_call_timeout`` (its worker was killed for it).
     """
     for attempt in range(_START_ATTEMPTS):
         try:
@@ -471,29 +474,40 @@ class _StartKilled(Exception):
         self.crashed = crashed
 
 
-def _call_start(pool: WorkerPool, client: WorkerClient, payload: Any, forward: _Steer) -> None:
-    """Write the ``start`` frame and wait for its reply.
+def _call_start(
+    pool: WorkerPool,
+    client: WorkerClient,
+    op: str,
+    payload: Any,
+    written: Callable[[], None] | None = None,
+) -> None:
+    """Write a request of the start (``load_template``, then ``start``) and wait for its
+    reply; ``written``, if given, is called once the request is on the pipe.
 
     Without ``worker_call_timeout`` the wait has no bound, as a start in thread mode
     has none: the host stops waiting after its ``call_timeout`` and stops the session
     once the start is over. It must not kill the worker, whose other sessions are
     fine (before, it did, and the start then killed the next worker in turn). With
-    one, a start that outlives it kills its worker, as any call does (``_StartKilled``).
+    one, a start that outlives it (a ``session_start`` hook, or an import of the
+    template's modules, that takes longer) kills its worker, as any call does
+    (``_StartKilled``), and only that one: another worker would take as long.
 
     Raises:
-        _StartKilled: the start outlived ``worker_call_timeout``.
-        Exception: what the start raised in the worker, or ``WorkerCrashed``.
+        _StartKilled: the request outlived ``worker_call_timeout``.
+        Exception: what the request raised in the worker, or ``WorkerCrashed``.
     """
-    reply = client.submit("start", payload)
-    forward.start_written()
+    reply = client.submit(op, payload)
+    if written is not None:
+        written()
     try:
         client.wait(reply, pool.call_timeout)
     except TimeoutError:
         if reply.done():
             raise  # the error *is* the reply
         logger.error(
-            "worker pid %s did not answer 'start' within %s s; killing it",
+            "worker pid %s did not answer %r within %s s; killing it",
             client.pid,
+            op,
             pool.call_timeout,
             extra={"worker_pid": client.pid, "reason": "call_timeout"},
         )
@@ -509,7 +523,8 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
     client = pool.place(session_id, launch.events, launch.timeout)
     forward = _Steer(client, session_id, launch.steering)
     try:
-        key = pool.load_template(client, launch.template, launch.model, session_id)
+        load = functools.partial(_call_start, pool, client, "load_template")
+        key = pool.load_template(client, launch.template, launch.model, session_id, load)
         queued = forward.start(launch.events)
         payload = {
             "session": session_id,
@@ -534,7 +549,7 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
                 "epoch": launch.epoch,
             },
         }
-        _call_start(pool, client, payload, forward)
+        _call_start(pool, client, "start", payload, forward.start_written)
     except BaseException:
         forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)

@@ -3,9 +3,10 @@
 ``worker_main`` is the process target. Its reader loop (the main thread) takes
 frames off the pipe (schema in ``supervisor.workers._protocol``) and never
 blocks on a session: calls on a session are *told* to its actor, which replies
-on the pipe itself when it has finished; ``start`` and ``stop`` (which wait for
-plugin hooks) run on a small thread pool; ``steer`` goes straight into the
-session's steering queue so it reaches a turn that is already running.
+on the pipe itself when it has finished; ``load_template`` (which imports the
+template's modules), ``start`` and ``stop`` (which wait for plugin hooks) run on
+a small thread pool; ``steer`` goes straight into the session's steering queue
+so it reaches a turn that is already running.
 
 An idle session reads the pipe itself while no other thread does, so a call
 for it runs without a hand-off from the main thread (see
@@ -60,11 +61,13 @@ from actors import (
 )
 from supervisor._actor import SupervisedActor, begin_terminate, kill, terminate
 from supervisor._lifecycle import Down, is_abnormal, lifecycle_of
+from supervisor.errors import TemplateNotLoadable
 from supervisor.monitors import monitor
 from supervisor.workers._checkpoint_delta import DeltaWriter
 from supervisor.workers._frames import write_frame
 from supervisor.workers._io import PipeIO
 from supervisor.workers._io import named as io_named
+from supervisor.workers._memory_limit import apply_memory_limit, explained
 from supervisor.workers._protocol import POKE, SESSION_DOWN, encode_error, pack, pack_escaped
 from supervisor.workers._worker_pipe import PipeInbox, WorkerPipe
 
@@ -151,13 +154,11 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     if setup.switch_interval is not None:
         sys.setswitchinterval(setup.switch_interval)
     if setup.memory_limit is not None:
-        import resource  # noqa: PLC0415 (POSIX only; imported where it is needed)
-
-        resource.setrlimit(resource.RLIMIT_AS, (setup.memory_limit, setup.memory_limit))
+        apply_memory_limit(setup.memory_limit)
     if setup.initializer is not None:
         initializer, args = cloudpickle.loads(setup.initializer)
         initializer(*args)
-    _Worker(conn, io_named(setup.io)).run()
+    _Worker(conn, io_named(setup.io), setup.memory_limit).run()
     _leave_stuck_threads(_EXIT_GRACE)
 
 
@@ -255,8 +256,9 @@ class _Worker:
     """The worker's state. Its pipe is read on the main thread and by idle sessions
     (``WorkerPipe``), and written from any thread."""
 
-    def __init__(self, conn: Connection, io: PipeIO) -> None:
+    def __init__(self, conn: Connection, io: PipeIO, memory_limit: int | None = None) -> None:
         self.conn = conn
+        self._memory_limit = memory_limit  # the worker's RLIMIT_AS, to explain running out
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()  # guards _sessions and _starting
         self._sessions: dict[str, _Hosted] = {}
@@ -288,8 +290,10 @@ class _Worker:
         self._write({"id": call_id, "ok": True, "payload": payload})
 
     def fail(self, call_id: int, exc: BaseException) -> None:
-        """Fail a call (see ``reply``)."""
-        self._write({"id": call_id, "ok": False, "error": encode_error(exc)})
+        """Fail a call (see ``reply``); a thread that could not start under the worker's
+        memory limit is explained (``_memory_limit.explained``)."""
+        error = explained(exc, self._memory_limit)
+        self._write({"id": call_id, "ok": False, "error": encode_error(error)})
 
     def answer(self, hosted: _Hosted, frame: dict[str, Any]) -> None:
         """Write the reply ``frame`` of ``hosted``'s running call, with the events it held back.
@@ -387,9 +391,8 @@ class _Worker:
         return None
 
     def _dispatch(self, call_id: int, op: str, payload: Any) -> None:
-        if op == "load_template":
-            self._templates[payload["key"]] = _load_template(payload)
-            self.reply(call_id, None)
+        if op == "load_template":  # imports, which may take long: not on the reading thread
+            self._pool.submit(self._blocking, call_id, self._load, payload)
         elif op == "unload_template":  # no session here uses it any more (nor starts on it)
             self._templates.pop(payload["key"], None)
             self.reply(call_id, None)
@@ -418,6 +421,10 @@ class _Worker:
             self.fail(call_id, exc)
         else:
             self.reply(call_id, None)
+
+    def _load(self, payload: dict[str, Any]) -> None:
+        """Load a template; the parent writes no ``start`` on it before the reply."""
+        self._templates[payload["key"]] = _load_template(payload)
 
     # -- sessions --------------------------------------------------------------
 
@@ -551,27 +558,23 @@ def _pack_answer(frame: dict[str, Any]) -> bytes:
 def _load_template(payload: dict[str, Any]) -> tuple[AgentTemplate, Model]:
     """The template and model of a ``load_template`` frame, unpickled.
 
+    Unpickling imports by name the modules of the template's classes and
+    functions (cloudpickle sends only the main file's by value), with the
+    ``sys.path`` the host had when its workers' server started. Whatever that
+    raises, ``SystemExit`` included (a script's top-level ``argparse`` error),
+    fails the load alone: it must not end the worker, whose other sessions are
+    fine (nor the next worker a start tried after it).
+
     Raises:
-        Exception: what unpickling raised (its own class, so the caller of
-            ``start_session`` can catch it as such), with a note saying that this
-            worker could not load the template and how to fix the usual cause: a
-            module the host imports that the worker cannot (cloudpickle sends only
-            the main file's classes and functions by value; the others are imported
-            by name here, with the ``sys.path`` the host had when its workers' server
-            started).
+        TemplateNotLoadable: naming the template (``payload["about"]``, the host's
+            description of it), this worker and the error, which is its cause.
     """
     try:
         template = cloudpickle.loads(payload["template"])
         model = cloudpickle.loads(payload["model"]) if payload["model"] else template.model
-    except Exception as exc:
-        exc.add_note(
-            f"worker process pid {os.getpid()} could not load the agent template the host "
-            "sent it: each worker imports by name the modules of the template's classes and "
-            "functions (those of the main file travel whole); make them importable there "
-            "(install them, or set PYTHONPATH: a sys.path change made after the workers "
-            "started does not reach them), or define those parts in the main file"
-        )
-        raise
+    except BaseException as exc:  # (see above: the import's error is the answer)
+        about = payload.get("about") or "not described by the host"
+        raise TemplateNotLoadable(str(about), os.getpid(), exc) from exc
     return template, model
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from actors import AgentTemplate, EchoModel
-from supervisor import AgentHost, MemoryCheckpointStore
+from supervisor import AgentHost, MemoryCheckpointStore, TemplateNotLoadable
 from tests.supervisor.workers.worker_tools import WAIT
 
 MODULE = "hunt4_host_only_plugin"
@@ -60,11 +60,12 @@ def test_a_template_no_worker_can_load_fails_with_the_reason_and_the_fix(
 ) -> None:
     plugin = host_only_module.HostOnly()  # type: ignore[attr-defined]
     template = AgentTemplate(model=EchoModel(), plugins=[plugin])
-    with pytest.raises(ModuleNotFoundError) as caught:  # its own class, as before
+    with pytest.raises(TemplateNotLoadable) as caught:  # typed; the import error its cause
         host.start_session(template, "s")
     shown = "".join(traceback.format_exception(caught.value))
     assert "could not load the agent template" in shown
     assert "PYTHONPATH" in shown
+    assert isinstance(caught.value.__cause__, ModuleNotFoundError)
 
     assert host.worker_deaths == 0
     assert host.wait_for_workers(WAIT)

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
-from actors import redact_secrets, strip_secrets
+from actors import Snapshot, redact_secrets, strip_secrets
 from gateway._context import JSON_BODY, Caller, GatewayDep, host_id
 from gateway.problems import problem_responses
 from gateway.schemas import JSON_BODY_RESPONSES, CheckpointOut, CheckpointRequest, CheckpointsOut
+from supervisor import CheckpointNotFound
 
 __all__ = ["router"]
 
@@ -83,15 +84,25 @@ async def export(
     key: Caller,
     checkpoint_id: Annotated[str | None, Query(min_length=1)] = None,
 ) -> dict[str, Any]:
-    """A checkpoint (the newest by default) as JSON, secrets redacted: credential-looking
-    values and what sits under secret-looking keys (as the host strips them by default,
-    so a host saving with ``redact=None`` or its own ``redact`` exports no secret either),
-    then the secret-looking keys themselves."""
+    """A checkpoint as JSON, secrets redacted: credential-looking values and what sits
+    under secret-looking keys (as the host strips them by default, so a host saving with
+    ``redact=None`` or its own ``redact`` exports no secret either), then the
+    secret-looking keys themselves. By default the newest that can be read, the one the
+    session comes back from (a damaged newer one is skipped, as ``/history`` skips it)."""
     gateway.owned(key.tenant_id, session_id)
-    store = gateway.ahost.host.store
     internal = host_id(key.tenant_id, session_id)
-    snapshot = await asyncio.to_thread(store.load, internal, checkpoint_id)
+    snapshot: Snapshot | None
+    if checkpoint_id is None:
+        snapshot = await gateway.ahost.latest_checkpoint(internal, tenant_id=key.tenant_id)
+    else:
+        store = gateway.ahost.host.store
+        snapshot = await asyncio.to_thread(store.load, internal, checkpoint_id)
+    if snapshot is None:
+        raise CheckpointNotFound(internal)
     redacted = strip_secrets(snapshot).redact(redact_secrets)
     plain: dict[str, Any] = json.loads(redacted.to_json())
     plain["session_id"] = session_id  # the id the client knows, not the host's tenant/id
+    state = plain.get("state")
+    if isinstance(state, dict) and state.get("session_id") == internal:
+        state["session_id"] = session_id  # (the conversation's own copy of it too)
     return plain

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
 from actors import Message
-from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id
+from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id, public_id
 from gateway._turns import OwnTurn
 from gateway.problems import Problem, ProblemError, problem_for, problem_responses
 from gateway.schemas import (
@@ -23,11 +23,24 @@ from gateway.schemas import (
     message_out,
 )
 from gateway.sse import HEARTBEAT, SSE_MEDIA_TYPE, frame, frame_event
-from supervisor import SessionNotFound, wait_future
+from supervisor import SessionFailed, SessionNotFound, wait_future
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["messages"])
+
+
+def _refuse_given_up(gateway: Gateway, tenant: str, session_id: str) -> None:
+    """Answer 409, as a JSON send to it does, for a session given up after repeated crashes,
+    before a steering text is queued for a model call that will not come, or a streamed
+    send answers 200 and only then an ``error`` frame.
+
+    Raises:
+        SessionNotFound: no such session of the tenant.
+        SessionFailed: it was given up.
+    """
+    if gateway.owned(tenant, session_id).status == "failed":
+        raise SessionFailed(host_id(tenant, session_id), "given up after repeated crashes")
 
 
 def _check_length(gateway: Gateway, text: str) -> None:
@@ -65,6 +78,7 @@ async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, 
     if not body.stream:
         answer = await _answer(gateway, internal, body.text, tenant)
         return SendResult(message=message_out(answer.to_dict()))
+    _refuse_given_up(gateway, tenant, session_id)  # a status before streaming, as a 404 has
     start = gateway.ahost.host.events(internal, tenant_id=tenant).cursor  # 404 before streaming
     own = OwnTurn()
     future = gateway.ahost.host.futures.send(internal, body.text, tenant_id=tenant, tag=own.tag)
@@ -89,7 +103,7 @@ async def _answer(gateway: Gateway, internal: str, text: str, tenant: str) -> Me
     except SessionNotFound:
         raise
     except Exception as exc:
-        raise ProblemError(problem_for(exc)) from exc
+        raise ProblemError(problem_for(exc, public_id(internal))) from exc
 
 
 async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
@@ -145,7 +159,7 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
         try:
             message = await answer_task
         except Exception as exc:
-            problem = problem_for(exc)
+            problem = problem_for(exc, public_id(internal))
             yield frame(
                 "error",
                 {
@@ -177,9 +191,12 @@ def _drop_outcome(task: asyncio.Future[Any]) -> None:
     responses=JSON_BODY_RESPONSES,
 )
 async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: Caller) -> Response:
-    """Queue text for the session's next model call, even in the middle of a turn."""
+    """Queue text for the session's next model call, even in the middle of a turn. A
+    session given up after repeated crashes answers 409, as a send to it does: it makes
+    no model call the text would reach."""
     _check_length(gateway, body.text)
     internal = host_id(key.tenant_id, session_id)
+    _refuse_given_up(gateway, key.tenant_id, session_id)
     await gateway.ahost.steer(internal, body.text, tenant_id=key.tenant_id)
     return Response(status_code=204)
 

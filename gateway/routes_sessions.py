@@ -101,29 +101,41 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
 
 @router.get("", summary="List your sessions")
 async def list_sessions(gateway: GatewayDep, key: Caller) -> SessionsOut:
-    """Every session of the caller's tenant: live, hibernated, restarting or failed; and
-    ``unavailable``, one whose template this server does not serve (not resumed here)."""
+    """Every session of the caller's tenant (each counts against its session limit): live,
+    hibernated, restarting or failed; ``starting``, one being created; and
+    ``unavailable``, one whose template this server does not serve, or that never
+    started or could not be resumed here (DELETE removes it)."""
     records = await asyncio.to_thread(gateway.keys.tenant_sessions, key.tenant_id)
     rows = {record.session_id: record for record in records}
     infos = gateway.ahost.host.list_sessions(key.tenant_id)
     listed = [session_body(info, rows.get(info.session_id)) for info in infos]
     here = {info.session_id for info in infos}
+    cutoff = now_ms() - int(STALE_RECORD_SECONDS * 1000)
+    # A cluster node answers here for its own sessions only (gateway._listing lists the
+    # others, from the store): there, the others are not "not here" but elsewhere.
+    alone = gateway.ahost.host.node is None
     listed += [
-        _unserved(record)
+        _not_here(gateway, record, cutoff)
         for record in records
-        if record.session_id not in here and record.template not in gateway.templates
+        if record.session_id not in here and (alone or record.template not in gateway.templates)
     ]
     return SessionsOut(sessions=listed)
 
 
-def _unserved(record: RememberedSession) -> SessionOut:
-    """A session of a template this server lacks, as its record has it."""
+def _not_here(gateway: Gateway, record: RememberedSession, cutoff: int) -> SessionOut:
+    """A recorded session this host does not run, as its record has it: a create in flight
+    (made after ``cutoff``), else one this server cannot serve (its template is not
+    among this server's, or its create died, or it was not resumed at start). Listed, as
+    it counts against the tenant's limit: one the client never got the id of would
+    otherwise hold its place unseen."""
+    template = gateway.templates.get(record.template)
+    starting = template is not None and record.created_at > cutoff
     return SessionOut(
         session_id=public_id(record.session_id),
         tenant_id=record.tenant_id,
         template=record.template,
-        status="unavailable",
-        model="",
+        status="starting" if starting else "unavailable",
+        model="" if template is None else template.model_string,
         created_at=record.created_at,
         metadata=json.loads(record.metadata_json),
         usage=UsageOut(**Usage().to_dict()),

@@ -4,6 +4,12 @@ same node id, at the same address) while clients send turns without pause. No
 acknowledged turn may be lost, and a drained node's sessions must move at once, not
 after its lease's TTL.
 
+"At once" is checked without timing anything (speed is the benchmarks' business): the
+drain leaves none of the node's sessions owned by it, and the TTL and the sweep
+interval are far longer than the deadline of every wait, so a session that needed
+either to move would stall its client past that deadline and fail the test. The
+durations measured are printed, for a reader, and never asserted.
+
 The clients play a load balancer's part: they spread their requests over the nodes
 in rotation (half of them stream their turns, ``stream: true``), and a node leaves
 the rotation before it is sent SIGTERM and joins it again once its new process
@@ -33,14 +39,14 @@ from gateway.routing import NODE_HEADER
 from tests.gateway.cluster_nodes import WAIT, ServeProcess
 from tests.gateway.serve_process import cli, descendants, frames, wait_gone
 
-TTL = 30.0  # far beyond the run: a session that waited out a lease would show at once
+TTL = 3600.0  # its sweep (TTL / 4) too is far past every wait's deadline (WAIT)
 TEMPLATES = ["slow=tests.gateway.agents:make_slow"]  # turns of ~0.1 s: some are in flight
 NODE_IDS = ("a", "b", "c")
 CLIENTS = 6
 SESSIONS_PER_CLIENT = 2
 WARM_UP_TURNS = 3  # turns every client has answered before the first restart
 TURNS_BETWEEN_RESTARTS = 3  # turns every client has answered since the last restart
-REQUEST_TIMEOUT = TTL + 15  # a request waiting out the TTL is measured, not cut short
+REQUEST_TIMEOUT = 2 * WAIT  # a deadline, not a speed limit: a turn takes ~0.1 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +314,7 @@ def processes() -> Iterator[list[ServeProcess]]:
         assert wait_gone(descendants(os.getpid()) - baseline, WAIT) == set()
 
 
+@pytest.mark.timeout(300)  # a deadline: three restarts under load on a busy machine
 def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_ttl(
     pg_dsn: str, pg_schema: str, tmp_path: Path, processes: list[ServeProcess]
 ) -> None:
@@ -355,6 +362,8 @@ def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_tt
             exits[node_id] = old.process.wait(WAIT)
             stops[node_id] = (stopped_at, time.monotonic())
             assert exits[node_id] == 0, f"node {node_id} exited {exits[node_id]} on SIGTERM"
+            # drained: no lease of it is left to wait out (its new incarnation is not up)
+            assert _owned_by(pg_dsn, pg_schema, node_id) == [], f"{node_id} kept sessions"
             floor = load.acked_now()
             port = int(old.url.rsplit(":", 1)[1])
             new = nodes[node_id] = start(node_id, port)  # a new incarnation, same address
@@ -406,7 +415,4 @@ def test_a_rolling_restart_under_load_loses_no_acknowledged_turn_and_waits_no_tt
         f"{longest_gap:.2f} s (TTL {TTL:.0f} s)"
     )
     assert all(len(owned) > 0 for owned in moved.values()), moved  # each drain moved sessions
-    assert max(moved_in.values()) < TTL / 6, moved_in
-    assert longest_gap < TTL / 6, gaps  # moved: no wait for the TTL, nor for a sweep
-    assert longest_request < TTL / 6
     assert exits == dict.fromkeys(NODE_IDS, 0)

@@ -32,17 +32,15 @@ def test_an_unreadable_checkpoint_names_no_internals(served: Served) -> None:
         assert c.post("/v1/sessions/s/messages", json={"text": "hi"}).is_success
         assert served.host.hibernate("acme/s", tenant_id="acme")
         newest = _damage_newest(served, "acme/s")
-        for answer in (
-            c.get("/v1/sessions/s/export"),
-            c.get("/v1/sessions/s/export", params={"checkpoint_id": newest}),
-        ):
-            body = problem(answer, 500, "checkpoint-unreadable")
-            assert body["detail"] == (
-                "a checkpoint of session 's' cannot be read (damaged, or saved by a newer "
-                "version); the server logged which, and why"
-            )
-            assert "acme" not in answer.text
-            assert str(served.data_dir) not in answer.text
+        # (the default export skips it for the newest that loads: test_hunt5_export_damaged)
+        answer = c.get("/v1/sessions/s/export", params={"checkpoint_id": newest})
+        body = problem(answer, 500, "checkpoint-unreadable")
+        assert body["detail"] == (
+            "a checkpoint of session 's' cannot be read (damaged, or saved by a newer "
+            "version); the server logged which, and why"
+        )
+        assert "acme" not in answer.text
+        assert str(served.data_dir) not in answer.text
         # what the session comes back with: the newest checkpoint that loads
         history = c.get("/v1/sessions/s/history")
         assert history.status_code == 200, history.text

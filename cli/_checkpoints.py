@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from actors import strip_secrets
+from actors import Snapshot, strip_secrets
 from actors.redact import redact_secrets
 from cli import main
 from cli._common import (
@@ -16,11 +16,12 @@ from cli._common import (
     fail,
     json_option,
     message_count,
+    newest_readable,
     open_store,
     render_fields,
     table,
 )
-from supervisor import CheckpointNotFound
+from supervisor import CheckpointNotFound, SQLiteCheckpointStore
 
 __all__ = ["checkpoints"]
 
@@ -62,14 +63,38 @@ def list_checkpoints(session_id: str, data_dir: Path, as_json: bool) -> None:
 def _load_plain(
     data_dir: Path, session_id: str, checkpoint_id: str | None, *, strip: bool = True
 ) -> dict[str, Any]:
-    """The checkpoint as plain data; with ``strip`` its secrets replaced as the host does."""
+    """The checkpoint as plain data; with ``strip`` its secrets replaced as the host does.
+
+    Without ``checkpoint_id``, the newest that can be read: the one a host resumes
+    the session from (a warning on stderr names the newer ones that cannot be
+    read); a damaged checkpoint named by its id is an error.
+    """
     with open_store(data_dir) as store:
-        try:
-            snapshot = store.load(session_id, checkpoint_id)
-        except CheckpointNotFound:
-            what = "session" if checkpoint_id is None else f"checkpoint {checkpoint_id!r} of"
-            fail(f"no {what} {session_id!r} in {str(data_dir)!r}")
+        if checkpoint_id is None:
+            snapshot = _newest(data_dir, store, session_id)
+        else:
+            try:
+                snapshot = store.load(session_id, checkpoint_id)
+            except CheckpointNotFound:
+                fail(f"no checkpoint {checkpoint_id!r} of {session_id!r} in {str(data_dir)!r}")
     return (strip_secrets(snapshot) if strip else snapshot).to_dict()
+
+
+def _newest(data_dir: Path, store: SQLiteCheckpointStore, session_id: str) -> Snapshot:
+    """The session's newest readable checkpoint, warning of newer damaged ones; exit 1
+    if it has none, and raise the newest one's error if none can be read."""
+    snapshot, _, damaged = newest_readable(store, session_id)
+    if snapshot is None:
+        if damaged:
+            raise damaged[0]
+        fail(f"no session {session_id!r} in {str(data_dir)!r}")
+    for error in damaged:
+        click.echo(
+            f"warning: {error}; skipped it for checkpoint {snapshot.checkpoint_id!r}, the "
+            "newest that can be read (the one a host resumes the session from)",
+            err=True,
+        )
+    return snapshot
 
 
 @checkpoints.command("show")

@@ -33,8 +33,9 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from actors import SnapshotDecodeError
+from actors import Snapshot, SnapshotDecodeError
 from supervisor import (
+    CheckpointNotFound,
     EncryptionKeys,
     SQLiteCheckpointStore,
     StoreEncrypted,
@@ -52,6 +53,7 @@ __all__ = [
     "json_option",
     "make_data_dir",
     "message_count",
+    "newest_readable",
     "open_store",
     "read_only",
     "render",
@@ -361,6 +363,25 @@ def render(value: object) -> str:
     if isinstance(value, date):
         return value.isoformat()
     return _printable(str(value))
+
+
+def newest_readable(
+    store: SQLiteCheckpointStore, session_id: str
+) -> tuple[Snapshot | None, int, list[SnapshotDecodeError]]:
+    """The session's newest checkpoint that can be read (the one a host resumes it from),
+    how many checkpoints it has, and the errors of the newer ones that cannot be read,
+    newest first. ``(None, 0, [])`` if it has none; ``(None, n, errors)`` if none of its
+    ``n`` can be read. A checkpoint the host prunes meanwhile is skipped."""
+    infos = store.list(session_id)
+    damaged: list[SnapshotDecodeError] = []
+    for info in infos:
+        try:
+            return store.load(session_id, info.checkpoint_id), len(infos), damaged
+        except CheckpointNotFound:  # removed meanwhile by the host's pruning
+            continue
+        except SnapshotDecodeError as exc:
+            damaged.append(exc)
+    return None, len(infos), damaged
 
 
 def message_count(state: Mapping[str, object]) -> int:

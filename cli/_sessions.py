@@ -24,11 +24,12 @@ from cli._common import (
     fail,
     json_option,
     message_count,
+    newest_readable,
     open_store,
     render_fields,
     table,
 )
-from supervisor import CheckpointNotFound, SQLiteCheckpointStore
+from supervisor import SQLiteCheckpointStore
 
 __all__ = ["describe", "sessions"]
 
@@ -64,17 +65,9 @@ def _load(store: SQLiteCheckpointStore, sid: str) -> dict[str, Any] | None:
     Raises:
         SnapshotDecodeError: none of its checkpoints can be read (the newest one's error).
     """
-    infos = store.list(sid)
-    damaged: list[SnapshotDecodeError] = []
-    for info in infos:
-        try:
-            snapshot = store.load(sid, info.checkpoint_id)
-        except CheckpointNotFound:  # removed meanwhile by the host's pruning
-            continue
-        except SnapshotDecodeError as exc:
-            damaged.append(exc)
-            continue
-        return {**describe(snapshot, len(infos)), "damaged": len(damaged)}
+    snapshot, count, damaged = newest_readable(store, sid)
+    if snapshot is not None:
+        return {**describe(snapshot, count), "damaged": len(damaged)}
     if damaged:
         raise damaged[0]
     return None

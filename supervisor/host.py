@@ -53,7 +53,12 @@ from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable, require_tenant
 from supervisor.checkpoint_store import CheckpointStore
-from supervisor.errors import SessionAlreadyExists, SessionNotFound, SessionOwnedElsewhere
+from supervisor.errors import (
+    SessionAlreadyExists,
+    SessionFailed,
+    SessionNotFound,
+    SessionOwnedElsewhere,
+)
 
 if TYPE_CHECKING:
     from supervisor.cluster import EventFollower, NodeConfig
@@ -394,11 +399,17 @@ class AgentHost:
 
         Raises:
             SessionNotFound: no such session (for ``tenant_id``).
+            SessionFailed: it was given up after repeated crashes, as ``send`` raises: it
+                makes no model call the text would reach, and ``resume`` starts it
+                with an empty queue.
             SteeringQueueFull: too many steering messages are waiting.
             TypeError, ValueError: ``text`` is not a ``str``, or holds a lone surrogate.
         """
         steering = plain_text("the steering text", text)
-        self._table.live(session_id, tenant_id).steering.put(steering)
+        record = self._table.live(session_id, tenant_id)
+        if record.status == "failed":  # (else the text waited for nothing, then was dropped)
+            raise SessionFailed(record.session_id, record.failure or "restart intensity exceeded")
+        record.steering.put(steering)
 
     def history(self, session_id: str, *, tenant_id: str | None = None) -> list[Message]:
         """The conversation so far: the running session's, or its last checkpoint's when it

@@ -49,6 +49,7 @@ from supervisor import (
     StoreUnavailable,
     StoreUnreachable,
     TemplateNotLoadable,
+    TemplateNotPicklable,
     WorkerStartError,
 )
 
@@ -203,8 +204,8 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             return Problem(507, "snapshot-too-large", "Session state too large", str(error))
         case RegistryProfileMissing() | UnknownModel() | PluginError():
             return Problem(500, "template-unusable", "The agent template failed", str(error))
-        case TemplateNotLoadable():
-            return _not_loadable(error)
+        case TemplateNotLoadable() | TemplateNotPicklable():  # before TypeError
+            return _not_usable_in_workers(error)
         case SnapshotDecodeError():
             return _unreadable(error, session_id)
         case SnapshotEncodeError():
@@ -223,13 +224,15 @@ def _which(error: BaseException, session_id: str | None) -> str:
     return "the session" if named is None else f"session {named!r}"
 
 
-def _not_loadable(error: TemplateNotLoadable) -> Problem:
-    """The server's worker processes cannot load its agent template: the operator's
-    configuration (a module the workers cannot import), so not retryable; logged, and
-    answered without the error's words, which name the server's modules and processes."""
-    logger.error("answering that the agent template cannot be loaded: %s", error)
+def _not_usable_in_workers(error: TemplateNotLoadable | TemplateNotPicklable) -> Problem:
+    """The server cannot send its agent template to its worker processes (a part
+    cloudpickle refuses), or they cannot load it (a module they cannot import): the
+    operator's configuration, so not retryable (a ``TemplateNotPicklable`` was a 422
+    "invalid input", as if the client had sent something wrong); logged, and answered
+    without the error's words, which name the server's modules and processes."""
+    logger.error("answering that the agent template cannot run in the workers: %s", error)
     detail = (
-        "the server's worker processes cannot load its agent template (a configuration "
+        "the server cannot run its agent template in its worker processes (a configuration "
         "error of the server; it logged why)"
     )
     return Problem(500, "template-unusable", "The agent template failed", detail)

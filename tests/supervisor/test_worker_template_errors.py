@@ -30,6 +30,7 @@ from supervisor import (
     RemoteError,
     SupervisorError,
     TemplateNotLoadable,
+    TemplateNotPicklable,
 )
 from tests.supervisor.host_helpers import WAIT
 
@@ -194,3 +195,12 @@ def test_the_gateway_answers_it_as_the_operators_configuration_error() -> None:
     assert problem.retry_after is None  # sending again does not help: the server's setup
     assert "4242" not in problem.detail  # the server's internals stay in its log
     assert "No x" not in problem.detail
+
+
+def test_the_gateway_answers_an_unpicklable_template_as_the_servers_error_too() -> None:
+    error = TemplateNotPicklable("template.tools[0]", TypeError("cannot pickle '_thread.lock'"))
+    problem = problem_for(error, "s")
+    assert problem.status == 500  # was 422 "invalid input": the client sent nothing wrong
+    assert problem.slug == "template-unusable"
+    assert problem.retry_after is None
+    assert "_thread.lock" not in problem.detail

@@ -18,10 +18,11 @@ sees as well. Text of a ``str`` subclass (a ``StrEnum`` member) is stored as a
 plain ``str``.
 
 A response of the wrong types (``check_response``, ``storable_message``: a
-``Message`` where a ``ModelResponse`` belongs, an ``int`` call id, a set in the
-arguments, a float token count) is a bug of the model's code, not an answer:
-it fails the turn with a ``TypeError`` naming the field, instead of entering a
-history that no checkpoint, or no resume, could take.
+``Message`` where a ``ModelResponse`` belongs, a message whose role is not
+``assistant``, an ``int`` call id, a set in the arguments, a float token count)
+is a bug of the model's code, not an answer: it fails the turn with a
+``TypeError`` naming the field, instead of entering a history that no
+checkpoint, no resume or no provider could take.
 
 The user's own text is refused instead (``AgentHost.send`` raises before the
 turn starts): a caller can fix it, a tool result cannot be sent back. Pure
@@ -158,6 +159,8 @@ def _check_message(message: object) -> None:
     """Raise ``wrong_type`` for the first field of ``message`` of the wrong type."""
     if not isinstance(message, Message):
         raise wrong_type("message", message, "a Message")
+    if message.role != "assistant":  # a user or tool message as the answer misled every request
+        raise wrong_type("message.role", message.role, "'assistant'")
     if message.content is not None and not isinstance(message.content, str):
         raise wrong_type("message.content", message.content, "a str or None")
     for index, call in enumerate(message.tool_calls):

@@ -234,7 +234,16 @@ class EventBuffer:
         ``missed`` 0, the new life's events numbered up to it.
 
         The returned cursor is always the last seq published.
+
+        Raises:
+            TypeError: ``cursor`` is neither an ``int`` nor ``None`` (a ``bool``, a
+                float or the text of a number failed deep inside, naming neither).
         """
+        if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int)):
+            raise TypeError(
+                "since() takes the cursor of an earlier EventBatch (an int) or None, got "
+                f"{type(cursor).__name__} {cursor!r:.40}"
+            )
         with self._lock:
             head, last, start = self._head, self._last, self._start
             retained = self._events[head:] + self._events[:head]  # oldest first
@@ -249,16 +258,28 @@ class EventBuffer:
         return EventBatch(events, last, max(0, oldest - cursor - 1))
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Call ``subscriber`` for every future event; returns a function that unsubscribes."""
+        """Call ``subscriber`` for every future event; returns a function that unsubscribes.
+
+        Each call of ``subscribe`` is undone by its own function, once: a later call of it
+        does nothing. It takes away this very subscriber (by identity, not ``==``: a
+        subscriber object that compares equal to another one, two empty dataclass
+        collectors say, took the other away and stayed subscribed itself).
+        """
         with self._lock:
             self._subscribers = (*self._subscribers, subscriber)
+        done = False
 
         def unsubscribe() -> None:
+            nonlocal done
             with self._lock:
-                remaining = list(self._subscribers)
-                if subscriber in remaining:
-                    remaining.remove(subscriber)
-                self._subscribers = tuple(remaining)
+                if done:
+                    return
+                done = True
+                subscribers = self._subscribers
+                for index in range(len(subscribers) - 1, -1, -1):
+                    if subscribers[index] is subscriber:
+                        self._subscribers = subscribers[:index] + subscribers[index + 1 :]
+                        return
 
         return unsubscribe
 

@@ -298,6 +298,11 @@ class Usage:
     refine, as providers bill them: ``cached_input_tokens`` of
     ``input_tokens``, ``reasoning_tokens`` of ``output_tokens``.
 
+    Every count is checked when the usage is built: a count that is not a non-negative
+    ``int`` (a float, a bool, ``None``, a negative number) is refused there, naming the
+    field, instead of breaking a sum, a metric or a checkpoint later. An ``int``
+    subclass is kept as a plain ``int``.
+
     Attributes:
         input_tokens: Prompt tokens, cached ones included.
         output_tokens: Generated tokens, reasoning included.
@@ -305,12 +310,33 @@ class Usage:
             (billed cheaper).
         reasoning_tokens: Generated tokens the model spent reasoning, not shown
             in its answer.
+
+    Raises:
+        TypeError: a count is not an ``int`` (``bool`` included).
+        ValueError: a count is negative.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
     reasoning_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _USAGE_COUNTS:
+            value = getattr(self, name)
+            if type(value) is int:
+                if value < 0:
+                    raise ValueError(f"Usage.{name} must be a non-negative int, got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"Usage.{name} must be a non-negative int, got {_shown(value)} "
+                    f"({type(value).__name__})"
+                )
+            count = int(value)  # an int subclass (an IntEnum...): kept as a plain int
+            if count < 0:
+                raise ValueError(f"Usage.{name} must be a non-negative int, got {count!r}")
+            object.__setattr__(self, name, count)
 
     @property
     def total(self) -> int:
@@ -320,7 +346,7 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
-        return Usage(
+        return _made_usage(  # sums of checked counts: nothing to check again
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cached_input_tokens + other.cached_input_tokens,
@@ -359,7 +385,7 @@ class Usage:
                 and min(i, o, c, r) >= 0
                 and ((t is None and "total" not in data) or (type(t) is int and t == i + o))
             ):
-                return cls(i, o, c, r)
+                return _made_usage(i, o, c, r) if cls is Usage else cls(i, o, c, r)
         d = _require_mapping("Usage", data)  # anything else: the checks that name the problem
         usage = cls(
             _get_count("Usage", d, "input_tokens"),
@@ -372,6 +398,31 @@ class Usage:
                 "Usage", "total", f"is {d['total']!r} but input + output is {usage.total}"
             )
         return usage
+
+
+_USAGE_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+
+_SET_COUNTS = tuple(Usage.__dict__[name].__set__ for name in _USAGE_COUNTS)
+
+
+def _made_usage(i: int, o: int, c: int, r: int) -> Usage:
+    """A ``Usage`` of counts already checked (``__post_init__``'s work is done)."""
+    usage: Usage = _new(Usage)
+    set_i, set_o, set_c, set_r = _SET_COUNTS
+    set_i(usage, i)
+    set_o(usage, o)
+    set_c(usage, c)
+    set_r(usage, r)
+    return usage
+
+
+def _shown(value: object) -> str:
+    """``repr(value)`` cut to 60 characters (or a placeholder if it raises), for an error."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 for _cls in (ToolCall, Message, Usage):

@@ -6,14 +6,17 @@ spaces and camelCase humps, then lower-cased (``X-Api-Key`` -> ``x api key``,
 
 * a word is ``token``, ``password``, ``passwd``, ``passphrase``, ``secret``,
   ``secrets``, ``authorization`` or ``apikey``, or
-* two neighbouring words are ``api`` and ``key``, or ``private`` and ``key``.
+* two neighbouring words are ``api`` and ``key`` (or ``keys``), or ``private`` and
+  ``key`` (or ``keys``).
 
+An acronym ends a word where the next one begins (``HTTPToken`` -> ``http token``).
 So ``token``, ``access_token``, ``refresh_token``, ``token_id``, ``authToken``,
-``api_key``, ``APIKey``, ``private_key``, ``client_secret``, ``Authorization``
-are dropped, while ``input_tokens``, ``output_tokens``, ``max_tokens`` (the
-plural ``tokens`` is a count, not a credential), ``tokenizer``, ``keyboard`` and
-``author`` are kept. The word rule is deliberately narrower than "contains
-token": usage counts must survive redaction.
+``IDToken``, ``api_key``, ``api_keys``, ``APIKey``, ``private_key``,
+``client_secret``, ``Authorization`` are dropped, while ``input_tokens``,
+``output_tokens``, ``max_tokens`` (the plural ``tokens`` is a count, not a
+credential), ``tokenizer``, ``keyboard`` and ``author`` are kept. The word rule
+is deliberately narrower than "contains token": usage counts must survive
+redaction.
 
 Only a value that can hold a secret goes with its key: text, bytes, or a
 container (a dict or list, whole). A number, a boolean, ``None`` or a datetime
@@ -70,8 +73,12 @@ _SECRET_VALUE = re.compile(r"^\s*(?:bearer\s+\S{8,}|sk-[A-Za-z0-9_-]{16,})\s*$",
 _SECRET_WORDS = frozenset(
     ("token", "password", "passwd", "passphrase", "secret", "secrets", "authorization", "apikey")
 )
-_SECRET_PAIRS = frozenset((("api", "key"), ("private", "key")))
-_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SECRET_PAIRS = frozenset(
+    (("api", "key"), ("api", "keys"), ("private", "key"), ("private", "keys"))
+)
+# A hump: lower (or digit) then upper, or the last capital of an acronym before a word
+# (``HTTPToken`` -> ``HTTP Token``, which read as the one word ``httptoken`` before).
+_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 
 

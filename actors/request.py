@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from actors.streaming import Delta, StreamAssembler
+from actors.streaming import Delta, StreamAssembler, TextDelta, ToolCallDelta
 
 if TYPE_CHECKING:
     from actors.messages import Message
@@ -116,7 +116,17 @@ class ModelRequest:
     def emit(self, delta: Delta) -> None:
         """Stream ``delta`` now: the session publishes it as a ``delta`` event before this
         returns (in a worker process it is written to the host at once), and keeps it for
-        ``streamed_message``. An exception a subscriber raises never comes back here."""
+        ``streamed_message``. An exception a subscriber raises never comes back here.
+
+        Raises:
+            TypeError: ``delta`` is neither a ``TextDelta`` nor a ``ToolCallDelta`` (a bare
+                ``str`` failed the turn with ``'str' object has no attribute 'id'``).
+        """
+        if not isinstance(delta, TextDelta | ToolCallDelta):
+            raise TypeError(
+                f"emit() takes a TextDelta or a ToolCallDelta (from actors), got "
+                f"{type(delta).__name__}: wrap answer text as TextDelta(text)"
+            )
         assembler = self._assembler
         if assembler is None:
             assembler = self._assembler = StreamAssembler()

@@ -22,6 +22,7 @@ import pykka
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
+from actors._loop import run as run_loop
 from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
 from actors._restored import RestoredMessages
@@ -205,6 +206,11 @@ class AgentSession(pykka.ThreadingActor):
     ``steering`` queue and ``event_buffer`` attributes are thread-safe objects
     that a host may pass in and use directly (steering must reach a turn that
     is running; events must be readable while it runs).
+
+    A ``SystemExit`` (any ``BaseException`` but ``KeyboardInterrupt``) raised in a turn
+    by a tool, the model or a hook ends this session alone, as under a supervisor: the
+    ask fails with ``pykka.ActorDeadError`` caused by it and ``on_failure`` runs (see
+    ``actors._loop``); Pykka alone would stop every actor of the process.
 
     Args:
         template: Model, tools, instructions and plugins.
@@ -443,6 +449,12 @@ class AgentSession(pykka.ThreadingActor):
     def on_stop(self) -> None:
         self.plugins.end("normal")
 
+    def _actor_loop_running(self) -> None:
+        # Pykka's loop, except that a ``SystemExit`` (or any ``BaseException`` but
+        # ``KeyboardInterrupt``) raised in a turn ends this session alone, as it does a
+        # supervised one: Pykka stops every actor of the process (see ``actors._loop``).
+        run_loop(self)
+
     def on_failure(self, *_exc_info: object) -> None:
         # A crash in the middle of a turn: the steering it took goes back to the
         # front of the queue, for the session's next incarnation.
@@ -455,6 +467,9 @@ class AgentSession(pykka.ThreadingActor):
     def send(self, text: str, *, tag: str | None = None) -> Message:
         """Run one turn for user ``text`` and return the final assistant message
         (``tag``: see ``Send``).
+
+        Steering waiting when the turn begins was said before ``text``: it enters the
+        history first (a ``steered`` event each, after ``turn_started``), then ``text``.
 
         A failed turn (the model raised, ``TurnLimitExceeded``, or the
         ``checkpointer`` raised after the turn, or a plugin's state or the model's
@@ -479,11 +494,13 @@ class AgentSession(pykka.ThreadingActor):
         text = user_text(text, "the user's text")
         mark = self._mark()
         self._steered = []
-        self._messages.append(Message.user(text))
         if tag is None:
             self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text)
         else:
             self.event_buffer.publish("turn_started", turn=self._turns + 1, text=text, tag=tag)
+        # Steering that was waiting was said before ``text``: the history keeps that order.
+        self._take_steering()
+        self._messages.append(Message.user(text))
         started = time.perf_counter()
         try:
             answer = self._run_turn()
@@ -578,9 +595,13 @@ class AgentSession(pykka.ThreadingActor):
         )
 
     def steer(self, text: str) -> None:
-        """Queue ``text`` to be injected before the next model call (``SteeringQueueFull``
+        """Queue ``text`` as a user message for the session's next model call (``SteeringQueueFull``
         when ``max_steering_queue`` messages wait; ``ValueError`` for text with a lone
-        surrogate, which no checkpoint could store)."""
+        surrogate, which no checkpoint could store).
+
+        The history keeps the order things were said in: text still waiting when a turn
+        begins goes before that turn's user message; text that arrives during a turn goes
+        right before its next model call."""
         self.steering.put(text)
 
     def history(self) -> list[Message]:
@@ -747,10 +768,7 @@ class AgentSession(pykka.ThreadingActor):
         turn = self._turns + 1
         for step in range(1, self.max_steps + 1):
             STEP.set(StepKey(self.session_id, self.epoch, turn, step))
-            for text in self.steering.drain():
-                self._steered.append(text)
-                self._messages.append(Message.user(text))
-                self.event_buffer.publish("steered", text=text)
+            self._take_steering()
             prompt = self._prompt()
             if self._prompt_plugins:
                 prompt = self._piped_prompt(list(prompt))
@@ -769,6 +787,14 @@ class AgentSession(pykka.ThreadingActor):
             for index, call in enumerate(message.tool_calls):
                 self._call_tool(call, refused.get(index))
         raise TurnLimitExceeded(self.max_steps)
+
+    def _take_steering(self) -> None:
+        """Append every waiting steering text as a user message (a ``steered`` event each),
+        remembered in ``_steered`` so a failed turn puts them back in the queue."""
+        for text in self.steering.drain():
+            self._steered.append(text)
+            self._messages.append(Message.user(text))
+            self.event_buffer.publish("steered", text=text)
 
     def _prompt(self) -> Sequence[Message]:
         """System prompt then history, as an O(1) view (``before_model`` plugins get a list)."""

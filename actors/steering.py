@@ -2,9 +2,10 @@
 
 A steering message is injected right before the session's next model call, even
 in the middle of a turn that is already running, so it cannot travel through
-the actor's mailbox (that would wait for the turn to end). The queue is shared
-between the session's thread and its callers instead, and bounded so a flood of
-steering cannot grow a session without limit.
+the actor's mailbox (that would wait for the turn to end). One still waiting when
+a turn begins was said before that turn's user message and goes before it. The
+queue is shared between the session's thread and its callers instead, and
+bounded so a flood of steering cannot grow a session without limit.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from actors._storable import user_text
 from actors.model import Model, model_string_of
 from actors.plugins import Plugin
 from actors.tools import Tool
@@ -70,8 +71,11 @@ class AgentTemplate:
 
     Raises:
         TypeError: ``model`` is neither a model string nor a model object (one with a
-            ``generate`` or ``respond`` method), or a tool or plugin is not one.
-        ValueError: ``model`` is an empty string, or two tools or plugins share a name.
+            ``generate`` or ``respond`` method), a tool or plugin is not one, or
+            ``instructions`` is neither a ``str`` nor ``None``.
+        ValueError: ``model`` is an empty string, two tools or plugins share a name, or
+            ``instructions`` holds a lone surrogate (every checkpoint holds them, and
+            none could store it).
     """
 
     model: Model | str = "echo"
@@ -81,6 +85,14 @@ class AgentTemplate:
 
     def __post_init__(self) -> None:
         _check_model(self.model)
+        if self.instructions is not None:  # in every checkpoint's state: storable text only
+            if not isinstance(self.instructions, str):
+                raise TypeError(
+                    f"instructions must be a str or None, got {type(self.instructions).__name__}"
+                )
+            object.__setattr__(
+                self, "instructions", user_text(self.instructions, "the template's instructions")
+            )
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "plugins", tuple(self.plugins))
         for item in self.tools:

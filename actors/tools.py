@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 import types
 import typing
@@ -72,7 +73,7 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
         return options[0] if len(options) == 1 else {"anyOf": options}
     # ``typing.Sequence[int]`` and ``typing.Mapping[...]`` have the ``collections.abc``
     # classes as their origin, as the ``collections.abc`` forms do.
-    if hint in (list, tuple) or origin in (list, tuple, abc.Sequence):
+    if hint in (list, tuple, abc.Sequence) or origin in (list, tuple, abc.Sequence):
         schema: dict[str, Any] = {"type": "array"}
         if origin is tuple and args and args[-1] is not Ellipsis:
             # A fixed-length tuple: each position has its own type.
@@ -81,7 +82,7 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
         elif args and args[-1] is not Ellipsis:
             schema["items"] = _type_schema(args[0], where)
         return schema
-    if hint is dict or origin in (dict, abc.Mapping):
+    if hint in (dict, abc.Mapping) or origin in (dict, abc.Mapping):
         schema = {"type": "object"}
         if len(args) == 2:
             schema["additionalProperties"] = _type_schema(args[1], where)
@@ -90,6 +91,15 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
         f"{where}: type {hint!r} has no JSON schema; use str, int, float, bool, "
         "None, Literal, list, tuple, Sequence, dict, Mapping or a union of these"
     )
+
+
+def _json_default(value: object) -> bool:
+    """Whether a parameter's default goes into its schema: ``None``, a ``str``, ``int`` or
+    ``bool``, or a finite ``float``. ``inf`` and ``nan`` have no JSON spelling: a schema
+    holding one was sent as ``Infinity``, which a provider refuses on every call."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, str | int | bool)
 
 
 _ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
@@ -174,7 +184,7 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None) ->
             prop["description"] = arg_docs[param.name]
         if param.default is param.empty:
             required.append(param.name)
-        elif param.default is None or isinstance(param.default, str | int | float | bool):
+        elif _json_default(param.default):
             prop["default"] = param.default
         properties[param.name] = prop
     parameters: dict[str, Any] = {"type": "object", "properties": properties}

@@ -40,8 +40,29 @@ def model_tool_name(prefix: str, name: str) -> str:
     shown = _NOT_NAME.sub("_", full)
     if len(shown) <= _NAME_MAX:
         return shown
+    return _hashed(full, shown)
+
+
+def _hashed(full: str, shown: str) -> str:
+    """``shown`` (``full`` made acceptable) cut to leave room for ``_`` and 8 hex digits of
+    ``full``'s hash, which end it."""
     digest = hashlib.sha256(full.encode()).hexdigest()[:8]
     return f"{shown[: _NAME_MAX - 9]}_{digest}"
+
+
+def _model_names(prefix: str, names: Sequence[str]) -> list[str]:
+    """``model_tool_name`` of each of a server's tool ``names``, made distinct: two names that
+    become the same (``notes.read`` and ``notes_read``) failed every session's start with a
+    clash no ``prefix`` could mend. A name the server spelled as providers accept keeps it;
+    one that had to change gets ``_`` and 8 hex digits of its hash at its end instead."""
+    shown = [model_tool_name(prefix, name) for name in names]
+    counts: dict[str, int] = {}
+    for item in shown:
+        counts[item] = counts.get(item, 0) + 1
+    return [
+        _hashed(prefix + name, item) if counts[item] > 1 and item != prefix + name else item
+        for name, item in zip(names, shown, strict=True)
+    ]
 
 
 class MCPTools(Plugin):
@@ -77,8 +98,9 @@ class MCPTools(Plugin):
             so that tools of two servers, or of a server and the template, do
             not clash. A clash fails the session's start. The name the model
             sees is one providers accept (``model_tool_name``: a ``.`` becomes
-            ``_``, a name over 64 characters is shortened); the server is
-            called by its own name.
+            ``_``, a name over 64 characters is shortened; a changed name that
+            meets another of the server's ends with 8 hex digits of its hash);
+            the server is called by its own name.
         include: Offer only these tools (names on the server); one the server
             does not offer fails the start. ``None`` offers them all.
         connect_timeout: Seconds to connect and list the tools (a stdio server
@@ -155,7 +177,8 @@ class MCPTools(Plugin):
                     f"{sorted(t.name for t in listed)}"
                 )
             listed = tuple(t for t in listed if t.name in self.include)
-        return [self._tool(connection, t) for t in listed]
+        names = _model_names(self.prefix, [t.name for t in listed])
+        return [self._tool(connection, t, name) for t, name in zip(listed, names, strict=True)]
 
     def session_end(self, ctx: PluginContext, reason: str) -> None:
         """Close the connection: ends the MCP session, stops a stdio server's process."""
@@ -163,10 +186,10 @@ class MCPTools(Plugin):
         if isinstance(connection, MCPConnection):
             connection.close()
 
-    def _tool(self, connection: MCPConnection, listed: mcp_types.Tool) -> Tool:
+    def _tool(self, connection: MCPConnection, listed: mcp_types.Tool, name: str) -> Tool:
         description = listed.description or listed.title or ""
         return Tool(
-            model_tool_name(self.prefix, listed.name),
+            name,
             description,
             listed.input_schema,
             _RemoteCall(connection, listed.name),

@@ -128,13 +128,21 @@ def _calling(*calls: Any) -> Message:
 FIRST = "message.tool_calls[0]"
 
 
+def _unchecked_usage(count: object) -> Usage:
+    """A ``Usage`` holding ``count`` unchecked (``Usage(...)`` refuses it), as a model
+    could still hand one over: the turn checks what it gets."""
+    usage = Usage()
+    object.__setattr__(usage, "input_tokens", count)
+    return usage
+
+
 @pytest.mark.parametrize(
     ("response", "field"),
     [
         ("hello", "the response"),
         (ModelResponse(cast(Message, "hello")), "message"),
         (ModelResponse(Message.assistant("x"), cast(Usage, None)), "usage"),
-        (ModelResponse(Message.assistant("x"), Usage(cast(int, 1.5))), "usage.input_tokens"),
+        (ModelResponse(Message.assistant("x"), _unchecked_usage(1.5)), "usage.input_tokens"),
         (Message.assistant(cast(str, 5)), "message.content"),
         (_calling({"id": "1", "name": "color"}), FIRST),
         (_calling(ToolCall(cast(str, 7), "color")), f"{FIRST}.id"),

@@ -67,8 +67,8 @@ def test_str_subclass_text_is_taken_as_plain_text(
     proxy = ref.proxy()
     proxy.steer(Text("steered")).get(timeout=WAIT)
 
-    assert proxy.send(Text("hello")).get(timeout=WAIT).content == "echo: steered"
-    assert [m.content for m in saved[-1].messages()] == ["hello", "steered", "echo: steered"]
+    assert proxy.send(Text("hello")).get(timeout=WAIT).content == "echo: hello"
+    assert [m.content for m in saved[-1].messages()] == ["steered", "hello", "echo: hello"]
     assert proxy.send("more").get(timeout=WAIT).content == "echo: more"
     saved[-1].serialize()
 

@@ -336,7 +336,7 @@ def test_send_requires_a_string(start: Starter) -> None:
 # -- steering ----------------------------------------------------------------------
 
 
-def test_steer_between_turns_is_injected_after_the_next_user_message(start: Starter) -> None:
+def test_steer_between_turns_is_injected_before_the_next_user_message(start: Starter) -> None:
     model = RecordingModel(EchoModel())
     proxy = start(AgentTemplate(model=model, instructions="sys")).proxy()
     proxy.steer("first note").get(timeout=WAIT)
@@ -346,9 +346,9 @@ def test_steer_between_turns_is_injected_after_the_next_user_message(start: Star
 
     expected_prompt = [
         Message.system("sys"),
-        Message.user("question"),
         Message.user("first note"),
         Message.user("second note"),
+        Message.user("question"),
     ]
     assert model.prompts == [expected_prompt]
     assert history(proxy) == [*expected_prompt[1:], answer]
@@ -435,7 +435,7 @@ def test_steering_queue_full(start: Starter) -> None:
     assert "max_steering_queue" in str(info.value)
     # Nothing was queued by the refused call; a turn drains the queue.
     send(proxy, "q")
-    assert [m.content for m in history(proxy)[:3]] == ["q", "a", "b"]
+    assert [m.content for m in history(proxy)[:3]] == ["a", "b", "q"]
     proxy.steer("c").get(timeout=WAIT)
 
 
@@ -1171,7 +1171,7 @@ def test_steering_taken_by_a_failed_turn_is_kept_for_the_next_turn(start: Starte
     assert history(proxy) == []
 
     send(proxy, "two")
-    assert model.prompts[-1] == [Message.user("two"), Message.user("be brief")]
+    assert model.prompts[-1] == [Message.user("be brief"), Message.user("two")]
 
 
 def test_unsubscribe_stops_delivery(start: Starter) -> None:

@@ -80,5 +80,5 @@ def test_steering_taken_by_a_turn_that_could_not_be_saved_reaches_the_retry(
         waiter.wait_for("resumed")
     host.send(sid, "second")
 
-    assert _users(host.history(sid)) == ["first", "second", "note"]
-    assert _users(store.load(sid).messages()) == ["first", "second", "note"]
+    assert _users(host.history(sid)) == ["first", "note", "second"]
+    assert _users(store.load(sid).messages()) == ["first", "note", "second"]

@@ -311,11 +311,11 @@ def test_steer_injects_before_the_next_model_call(make_host: HostFactory) -> Non
     host.steer(sid, "also mention the weather")
     answer = host.send(sid, "what now?")
 
-    assert answer.content == "echo: also mention the weather"
+    assert answer.content == "echo: what now?"
     assert _contents(host.history(sid)) == [
-        "what now?",
         "also mention the weather",
-        "echo: also mention the weather",
+        "what now?",
+        "echo: what now?",
     ]
     with pytest.raises(SessionNotFound):
         host.steer("nobody", "x")

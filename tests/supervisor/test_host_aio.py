@@ -64,8 +64,10 @@ def test_calls_are_coroutines_with_the_blocking_calls_results(make_host: HostFac
         assert [a.content for a in answers] == [f"echo: m{n}" for n in range(10)]
         assert [t for t, _ in pairs(await ahost.history(sid))] == [f"m{n}" for n in range(10)]
         assert (await ahost.checkpoint(sid, "mine")).label == "mine"
-        await ahost.steer(sid, "be brief")  # injected before the next model call
-        assert (await ahost.send(sid, "steered")).content == "echo: be brief"
+        await ahost.steer(sid, "be brief")  # injected before the next turn's user message
+        assert (await ahost.send(sid, "steered")).content == "echo: steered"
+        assert [t for t, _ in pairs(await ahost.history(sid))][-1] == "steered"
+        assert [m.content for m in await ahost.history(sid)][-3] == "be brief"
         assert await ahost.hibernate(sid)
         assert (await ahost.send(sid, "awake")).content == "echo: awake"
         await ahost.stop_session(sid)

@@ -213,5 +213,5 @@ def test_steering_queued_while_hibernated_reaches_the_reactivated_session(
     host.steer(sid, "be quick")
     answer = host.send(sid, "question")
 
-    assert answer.content == "echo: be quick"
-    assert _contents(host.history(sid)) == ["question", "be quick", "echo: be quick"]
+    assert answer.content == "echo: question"
+    assert _contents(host.history(sid)) == ["be quick", "question", "echo: question"]

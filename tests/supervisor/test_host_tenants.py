@@ -111,8 +111,8 @@ def test_each_call_with_the_right_tenant_does_its_work(make_host: HostFactory) -
     mine: dict[str, Any] = {"tenant_id": "tenant-a"}
 
     host.steer(SID, "steered", **mine)
-    assert host.send(SID, "hello", **mine).content == "echo: steered"
-    assert _users(host.history(SID, **mine)) == ["hello", "steered"]
+    assert host.send(SID, "hello", **mine).content == "echo: hello"
+    assert _users(host.history(SID, **mine)) == ["steered", "hello"]
     assert "turn_finished" in [e.type for e in host.events(SID, **mine).events]
     seen: list[Event] = []
     host.subscribe(SID, seen.append, **mine)

@@ -41,8 +41,15 @@ def test_a_steer_the_worker_is_slow_to_take_kills_no_worker(
     finally:
         os.kill(pid, signal.SIGCONT)
 
-    # The text reaches the next turn (the echo model answers the last user message).
-    assert host.send(sid, "second").content == "echo: steered while stopped"
+    # The text reaches the next turn, before its user message.
+    assert host.send(sid, "second").content == "echo: second"
+    assert [m.content for m in host.history(sid)] == [
+        "first",
+        "echo: first",
+        "steered while stopped",
+        "second",
+        "echo: second",
+    ]
     assert host.worker_deaths == 0
     assert worker_pid(host, sid) == pid
     assert host.wait_for_workers(WAIT)

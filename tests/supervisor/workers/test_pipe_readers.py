@@ -96,7 +96,7 @@ def test_a_subscriber_may_call_the_host_for_a_session_on_the_same_worker(
     host.subscribe(source, relay)
     assert host.send(source, "hello", timeout=WAIT).content == "echo: hello"
     relayed = "relayed: echo: hello"
-    history = [relayed, "steered from a subscriber", "echo: steered from a subscriber"]
+    history = ["steered from a subscriber", relayed, f"echo: {relayed}"]
     assert seen == [history[-1], history, "from a subscriber"]
     assert host.store.load(target).label == "from a subscriber"
 

@@ -161,4 +161,4 @@ def test_steering_while_a_session_starts_reaches_its_first_turn(
         assert not putter.is_alive()
         host.send(sid, "hi")
         users = [m.content for m in host.history(sid) if m.role == "user"]
-    assert users == ["hi", "during the start"]
+    assert users == ["during the start", "hi"]

@@ -78,6 +78,9 @@ for a btree index entry (about 2,700 bytes after compression): a session id of t
 of bytes."""
 _DISK_FULL = "53100"
 """SQLSTATE ``disk_full``: the server could not extend a file; the transaction is rolled back."""
+_READ_ONLY = "25006"
+"""SQLSTATE ``read_only_sql_transaction``: the server takes no writes (a standby, a primary
+being demoted, ``default_transaction_read_only``); nothing was written."""
 _SAVE_CURSOR = "_sessionvisor_save_cursor"
 """The attribute of a pooled connection holding its cursor for saves (``_save_cursor``)."""
 _CANCELLED_WAITING = frozenset({"55P03", "57014"})
@@ -201,7 +204,11 @@ class PostgresCheckpointStore(ClosingContext):
     ``transaction_timeout`` seconds, so a frozen process cannot hold a
     session's row (and so its failover) longer than that; an operation that
     waits that long for a lock is cancelled and raises ``StoreBusy`` (nothing
-    written; retrying is safe).
+    written; retrying is safe). A server that refuses writes (a standby, or a
+    primary being demoted in a failover) raises ``StoreUnreachable`` saying so,
+    after every pooled connection was replaced and the operation tried once
+    more (nothing written; a connection string listing several hosts with
+    ``target_session_attrs=read-write`` then reaches the new primary).
 
     Thread-safe: a pool of connections (up to ``pool_size``) is shared by all
     threads; encoding and decoding run outside it. Do not share one instance
@@ -277,6 +284,10 @@ class PostgresCheckpointStore(ClosingContext):
                 migrate(conn, self.schema)
         except driver.OperationalError as exc:
             raise StoreUnreachable(self.where, "opening the store", exc) from exc
+        except driver.Error as exc:
+            if exc.sqlstate != _READ_ONLY:
+                raise
+            raise StoreUnreachable(self.where, _read_only("opening the store"), exc) from exc
         self._pool: psycopg_pool.ConnectionPool[Any] = pool_driver.ConnectionPool(
             conninfo,
             min_size=1,
@@ -364,7 +375,8 @@ class PostgresCheckpointStore(ClosingContext):
         connection broke (``work`` must be idempotent). For the cluster layer's statements.
 
         Raises:
-            StoreUnreachable: the connection broke twice, or none could be had.
+            StoreUnreachable: the connection broke twice, or none could be had, or the
+                server refuses writes (read-only).
             ValueError: the store is closed; or ``work`` writes ``session_id`` and it is
                 too long for the tables' indexes.
         """
@@ -403,6 +415,16 @@ class PostgresCheckpointStore(ClosingContext):
                 self._pool.check()  # replace the pool's other broken connections now
                 if tries == 2:
                     raise StoreUnreachable(self.where, action, exc) from exc
+            except psycopg.Error as exc:  # (not an OperationalError: those are above)
+                if exc.sqlstate != _READ_ONLY:
+                    raise
+                if self._closed:
+                    raise ValueError(f"{self!r} is closed") from exc
+                # Every pooled connection may be on that server: new ones may reach a
+                # writable one (a conninfo of several hosts with target_session_attrs).
+                self._pool.drain()
+                if tries == 2:
+                    raise StoreUnreachable(self.where, _read_only(action), exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     # --- save -----------------------------------------------------------------------------
@@ -418,7 +440,8 @@ class PostgresCheckpointStore(ClosingContext):
             OwnershipLost: the fence (or, without one, a node's ownership) refused it;
                 nothing was stored.
             StoreUnreachable: the connection failed twice; whether it was stored is
-                unknown, and saving it again is safe.
+                unknown, and saving it again is safe. Or the server refuses writes
+                (read-only, said so): nothing was stored.
             StoreBusy: it waited past ``transaction_timeout`` for a lock another
                 connection held; nothing was stored, and saving it again is safe.
             StoreFull: the server's disk is full; nothing was stored.
@@ -697,6 +720,14 @@ def check_text(name: str, value: object) -> str:
             "hex-encode such ids)"
         )
     return value
+
+
+def _read_only(action: str) -> str:
+    """``action`` as ``StoreUnreachable`` names it when the server refused it as read-only."""
+    return (
+        f"{action}: the server refuses writes (read-only: a standby?); point the connection "
+        "string at the primary, e.g. list every host with target_session_attrs=read-write"
+    )
 
 
 def _too_long_id(

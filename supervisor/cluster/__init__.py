@@ -9,6 +9,8 @@ sessions' events reach the other nodes through ``ClusterEvents`` (``_events``,
 over a ``_transports`` channel) and are read there with an ``EventFollower``.
 """
 
+from supervisor.cluster._config import MAX_TTL as MAX_TTL
+from supervisor.cluster._config import MIN_TTL as MIN_TTL
 from supervisor.cluster._config import NodeConfig as NodeConfig
 from supervisor.cluster._config import TemplateChoice as TemplateChoice
 from supervisor.cluster._events import ELIDED as ELIDED
@@ -20,6 +22,8 @@ from supervisor.cluster._node import ClusterNode as ClusterNode
 
 __all__ = [
     "ELIDED",
+    "MAX_TTL",
+    "MIN_TTL",
     "ClusterEvents",
     "ClusterNode",
     "EventFollower",

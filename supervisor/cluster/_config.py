@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from actors import AgentTemplate
 
-__all__ = ["NodeConfig", "TemplateChoice"]
+__all__ = ["MAX_TTL", "MIN_TTL", "NodeConfig", "TemplateChoice"]
+
+MIN_TTL = 0.1
+"""The shortest ``NodeConfig.ttl`` (seconds): a heartbeat is a database round trip."""
+MAX_TTL = 86400.0
+"""The longest ``NodeConfig.ttl`` and ``sweep_interval`` (seconds): one day."""
+_INT4_MAX = 2**31 - 1
+_NODE_ID = re.compile(r"[!-~]{1,255}")
+"""Printable ASCII without spaces (``!`` to ``~``), 1 to 255 characters."""
 
 TemplateChoice = AgentTemplate | Callable[[str], AgentTemplate | None]
 """One template for every session, or a function of the session id returning one (or
@@ -24,12 +33,13 @@ class NodeConfig:
     Attributes:
         node_id: The node's name, unique among live nodes (a restarted node may
             reuse it: it becomes a new incarnation, and its old incarnation's
-            sessions are claimed at once).
+            sessions are claimed at once). 1 to 255 printable ASCII characters
+            without spaces: it travels in HTTP headers between gateways.
         address: Where clients reach this node (its gateway's URL); reported by
             ``SessionOwnedElsewhere`` to callers on other nodes.
         ttl: Seconds without a heartbeat after which the node counts as dead and
             its sessions may be claimed by other nodes. The heartbeat (one UPDATE)
-            runs every ``ttl / 3``.
+            runs every ``ttl / 3``. From ``MIN_TTL`` (0.1) to ``MAX_TTL`` (one day).
         margin: The node stops accepting turns (fences itself) when it has not
             renewed its heartbeat for ``ttl - margin`` seconds on its own monotonic
             clock, before any other node may claim its sessions. Default ``ttl / 4``.
@@ -37,7 +47,8 @@ class NodeConfig:
             (its sweeper resumes them) and sessions asked for here that no live node
             owns. ``None``: this node takes over nothing by itself.
         sweep_interval: Seconds between two sweeps for orphaned sessions (default
-            ``ttl / 4``); the sweep claims them in batches of ``sweep_batch``.
+            ``ttl / 4``, at most ``MAX_TTL``); the sweep claims them in batches of
+            ``sweep_batch`` (at most 2**31 - 1).
         clock: Monotonic seconds for the self-fence (injectable for tests).
         events: How the node fans its sessions' events out to other nodes
             (``cluster.ClusterEvents``): ``"postgres"`` (LISTEN/NOTIFY on the store's
@@ -63,6 +74,15 @@ class NodeConfig:
             raise TypeError(f"address must be a str, got {type(self.address).__name__}")
         if not _positive(self.ttl):
             raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl!r}")
+        if not MIN_TTL <= self.ttl <= MAX_TTL:
+            # Shorter: a heartbeat (a database round trip) every ttl / 3 cannot keep up, and
+            # the nodes fence themselves. Longer: a dead node's sessions wait that long for
+            # a new owner, and the waits overflow the platform's timeouts.
+            raise ValueError(
+                f"ttl must be between {MIN_TTL:g} and {MAX_TTL:g} seconds, got {self.ttl!r}: "
+                "a node renews every ttl / 3 and a dead node's sessions move after ttl; "
+                "a few seconds to a minute suits most clusters"
+            )
         if self.margin is not None and not (_positive(self.margin) and self.margin < self.ttl):
             raise ValueError(f"margin must be > 0 and < ttl ({self.ttl}), got {self.margin!r}")
         if self.fence_after <= self.heartbeat_interval:
@@ -76,11 +96,25 @@ class NodeConfig:
         for name, text in (("node_id", self.node_id), ("address", self.address)):
             if "\x00" in text:  # PostgreSQL text cannot store it
                 raise ValueError(f"{name} must not hold a NUL character ('\\x00'), got {text!r}")
-        if self.sweep_interval is not None and not _positive(self.sweep_interval):
-            raise ValueError(f"sweep_interval must be > 0 seconds, got {self.sweep_interval!r}")
+        if not _NODE_ID.fullmatch(self.node_id):
+            # Gateways send it in HTTP headers (ASCII; a line break would end the header).
+            raise ValueError(
+                "node_id must be 1 to 255 printable ASCII characters without spaces (it is "
+                f"sent in HTTP headers between nodes), got {self.node_id[:80]!r}; e.g. "
+                "node-1, or the host name"
+            )
+        interval = self.sweep_interval
+        if interval is not None and not (_positive(interval) and interval <= MAX_TTL):
+            raise ValueError(
+                f"sweep_interval must be > 0 and at most {MAX_TTL:g} seconds, got {interval!r}"
+            )
         batch = self.sweep_batch
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"sweep_batch must be an int >= 1, got {batch!r}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= _INT4_MAX:
+            # It is the LIMIT of the sweep's statement; below 1 nothing would be taken over.
+            raise ValueError(
+                f"sweep_batch must be an int >= 1 and at most {_INT4_MAX} (the sessions one "
+                f"sweep statement claims), got {batch!r}"
+            )
         events = self.events
         if events is not None and not (
             events == "postgres"

@@ -302,11 +302,11 @@ class ClusterEvents:
                 self._close_connection()
                 if attempt == 2:
                     raise
+        self._transport.after_commit(payloads)  # if it raises, the caller counts the batch
         unsent = len(batch) - len(payloads)
         if unsent:
             with self._cond:
                 self.dropped += unsent
-        self._transport.after_commit(payloads)
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
         conn = self._conn
@@ -354,9 +354,10 @@ class ClusterEvents:
                 self._listener.start()
         if not self._listening.wait(_READY_WAIT):
             follower.close()
+            problem = self._transport.problem or "no answer"
             raise TimeoutError(
-                f"node {self._node_id!r} could not listen for events within "
-                f"{_READY_WAIT} s (is its transport reachable?)"
+                f"node {self._node_id!r} could not listen for events within {_READY_WAIT} s "
+                f"({problem}); check that its transport (NodeConfig.events) is reachable"
             )
         return follower
 

@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from supervisor._pg_schema import qualify
+from supervisor.checkpoint_store import encodable
 from supervisor.errors import SessionOwnedElsewhere
 from supervisor.postgres_store import check_text, storable_text
 
@@ -202,10 +203,17 @@ class LeaseTable:
 
         Raises:
             SessionOwnedElsewhere: a live other node owns it.
-            ValueError: PostgreSQL cannot store the session id (a NUL character in it, or
-                thousands of bytes); nothing was claimed.
+            ValueError: PostgreSQL cannot store the session id (a NUL character or a lone
+                surrogate in it, or thousands of bytes); nothing was claimed.
         """
         check_text("session_id", session_id)
+        if not encodable(session_id):  # else the driver's UnicodeEncodeError, naming no id
+            at = next(i for i, char in enumerate(session_id) if "\ud800" <= char <= "\udfff")
+            raise ValueError(
+                f"session_id {session_id[:80]!r} holds a lone surrogate ({session_id[at]!r}) at "
+                f"index {at}, which UTF-8, and so PostgreSQL, cannot store; escape it first, "
+                "e.g. text.encode('utf-8', 'backslashreplace').decode()"
+            )
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int | Owner | None:
             row = conn.execute(self._claim, (session_id, node_id, incarnation)).fetchone()

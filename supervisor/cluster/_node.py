@@ -15,13 +15,16 @@ margin) it refuses turns and claims (``NodeFenced``), which is before any
 other node can see its heartbeat as older than the TTL. A heartbeat that
 succeeds after a fence first checks every lease against the database and
 hands the sessions claimed elsewhere meanwhile to ``lose``, then lifts the
-fence. Saves need no fence check of their own: the database refuses a save
+fence; its sweeper then takes nothing over for one TTL (after an outage of the
+database every lease lapsed at once, and the other nodes are about to renew
+theirs). Saves need no fence check of their own: the database refuses a save
 whose epoch is stale, whatever the node believes.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,6 +97,7 @@ class ClusterNode:
         self._adopt: Callable[[str], object] | None = None
         self._lose: Callable[[str], None] | None = None
         self._gone: str | None = None  # why the node will never serve again
+        self._sweep_from = -math.inf  # no sweep before this (the clock's) time: ``sweep``
         # Before registering: a transport that cannot be had (no redis library) fails here.
         transport = None if config.events is None else transport_for(store, config.events)
         sent = self._clock()
@@ -144,14 +148,8 @@ class ClusterNode:
         if self._gone is not None:
             return False
         sent = self._clock()
-        try:
-            conn = self._heartbeat_conn
-            if conn is None or conn.closed or conn.broken:
-                conn = self._heartbeat_conn = self.store.connect()
-            renewed = self._table.renew(conn, self.node_id, self.incarnation)
-        except Exception as exc:  # the database is unreachable: the fence will follow
-            logger.warning("node %r: heartbeat failed: %s", self.node_id, exc)
-            self._close_heartbeat_connection()
+        renewed = self._renew_once(retry=True)
+        if renewed is None:
             return False
         if not renewed:
             self._gone = "another process registered under its node id, or it was drained"
@@ -165,9 +163,34 @@ class ClusterNode:
             except _BEST_EFFORT as exc:
                 logger.warning("node %r: cannot check its leases: %s", self.node_id, exc)
                 return False
+            # Back from a fence: sweep nothing for a TTL (see ``sweep``).
+            self._sweep_from = self._clock() + self.config.ttl
         with self._lock:
             self._deadline = max(self._deadline, sent + self.config.fence_after)
         return True
+
+    def _renew_once(self, *, retry: bool) -> bool | None:
+        """The heartbeat's UPDATE on its own connection: whether the row is still this
+        incarnation's, or ``None`` if the database could not be reached. A connection the
+        server ended while it sat idle between heartbeats (``idle_session_timeout``, a
+        pooler, ``pg_terminate_backend``) is replaced and the UPDATE sent once more
+        (``retry``): one lost connection must not cost a heartbeat, which with a large
+        margin would fence the node."""
+        conn = self._heartbeat_conn
+        fresh = conn is None or conn.closed or conn.broken
+        try:
+            if conn is None or fresh:
+                conn = self._heartbeat_conn = self.store.connect()
+            return self._table.renew(conn, self.node_id, self.incarnation)
+        except Exception as exc:  # the database is unreachable: the fence will follow
+            self._close_heartbeat_connection()
+            if retry and not fresh:  # it was an old connection: maybe only that one is gone
+                logger.info(
+                    "node %r: heartbeat connection lost (%s); reconnecting", self.node_id, exc
+                )
+                return self._renew_once(retry=False)
+            logger.warning("node %r: heartbeat failed: %s", self.node_id, exc)
+            return None
 
     def _check_leases(self, before: float) -> None:
         """Drop the leases (claimed before ``before``) the database no longer gives us."""
@@ -396,12 +419,22 @@ class ClusterNode:
 
     def sweep(self) -> list[str]:
         """Claim the active sessions of dead nodes, a batch at a time, and adopt them;
-        returns their ids. Does nothing while the node is fenced, or once it stopped
-        adopting."""
+        returns their ids. Does nothing while the node is fenced, for one TTL after a
+        fence was lifted, or once it stopped adopting. The TTL after a fence: when the
+        database was out of reach for longer than the TTL, every node's lease lapsed at
+        once, and the first node back must not take over the sessions of the others,
+        which renew within a heartbeat interval (they would be stopped there and all moved
+        to it); a node still gone after that TTL is dead. A claimed session the host does
+        not take over is released: as stopped when it has no checkpoint (by the host),
+        else kept active for another node (this one has no template for it:
+        ``NodeConfig.template`` returned ``None``)."""
         adopted: list[str] = []
         batch = self.config.sweep_batch
+        handed_back = False  # a session went back to the orphans: the next batch could hold it
         while self.fenced is None and self.adopting and not self._stopping.is_set():
             sent = self._clock()
+            if sent < self._sweep_from:
+                break
             claimed = self._table.claim_orphans(self.node_id, self.incarnation, batch)
             with self._lock:
                 for session_id, epoch in claimed:
@@ -412,7 +445,10 @@ class ClusterNode:
                 if self._adopt is not None:
                     try:
                         if self._adopt(session_id) is None:
-                            continue  # nothing to take over (no checkpoint): released
+                            if self.epoch(session_id) is not None:  # no template here
+                                self.release(session_id, stopped=False)
+                                handed_back = True
+                            continue  # (no checkpoint: the host released it as stopped)
                     except Exception:
                         if not self.adopting:  # the host shut down under it: drain releases it
                             break
@@ -424,14 +460,16 @@ class ClusterNode:
                         )
                         continue
                 adopted.append(session_id)
-            if len(claimed) < batch:
-                break
+            if len(claimed) < batch or handed_back:
+                break  # the rest wait for the next sweep, after other nodes' sweeps
         return adopted
 
     def drain(self) -> None:
         """Release every session (their state kept, so sweepers resume the active ones at
-        once), mark the node gone, and stop the threads. Idempotent. The event fan-out
-        sends what it has queued first (its marks need the leases)."""
+        once), mark the node gone, and stop the threads. Idempotent; never raises (the
+        host's shutdown calls it last): a drain the database cannot take (unreachable,
+        busy, full) is logged, and the sessions are claimable once the TTL lapses. The
+        event fan-out sends what it has queued first (its marks need the leases)."""
         if self.events is not None:
             self.events.close()
         self._stopping.set()
@@ -439,18 +477,20 @@ class ClusterNode:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join()
-        if self._gone is None:
-            self._gone = "it was drained"
-            try:
-                released = self._table.drain(self.node_id, self.incarnation)
-                logger.info("node %r drained: released %d sessions", self.node_id, released)
-            except (StoreUnreachable, ValueError) as exc:
-                logger.warning(
-                    "node %r: drain failed (its TTL will free them): %s", self.node_id, exc
-                )
-        with self._lock:
-            self._leases.clear()
-        self._close_heartbeat_connection()
+        try:
+            if self._gone is None:
+                self._gone = "it was drained"
+                try:
+                    released = self._table.drain(self.node_id, self.incarnation)
+                    logger.info("node %r drained: released %d sessions", self.node_id, released)
+                except _BEST_EFFORT as exc:  # e.g. the rows locked past transaction_timeout
+                    logger.warning(
+                        "node %r: drain failed (its TTL will free them): %s", self.node_id, exc
+                    )
+        finally:  # whatever happened: no lease kept, no connection left open
+            with self._lock:
+                self._leases.clear()
+            self._close_heartbeat_connection()
 
     def _close_heartbeat_connection(self) -> None:
         conn, self._heartbeat_conn = self._heartbeat_conn, None

@@ -82,6 +82,10 @@ class Transport(Protocol):
     inline_limit: int | None
     """Payloads of this many bytes or more are not sent whole (``None``: no limit)."""
 
+    problem: str | None
+    """Why the last attempt to listen failed (``None`` once listening): what ``follow``
+    reports when it cannot listen."""
+
     def in_transaction(
         self, conn: psycopg.Connection[tuple[Any, ...]], payloads: list[str]
     ) -> None:
@@ -116,6 +120,7 @@ class PgNotify:
     def __init__(self, store: PostgresCheckpointStore) -> None:
         self._store = store
         self.channel = channel_for(store)
+        self.problem: str | None = None
 
     def in_transaction(
         self, conn: psycopg.Connection[tuple[Any, ...]], payloads: list[str]
@@ -137,13 +142,15 @@ class PgNotify:
             try:
                 with self._store.connect() as conn:
                     conn.execute(f"LISTEN {self.channel}".encode())
+                    self.problem = None
                     ready.set()
                     while not stopping.is_set():
                         for notice in conn.notifies(timeout=_POLL):
                             deliver(notice.payload)
             except psycopg.Error as exc:
                 ready.clear()
-                logger.warning("event fan-out: listening on PostgreSQL failed: %s", exc)
+                self.problem = f"listening on PostgreSQL failed: {exc}"
+                logger.warning("event fan-out: %s", self.problem)
                 stopping.wait(_RETRY)
 
     def close(self) -> None:
@@ -175,6 +182,7 @@ class RedisPubSub:
         self._redis = redis
         self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self.channel = channel
+        self.problem: str | None = None
 
     def in_transaction(
         self, conn: psycopg.Connection[tuple[Any, ...]], payloads: list[str]
@@ -200,12 +208,14 @@ class RedisPubSub:
                     if message is None:
                         continue
                     if message["type"] == "subscribe":  # confirmed: payloads flow from here
+                        self.problem = None
                         ready.set()
                     elif message["type"] == "message":
                         deliver(message["data"].decode())
             except self._redis.RedisError as exc:
                 ready.clear()
-                logger.warning("event fan-out: listening on Redis failed: %s", exc)
+                self.problem = f"listening on Redis failed: {exc}"
+                logger.warning("event fan-out: %s", self.problem)
                 stopping.wait(_RETRY)
             finally:
                 pubsub.close()

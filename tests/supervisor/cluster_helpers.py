@@ -30,6 +30,7 @@ __all__ = [
     "FakeClock",
     "NodeProcess",
     "expire",
+    "redis_library_or_skip",
     "redis_url_or_skip",
     "sql",
     "whereami",
@@ -65,6 +66,21 @@ def redis_url_or_skip() -> str:
             pytest.fail(f"SESSIONVISOR_REQUIRE_SERVICES=1, but {problem}", pytrace=False)
         pytest.skip(problem)
     return REDIS_URL
+
+
+def redis_library_or_skip() -> None:
+    """Skip the test, saying how to install it, when the ``redis`` library (the ``[redis]``
+    extra) is missing; fail instead under ``SESSIONVISOR_REQUIRE_SERVICES=1``. For tests of
+    the Redis transport that need no server (one that is down, on purpose)."""
+    import pytest  # noqa: PLC0415 (only the tests call this)
+
+    try:
+        import redis  # noqa: F401, PLC0415 (the [redis] extra)
+    except ImportError as exc:
+        problem = f"the redis library is not installed ({exc}); pip install -e '.[dev]'"
+        if os.environ.get("SESSIONVISOR_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"SESSIONVISOR_REQUIRE_SERVICES=1, but {problem}", pytrace=False)
+        pytest.skip(problem)
 
 
 class FakeClock:

@@ -32,7 +32,8 @@ class SupervisorHandle:
     Thread-safe: it holds only the ref and the timeout, and each call is a message
     to the supervisor, which handles them one at a time on its own thread. Never
     call it from a child's start function or hooks (the supervisor would wait on
-    itself until the timeout).
+    itself until the timeout): a call made on the supervisor's own thread (a start
+    function, ``on_give_up``) raises ``RuntimeError`` at once instead.
 
     Args:
         actor_ref: The supervisor's ref (e.g. from ``Supervisor.start`` or from a
@@ -121,7 +122,11 @@ class SupervisorHandle:
 
         Raises:
             ChildNotFound: no such child.
+            TypeError, ValueError: ``shutdown`` is not a positive, finite number of
+                seconds (checked before anything is stopped).
         """
+        if shutdown is not None:
+            shutdown = _checked_timeout(shutdown, "shutdown")
         stopping: ChildStopping = self._call(TerminateChild(child_id), timeout=self._timeout)
         return stopping.wait(shutdown)
 
@@ -169,23 +174,38 @@ class SupervisorHandle:
         return abandoned
 
     def _call(self, message: object, timeout: float) -> Any:
+        lifecycle = lifecycle_of(self._ref)
+        # Until ``finished`` is set the supervisor's thread runs, so no other thread has
+        # its ident: equal idents mean this is that thread.
+        if (
+            lifecycle is not None
+            and lifecycle.thread == threading.get_ident()
+            and not lifecycle.finished.is_set()
+        ):
+            msg = (
+                f"SupervisorHandle called on {self._ref}'s own thread (from a child's start "
+                "function or on_give_up): the supervisor would wait on itself until the "
+                "timeout; call it from another thread"
+            )
+            raise RuntimeError(msg)
         return self._ref.ask(message, block=True, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"<SupervisorHandle of {self._ref}>"
 
 
-def _checked_timeout(timeout: object) -> float:
-    """``timeout`` if it is a positive, finite number of seconds.
+def _checked_timeout(timeout: object, name: str = "timeout") -> float:
+    """``timeout`` if it is a positive, finite number of seconds (``name`` is the
+    argument's name, for the message).
 
     Raises:
         TypeError: not a number (``bool`` included).
         ValueError: not positive, or not finite.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+        raise TypeError(f"{name} must be a number of seconds, got {type(timeout).__name__}")
     if not 0 < timeout < math.inf:
-        raise ValueError(f"timeout must be > 0 seconds and finite, got {timeout!r}")
+        raise ValueError(f"{name} must be > 0 seconds and finite, got {timeout!r}")
     return float(timeout)
 
 

@@ -19,9 +19,11 @@ field            value
 ``stack``        the call stack, when logged with ``stack_info=True``
 ================ ====================================================
 
-Every line is valid UTF-8: text that cannot be (a lone surrogate, as in
-``"\\ud800"``, say from a user's message) is written as a JSON escape instead of
-making the handler fail and lose the line.
+Every line is valid JSON: a field value JSON has no literal for (an object, a
+NaN or infinite float) is written as its ``str``. Every line is valid UTF-8:
+text that cannot be (a lone surrogate, as in ``"\\ud800"``, say from a user's
+message) is written as a JSON escape instead of making the handler fail and lose
+the line.
 
 Use: ``handler.setFormatter(JsonLogFormatter())`` (``logging.basicConfig``
 takes a handler list). Thread-safe, as ``logging.Formatter`` is.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,7 +57,7 @@ class JsonLogFormatter(logging.Formatter):
         for name in FIELDS:
             value = getattr(record, name, None)
             if value is not None:
-                line[name] = value if isinstance(value, str | int | float | bool) else str(value)
+                line[name] = _json_value(value)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -67,3 +70,14 @@ class JsonLogFormatter(logging.Formatter):
         except UnicodeEncodeError:  # a lone surrogate: no UTF-8 stream could write the line
             return json.dumps(line)  # escaped as \uXXXX, so the line stays valid JSON
         return text
+
+
+def _json_value(value: object) -> str | int | float | bool:
+    """``value`` itself if JSON has it, else its ``str``: a float that is NaN or infinite
+    too, which ``json.dumps`` would write as the bare ``NaN``/``Infinity`` that no JSON
+    parser of a log collector accepts (the whole line would be dropped)."""
+    if isinstance(value, str | int | bool):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    return str(value)

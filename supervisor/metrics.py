@@ -25,7 +25,8 @@ metric                                          type        labels
 Turns, model calls, crashes and give-ups are counted from the sessions' events
 (``turn_finished`` and ``model_response`` carry their ``seconds``; ``crashed``
 and ``given_up`` their ``kind``, a small set: ``killed`` or an exception's type
-name), checkpoint saves from the host's one checkpoint writer; the session
+name), never from a plugin's own (those carry its ``plugin``), whatever their
+name; checkpoint saves from the host's one checkpoint writer; the session
 counts, worker deaths and dropped events are read when the registry is
 collected. Nothing is counted before ``HostMetrics`` is made, and a host
 without one pays nothing.
@@ -134,6 +135,8 @@ class HostMetrics:
         self.save_bytes.observe(info.size)
 
     def _event(self, record: SessionRecord, event: Event) -> None:
+        if "plugin" in event.data:
+            return  # a plugin's own event, whatever its name: never a turn or a crash
         kind = event.type
         if kind == "model_response":
             self._observe_seconds(self.model_seconds, record, event)

@@ -81,7 +81,16 @@ def demonitor(ref: MonitorRef) -> bool:
         True if the monitor was pending: no ``Down`` will ever arrive for it.
         False if it was already cancelled, or its ``Down`` was already handed to
         ``notify`` (a callable may still be running it on the dying thread).
+
+    Raises:
+        TypeError: ``ref`` is not a ``MonitorRef`` (pass what ``monitor()`` returned,
+            not the actor's ``ActorRef``).
     """
+    if not isinstance(ref, MonitorRef):
+        msg = f"demonitor() needs the MonitorRef that monitor() returned, got {ref!r}" + (
+            " (the actor's ref, not its monitor's)" if isinstance(ref, pykka.ActorRef) else ""
+        )
+        raise TypeError(msg)
     lifecycle = ref._lifecycle
     if lifecycle is None:
         return False

@@ -161,6 +161,15 @@ class Supervisor(SupervisedActor):
         if backoff is not None and not isinstance(backoff, Backoff):
             msg = f"backoff must be a supervisor.Backoff or None, got {backoff!r}"
             raise TypeError(msg)
+        if on_give_up is not None and not callable(on_give_up):
+            msg = (
+                "on_give_up must be None or a callable taking (child_id, reason), "
+                f"got {on_give_up!r}"
+            )
+            raise TypeError(msg)
+        if name is not None and not isinstance(name, str):
+            msg = f"name must be a str or None, got {name!r}"
+            raise TypeError(msg)
         specs = list(children)
         for spec in specs:
             if not isinstance(spec, ChildSpec):
@@ -341,11 +350,15 @@ class Supervisor(SupervisedActor):
         logger.info("%s: child %r exited (%r); restarting", self._name, child.spec.id, down.reason)
         self._restart_group(child, down.reason)
 
-    def _restart_group(self, child: _Child, reason: ExitReason, *, defer: bool = False) -> None:
+    def _restart_group(
+        self, child: _Child, reason: ExitReason, *, failed_start: bool = False
+    ) -> None:
         """Apply the strategy after ``child`` died (or failed to start) and must restart.
 
-        With ``defer`` (after a failed start) even an undelayed restart goes
-        through the inbox, so repeated failures never recurse.
+        After a ``failed_start`` the child never ran: its backoff streak grows
+        whatever it did before (a child that ran for hours, then cannot start
+        because what it needs is down, backs off more and more), and even an
+        undelayed restart goes through the inbox, so repeated failures never recurse.
         """
         if child.intensity is not None and not child.intensity.allow():
             self._give_up_child(child, reason)
@@ -353,7 +366,7 @@ class Supervisor(SupervisedActor):
         if self._intensity is not None and not self._intensity.allow():
             self._give_up(child, reason)
         if self._backoff is not None:
-            uptime = self._clock() - child.started_at
+            uptime = 0.0 if failed_start else self._clock() - child.started_at
             child.streak = 1 if uptime >= self._backoff.reset_after else child.streak + 1
         if self._strategy == "one_for_one":
             group = [child]
@@ -372,7 +385,7 @@ class Supervisor(SupervisedActor):
             member.pending = token
         self._due[token] = group
         delay = 0.0 if self._backoff is None else self._backoff.delay(child.streak)
-        if delay == 0 and defer:
+        if delay == 0 and failed_start:
             self.actor_ref.tell(RestartDue(token))
         elif delay > 0:
             timer = threading.Timer(delay, self._tell_due, args=(token,))
@@ -397,8 +410,10 @@ class Supervisor(SupervisedActor):
                 self._start(child)
             except ChildStartError as err:
                 logger.error("%s: restarting %r failed: %r", self._name, child.spec.id, err.cause)
-                self._restart_group(child, err.cause, defer=True)
-                return
+                self._restart_group(child, err.cause, failed_start=True)
+                if self._children.get(child.spec.id) is child:
+                    return  # its group's restart is scheduled again
+                # Given up alone (past its own intensity): the rest of its group still starts.
 
     def _give_up_child(self, child: _Child, reason: ExitReason) -> None:
         """``child`` exceeded its own intensity: drop it alone and report it."""

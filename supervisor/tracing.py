@@ -9,7 +9,8 @@ and ``sessionvisor.tool_call`` per tool call, and a span
 ``sessionvisor.session_id``, ``sessionvisor.tenant_id`` and
 ``sessionvisor.model``; a failed turn's span has status ERROR.
 
-The spans are built from the sessions' events when a turn ends, not around
+The spans are built from the sessions' events (never from a plugin's own,
+which carry its ``plugin``, whatever their name) when a turn ends, not around
 the calls themselves: so they come out alike in thread and worker mode (a
 worker's events reach the host process; its spans would not), and a session's
 thread does no tracing work. Each step's duration is exact (the events carry
@@ -81,6 +82,8 @@ class HostTracing:
 
     def _event(self, record: SessionRecord, event: Event) -> None:
         kind, data, sid = event.type, event.data, record.session_id
+        if "plugin" in data:
+            return  # a plugin's own event, whatever its name: no step of a turn
         if kind == "turn_started":
             with self._lock:
                 self._turns[sid] = _Turn(event.at)

@@ -23,6 +23,7 @@ from actors.errors import SteeringQueueFull as SteeringQueueFull
 from actors.errors import ToolDefinitionError as ToolDefinitionError
 from actors.errors import TurnLimitExceeded as TurnLimitExceeded
 from actors.errors import UnknownModel as UnknownModel
+from actors.events import RESERVED_EVENT_TYPES as RESERVED_EVENT_TYPES
 from actors.events import Event as Event
 from actors.events import EventBatch as EventBatch
 from actors.events import EventBuffer as EventBuffer
@@ -69,6 +70,7 @@ from actors.tools import tool as tool
 
 __all__ = [
     "INVALID_ARGUMENTS",
+    "RESERVED_EVENT_TYPES",
     "SCHEMA_VERSION",
     "SNAPSHOT_MIGRATIONS",
     "STRIPPED_KEY",

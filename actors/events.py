@@ -10,6 +10,12 @@ after the last seq persisted with the checkpoint (``EventBuffer(size,
 after=mark)``), so a reader's cursor from before the restart still means
 something: the events up to the mark read as dropped, like events that fell
 out of a full buffer.
+
+``RESERVED_EVENT_TYPES`` are the types the session and its host publish
+themselves; consumers (the host's steering tracker, metrics, a gateway's
+streamed sends) act on them, so a plugin may not emit them
+(``PluginContext.emit`` raises ``ValueError``). A plugin's own events carry
+``plugin`` (its name) in their data.
 """
 
 from __future__ import annotations
@@ -21,11 +27,39 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["Event", "EventBatch", "EventBuffer", "Subscriber"]
+__all__ = ["RESERVED_EVENT_TYPES", "Event", "EventBatch", "EventBuffer", "Subscriber"]
 
 logger = logging.getLogger("actors.events")
 
 _new_tuple = tuple.__new__
+
+RESERVED_EVENT_TYPES: frozenset[str] = frozenset(
+    (
+        # Published by the session (``AgentSession``, its plugin runner, a streaming model).
+        "turn_started",
+        "steered",
+        "delta",
+        "model_response",
+        "tool_call",
+        "tool_result",
+        "turn_finished",
+        "error",
+        "plugin_error",
+        "plugin_state_kept",
+        # Published into the same stream by the host (``supervisor``): the session's life.
+        "crashed",
+        "resumed",
+        "hibernated",
+        "reactivated",
+        "given_up",
+        "moved",
+        "checkpoint_damaged",
+    )
+)
+"""The event types a session and its host publish themselves, which no plugin may emit:
+their consumers take them at their word (a ``turn_finished`` ends a streamed send's turn,
+a ``steered`` tells a worker's host a steering text was used). Add a type here when the
+session or the host starts publishing it."""
 
 
 class Event(NamedTuple):
@@ -39,8 +73,12 @@ class Event(NamedTuple):
         type: ``turn_started``, ``steered`` (a steering message was injected),
             ``delta`` (a piece of a streaming model's output, see
             ``actors.streaming``), ``model_response``, ``tool_call``,
-            ``tool_result``, ``turn_finished``, ``plugin_error``, ``error``, or a
-            plugin's own type.
+            ``tool_result``, ``turn_finished``, ``plugin_error``, ``error``,
+            ``plugin_state_kept``; the host's ``crashed``, ``resumed``,
+            ``hibernated``, ``reactivated``, ``given_up``, ``moved``,
+            ``checkpoint_damaged`` (all of them ``RESERVED_EVENT_TYPES``); or a
+            plugin's own type (``PluginContext.emit``), whose data holds
+            ``plugin``.
         data: Plain details (JSON-compatible).
         at: Wall-clock time (seconds since the epoch) it was published.
     """

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actors.events import RESERVED_EVENT_TYPES
 from actors.messages import Message, ToolCall
 
 if TYPE_CHECKING:
@@ -54,8 +55,38 @@ class PluginContext:
     resumed: bool = False
     stripped: tuple[str, ...] = ()
 
-    def emit(self, type_: str, **data: Any) -> None:
-        """Publish a plugin event (its data gets ``plugin`` set to this plugin's name)."""
+    def emit(self, type_: str, /, **data: Any) -> None:
+        """Publish a plugin event of type ``type_``; its data is ``data`` with ``plugin`` set
+        to this plugin's name (how a consumer tells a plugin's events from the session's).
+
+        Raises:
+            TypeError: ``type_`` is not a ``str``, or ``data`` holds ``plugin`` or ``type_``
+                (name that key otherwise).
+            ValueError: ``type_`` is empty, or one the session or its host publishes
+                (``RESERVED_EVENT_TYPES``: ``turn_finished``, ``crashed``, ...): their
+                consumers act on them, so one from a plugin would end a turn early or
+                hand back steering twice; choose another name.
+        """
+        if not isinstance(type_, str):
+            raise TypeError(
+                f"emit() takes the event type as a str, got {type(type_).__name__} {type_!r:.40}"
+            )
+        if "plugin" in data:
+            raise TypeError(
+                f"emit({type_!r:.60}) sets the event's 'plugin' to this plugin's name "
+                f"({self.plugin!r}); give your 'plugin' value another key"
+            )
+        if "type_" in data:  # ``EventBuffer.publish`` (and a worker's) takes it as the type
+            raise TypeError(
+                f"emit({type_!r:.60}) cannot carry data named 'type_' (the event type's "
+                "parameter); give that value another key"
+            )
+        if not type_ or type_ in RESERVED_EVENT_TYPES:
+            raise ValueError(
+                f"plugin {self.plugin!r} cannot emit an event of type {type_!r}: "
+                + ("it is empty" if not type_ else "the session and its host publish it")
+                + "; choose another name (e.g. prefixed with the plugin's name)"
+            )
         self.events.publish(type_, plugin=self.plugin, **data)
 
 

@@ -62,7 +62,9 @@ class Send:
     hosts that drive many turns. ``tag``, when given, is an opaque label of the
     caller's choosing that the turn's ``turn_started`` event carries (as
     ``tag``), so a follower of the session's events can tell which send a turn
-    serves (a gateway streaming one send's events among others' does).
+    serves (a gateway streaming one send's events among others' does). Neither field
+    is checked here (a message costs nothing to build): ``send`` checks both before the
+    turn starts, and the ask raises its ``TypeError`` or ``ValueError``.
     """
 
     text: str
@@ -167,7 +169,16 @@ def _copy_containers(value: Any) -> Any:
     return value
 
 
-def _tool_error(exc: Exception) -> str:
+def _ends_session(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a tool, is a group holding a ``SystemExit`` or
+    ``KeyboardInterrupt`` (as raised alone, it keeps their meaning)."""
+    return (
+        isinstance(exc, BaseExceptionGroup)
+        and exc.subgroup((KeyboardInterrupt, SystemExit)) is not None
+    )
+
+
+def _tool_error(exc: BaseException) -> str:
     """The text of a tool message for a tool that raised ``exc``: ``error: <class>: <text>``,
     or ``error: <class>`` when its text cannot be had (a ``__str__`` that raises too)."""
     try:
@@ -208,9 +219,12 @@ class AgentSession(pykka.ThreadingActor):
     is running; events must be readable while it runs).
 
     A ``SystemExit`` (any ``BaseException`` but ``KeyboardInterrupt``) raised in a turn
-    by a tool, the model or a hook ends this session alone, as under a supervisor: the
-    ask fails with ``pykka.ActorDeadError`` caused by it and ``on_failure`` runs (see
-    ``actors._loop``); Pykka alone would stop every actor of the process.
+    by the model or a hook, or a ``SystemExit`` (alone or in a ``BaseExceptionGroup``) by
+    a tool, ends this session alone, as under a supervisor: the ask fails with
+    ``pykka.ActorDeadError`` caused by it and ``on_failure`` runs (see ``actors._loop``);
+    Pykka alone would stop every actor of the process. Any other ``BaseException`` a
+    tool raises (``asyncio.CancelledError`` of an asyncio call inside it) is a tool
+    error the model sees, as an ``Exception`` is: the tool failed, not the session.
 
     Args:
         template: Model, tools, instructions and plugins.
@@ -485,13 +499,20 @@ class AgentSession(pykka.ThreadingActor):
         of a plugin's state that is not a dict, list, tuple or set.
 
         Raises:
-            TypeError: ``text`` is not a ``str``.
-            ValueError: ``text`` holds a lone surrogate, which no checkpoint can store;
-                refused before the turn starts (a ``str`` subclass is taken as a plain copy).
+            TypeError: ``text`` is not a ``str``, or ``tag`` is neither a ``str`` nor ``None``.
+            ValueError: ``text`` or ``tag`` holds a lone surrogate, which no checkpoint (nor
+                JSON) can store; refused before the turn starts (a ``str`` subclass is taken
+                as a plain copy).
         """
         if not isinstance(text, str):
             raise TypeError(f"send() takes the user's text as a str, got {type(text).__name__}")
         text = user_text(text, "the user's text")
+        if tag is not None:  # checked here, as ``Send`` (a message) is not: it reaches events
+            if not isinstance(tag, str):
+                raise TypeError(
+                    f"send()'s tag must be a str or None, got {type(tag).__name__} {tag!r:.40}"
+                )
+            tag = user_text(tag, "the send's tag")
         mark = self._mark()
         self._steered = []
         if tag is None:
@@ -868,7 +889,11 @@ class AgentSession(pykka.ThreadingActor):
         else:
             try:
                 result = tool(**call.arguments)
-            except Exception as exc:
+            except (KeyboardInterrupt, SystemExit):
+                raise  # they keep their meaning: stop the process, end the session
+            except BaseException as exc:  # CancelledError & co.: the tool failed, no more
+                if _ends_session(exc):
+                    raise
                 output = _tool_error(exc)
             else:
                 output, ok = _tool_output(result), True

@@ -42,7 +42,8 @@ __all__ = [
 @dataclass
 class Gateway:
     """The parts a running gateway serves from, all thread-safe (host, keys, limits,
-    metrics); and its open event streams, which only its event loop touches.
+    metrics); and its open event streams and per-id locks (``id_lock``), which only its
+    event loop touches.
 
     Attributes:
         ahost: The host, driven without a thread per waiting request.
@@ -64,6 +65,21 @@ class Gateway:
     )  # weak: a stream whose answer never started (its client left) is freed, unsubscribed
     _streams_ended: bool = field(default=False, init=False, repr=False)
     _ending: asyncio.Event | None = field(default=None, init=False, repr=False)
+    _id_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary, init=False, repr=False
+    )  # weak: a lock lives while a request holds or awaits it
+
+    def id_lock(self, internal: str) -> asyncio.Lock:
+        """The lock of the host's session id ``internal``: a create and a delete of one id
+        hold it through their steps (the key store's record, the host's session, its
+        checkpoints), so neither runs between the other's; without it a delete's
+        ``forget_session`` could drop the record of a session created after its stop.
+        Keep a reference while holding it; use it on the server's event loop."""
+        lock = self._id_locks.get(internal)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._id_locks[internal] = lock
+        return lock
 
     async def follow(self, stream: EventStream) -> None:
         """Count ``stream`` (an ``/events`` answer's) among the open ones, which

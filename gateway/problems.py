@@ -58,6 +58,7 @@ __all__ = [
     "Problem",
     "ProblemError",
     "UnexpectedErrors",
+    "problem_data",
     "problem_for",
     "problem_response",
     "problem_responses",
@@ -114,6 +115,22 @@ def problem_response(problem: Problem, instance: str | None = None) -> JSONRespo
     if problem.retry_after is not None:
         headers["Retry-After"] = str(problem.retry_after)
     return JSONResponse(body, status_code=problem.status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def problem_data(problem: Problem) -> dict[str, Any]:
+    """``problem`` as the data of an SSE ``error`` frame the gateway sends (a streamed
+    send's failure, an owner node lost mid-stream): the members a JSON answer's body has
+    (``status``, ``type`` and ``detail`` first, then ``title`` and ``retryable``). A
+    browser's ``EventSource`` fires its own ``error`` event, without ``data``, when the
+    connection fails; a session's ``error`` event has ``turn``, ``error`` and ``seq``
+    instead, so a client's ``error`` listener tells the three apart."""
+    return {
+        "status": problem.status,
+        "type": f"/problems/{problem.slug}",
+        "detail": problem.detail,
+        "title": problem.title,
+        "retryable": problem.retry_after is not None,
+    }
 
 
 def problem_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Query
 
@@ -17,6 +17,10 @@ from supervisor import CheckpointNotFound
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["checkpoints"])
+
+MAX_CHECKPOINT_ID: Final = 256
+"""The longest ``checkpoint_id`` a request may name (the host's are 32 characters): a
+longer one answers 422 before any store is asked."""
 
 
 @router.get("/checkpoints", summary="List checkpoints")
@@ -82,7 +86,14 @@ async def export(
     session_id: str,
     gateway: GatewayDep,
     key: Caller,
-    checkpoint_id: Annotated[str | None, Query(min_length=1)] = None,
+    checkpoint_id: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_CHECKPOINT_ID,
+            description="A checkpoint_id of /checkpoints; by default the newest that loads",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """A checkpoint as JSON, secrets redacted: credential-looking values and what sits
     under secret-looking keys (as the host strips them by default, so a host saving with

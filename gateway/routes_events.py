@@ -47,7 +47,15 @@ async def events(
     last_event_id: Annotated[str | None, Header()] = None,
     since: Annotated[str | None, Query()] = None,
 ) -> Any:
-    """The session's events as SSE, each with ``id`` = its seq, until the session stops."""
+    """The session's events as SSE, each with ``id`` = its seq, until the session stops.
+
+    A frame's name is its event's type, so a turn that failed sends a frame named
+    ``error`` (JSON ``data`` with ``turn``, ``error``, ``seq``, ``at``), as a cluster
+    node relaying a stream from an owner that stopped answering does (problem details:
+    ``status``, ``type``, ``detail``, ``title``, ``retryable``). A browser's
+    ``EventSource`` fires an ``error`` event of its own, without ``data``, when the
+    connection fails (then it reconnects with ``Last-Event-ID``): in an
+    ``addEventListener("error", ...)`` listener, ``event.data === undefined`` is that."""
     cursor = _cursor(last_event_id if last_event_id is not None else since)
     gateway.owned(key.tenant_id, session_id)
     internal = host_id(key.tenant_id, session_id)

@@ -13,7 +13,13 @@ from fastapi.responses import StreamingResponse
 from actors import Message
 from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id, public_id
 from gateway._turns import OwnTurn
-from gateway.problems import Problem, ProblemError, problem_for, problem_responses
+from gateway.problems import (
+    Problem,
+    ProblemError,
+    problem_data,
+    problem_for,
+    problem_responses,
+)
 from gateway.schemas import (
     JSON_BODY_RESPONSES,
     HistoryOut,
@@ -71,7 +77,15 @@ def _check_length(gateway: Gateway, text: str) -> None:
 async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller) -> Any:
     """Run one turn. With ``stream: true`` the answer is Server-Sent Events: the turn's
     events (``delta``, ``turn_started``, ``tool_call``, ...) then ``answer`` (or ``error``);
-    a ``missed`` frame counts events of the turn lost to a reader that fell behind."""
+    a ``missed`` frame counts events of the turn lost to a reader that fell behind.
+
+    Two frames may be named ``error``, and each has JSON ``data``: the session's own
+    ``error`` event (``turn``, ``error``, ``seq``, ``at``; with an ``id``), then the
+    send's failure as problem details (``status``, ``type``, ``detail``, ``title``,
+    ``retryable``: what a JSON send answers). A browser's ``EventSource`` fires an
+    ``error`` event of its own, without ``data``, when the connection fails: in an
+    ``addEventListener("error", ...)`` listener, ``event.data === undefined`` is
+    that."""
     _check_length(gateway, body.text)
     tenant = key.tenant_id
     internal = host_id(tenant, session_id)
@@ -159,15 +173,7 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
         try:
             message = await answer_task
         except Exception as exc:
-            problem = problem_for(exc, public_id(internal))
-            yield frame(
-                "error",
-                {
-                    "status": problem.status,
-                    "type": f"/problems/{problem.slug}",
-                    "detail": problem.detail,
-                },
-            )
+            yield frame("error", problem_data(problem_for(exc, public_id(internal))))
         else:
             yield frame("answer", {"message": message.to_dict()})
     finally:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from typing import Final
 
 from fastapi import APIRouter, Response
 
-from actors import Usage
+from actors import AgentTemplate, Usage
 from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id, public_id
 from gateway.keys import RememberedSession, now_ms
 from gateway.problems import Problem, ProblemError
@@ -25,6 +26,7 @@ from supervisor import SessionAlreadyExists, SessionInfo, SessionNotFound, Sessi
 __all__ = ["router", "session_body", "session_out"]
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+logger = logging.getLogger("gateway")
 
 STALE_RECORD_SECONDS: Final = 60.0
 """A recorded session that no host runs, older than this, was left by a create that
@@ -72,6 +74,17 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
     tenant = key.tenant_id
     session_id = body.session_id or uuid.uuid4().hex
     internal = host_id(tenant, session_id)
+    lock = gateway.id_lock(internal)  # no delete of this id between the steps below
+    async with lock:
+        await _create(gateway, template, internal, tenant, body)
+        return await session_out(gateway, gateway.owned(tenant, session_id))
+
+
+async def _create(
+    gateway: Gateway, template: AgentTemplate, internal: str, tenant: str, body: CreateSession
+) -> None:
+    """Record, start and checkpoint the session ``internal`` (the caller holds its
+    ``id_lock``); a failed step undoes the ones before it and raises."""
     metadata = json.dumps(body.metadata)
     limit = gateway.limits.max_sessions_per_tenant
     # the count and the record in one atomic step of the key store, against every other
@@ -95,8 +108,33 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
         await asyncio.to_thread(keys.remember_session, internal, tenant, body.template, metadata)
     # Durable before it is answered: a restart (after a SIGKILL too) resumes the sessions
     # that have a checkpoint, and one never sent a message would have none yet.
-    await gateway.ahost.checkpoint(internal, tenant_id=tenant)
-    return await session_out(gateway, gateway.owned(tenant, session_id))
+    try:
+        await gateway.ahost.checkpoint(internal, tenant_id=tenant)
+    except Exception:  # (cancelled: as above)
+        await _undo_start(gateway, internal, tenant)
+        raise
+
+
+async def _undo_start(gateway: Gateway, internal: str, tenant: str) -> None:
+    """Undo a create whose first checkpoint failed, before its (retryable) error answers:
+    otherwise the session runs and is recorded, so the client's retry of the same id got
+    409 ``session-exists``, and one of a random id held a place of the tenant's limit.
+    Stopped without a final checkpoint (the store would fail it the same way), then any
+    checkpoint of it deleted and its record dropped. A step that fails is logged and ends
+    the undo there: the session, or its record, stays listed and can be deleted."""
+    host = gateway.ahost.host
+    try:
+        await gateway.ahost.stop_session(internal, tenant_id=tenant, checkpoint=False)
+    except SessionNotFound:
+        pass  # gone already (the host shut down)
+    except Exception:
+        logger.exception("undoing the create of %r: its stop failed", internal)
+        return
+    try:
+        await asyncio.to_thread(host.store.delete, internal)
+        await asyncio.to_thread(gateway.keys.forget_session, internal)
+    except Exception:
+        logger.exception("undoing the create of %r: its checkpoints or record stay", internal)
 
 
 @router.get("", summary="List your sessions")
@@ -152,15 +190,18 @@ async def get_session(session_id: str, gateway: GatewayDep, key: Caller) -> Sess
 async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> Response:
     """Stop the session and delete its checkpoints: it is gone for good."""
     internal = host_id(key.tenant_id, session_id)
-    try:
-        gateway.owned(key.tenant_id, session_id)
-    except SessionNotFound:
-        if not await asyncio.to_thread(_forget_stale_record, gateway, key.tenant_id, internal):
-            raise
-        return Response(status_code=204)
-    await gateway.ahost.stop_session(internal, tenant_id=key.tenant_id)
-    await asyncio.to_thread(gateway.ahost.host.store.delete, internal)
-    await asyncio.to_thread(gateway.keys.forget_session, internal)
+    lock = gateway.id_lock(internal)  # no create of this id between the steps below
+    async with lock:
+        try:
+            gateway.owned(key.tenant_id, session_id)
+        except SessionNotFound:
+            if not await asyncio.to_thread(_forget_stale_record, gateway, key.tenant_id, internal):
+                raise
+            return Response(status_code=204)
+        # no final checkpoint: every checkpoint of it is deleted next
+        await gateway.ahost.stop_session(internal, tenant_id=key.tenant_id, checkpoint=False)
+        await asyncio.to_thread(gateway.ahost.host.store.delete, internal)
+        await asyncio.to_thread(gateway.keys.forget_session, internal)
     return Response(status_code=204)
 
 

@@ -50,7 +50,7 @@ from gateway._context import AUTHENTICATED, Gateway, host_id
 from gateway._listing import ClusterListing
 from gateway.keys import ApiKeys
 from gateway.limits import _bearer
-from gateway.problems import Problem, problem_response
+from gateway.problems import Problem, problem_data, problem_response
 from gateway.sse import frame
 from supervisor import (
     AgentHost,
@@ -516,11 +516,8 @@ class ClusterRouting:
             )
             self._routes.pop(internal, None)
             if events:
-                data = {
-                    "status": 503,
-                    "type": "/problems/owner-unavailable",
-                    "detail": f"the owner node {route.node_id!r} stopped answering; send again",
-                }
+                lost = f"the owner node {route.node_id!r} stopped answering; send again"
+                data = problem_data(_unavailable(lost))
                 await send(
                     {
                         "type": "http.response.body",

@@ -28,6 +28,7 @@ from supervisor._checkpoints import Checkpoints
 from supervisor._host_policy import (
     call_wait,
     check_label,
+    check_stop_checkpoint,
     check_subscriber,
     resume_arguments,
     start_arguments,
@@ -182,16 +183,23 @@ class HostFutures:
 
         return self._with_record(session_id, tenant_id, ask)
 
-    def stop_session(self, session_id: str, *, tenant_id: str | None = None) -> Future[None]:
+    def stop_session(
+        self, session_id: str, *, tenant_id: str | None = None, checkpoint: bool = True
+    ) -> Future[None]:
         """``AgentHost.stop_session``, in its turn in the session's queue (after the calls
-        made before it), on a helper thread."""
+        made before it), on a helper thread.
+
+        Raises:
+            TypeError: ``checkpoint`` is not a ``bool`` (at the call).
+        """
+        check_stop_checkpoint(checkpoint)
         sessions = self._calls.sessions
         table = self._table
         timeout = self._host.call_timeout
 
         def stop(record: SessionRecord) -> None:
             table.check_current(record)  # not stopped while this call waited
-            sessions.stop(record)
+            sessions.stop(record, checkpoint=checkpoint)
 
         return self._with_record(
             session_id,

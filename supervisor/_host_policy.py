@@ -26,6 +26,7 @@ __all__ = [
     "call_wait",
     "check_label",
     "check_since",
+    "check_stop_checkpoint",
     "check_subscriber",
     "check_worker_count",
     "check_worker_options",
@@ -256,6 +257,16 @@ def check_worker_count(workers: int) -> None:
             "throughput (a few per core is plenty; os.cpu_count() is "
             f"{os.cpu_count()} here)"
         )
+
+
+def check_stop_checkpoint(checkpoint: object) -> None:
+    """``stop_session``'s ``checkpoint``: a ``bool``.
+
+    Raises:
+        TypeError: it is not one.
+    """
+    if not isinstance(checkpoint, bool):
+        raise TypeError(f"stop_session()'s checkpoint must be True or False, not {checkpoint!r}")
 
 
 def check_label(label: object) -> str | None:

@@ -585,11 +585,12 @@ class Incarnations:
             and self.hibernate(record)
         ]
 
-    def stop(self, record: SessionRecord) -> None:
-        """Stop the session for good: final checkpoint, not restarted, forgotten. The caller
-        holds the record's ``op_lock``."""
+    def stop(self, record: SessionRecord, *, checkpoint: bool = True) -> None:
+        """Stop the session for good: final checkpoint (unless not ``checkpoint``), not
+        restarted, forgotten. The caller holds the record's ``op_lock``."""
         try:
-            self.final_checkpoint(record)
+            if checkpoint:
+                self.final_checkpoint(record)
         except OwnershipLost:
             self.lose(record)
             raise

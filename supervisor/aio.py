@@ -119,9 +119,13 @@ class AsyncAgentHost:
         """``AgentHost.hibernate``."""
         return await wait_future(self.host.futures.hibernate(session_id, tenant_id=tenant_id))
 
-    async def stop_session(self, session_id: str, *, tenant_id: str | None = None) -> None:
+    async def stop_session(
+        self, session_id: str, *, tenant_id: str | None = None, checkpoint: bool = True
+    ) -> None:
         """``AgentHost.stop_session``, after the calls to the session made before it."""
-        await wait_future(self.host.futures.stop_session(session_id, tenant_id=tenant_id))
+        await wait_future(
+            self.host.futures.stop_session(session_id, tenant_id=tenant_id, checkpoint=checkpoint)
+        )
 
     async def start_session(
         self,

@@ -37,6 +37,7 @@ from supervisor._host_policy import (
     call_wait,
     check_label,
     check_since,
+    check_stop_checkpoint,
     check_subscriber,
     check_worker_options,
     resume_arguments,
@@ -594,16 +595,25 @@ class AgentHost:
         """Hibernate every active session idle for longer than its limit; returns their ids."""
         return self._sessions.hibernate_idle()
 
-    def stop_session(self, session_id: str, *, tenant_id: str | None = None) -> None:
+    def stop_session(
+        self, session_id: str, *, tenant_id: str | None = None, checkpoint: bool = True
+    ) -> None:
         """Stop a session normally: final checkpoint, evicted, not restarted, forgotten.
+
+        With ``checkpoint=False`` no final checkpoint is taken (what it last saved, if
+        anything, stands): to undo a start whose first checkpoint failed (a final one
+        would fail the same way, and ``kill`` would restart it), or to stop a session
+        whose checkpoints are deleted next.
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
+            TypeError: ``checkpoint`` is not a ``bool``.
         """
+        check_stop_checkpoint(checkpoint)
         record = self._table.live(session_id, tenant_id)
         with record.exclusive(self.call_timeout):
             self._table.check_current(record)  # not stopped while this call waited
-            self._sessions.stop(record)
+            self._sessions.stop(record, checkpoint=checkpoint)
 
     def shutdown(self) -> None:
         """Checkpoint every live session, stop them all at once, close the store.

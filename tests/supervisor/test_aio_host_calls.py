@@ -98,3 +98,22 @@ def test_whole_host_calls_run_off_the_loop(mode: str) -> None:
             assert [t for t, _ in pairs(await ahost.history("idle"))] == ["zzz"]
 
         asyncio.run(run_second())
+
+
+def test_stop_without_a_final_checkpoint_in_every_form(make_host: HostFactory) -> None:
+    host = make_host()
+    ahost = AsyncAgentHost(host)
+    for sid in ("blocking", "future", "awaited"):
+        host.start_session(template(), sid)
+        host.send(sid, "hi")
+    saved = {sid: [i.checkpoint_id for i in host.store.list(sid)] for sid in host.store.sessions()}
+
+    host.stop_session("blocking", checkpoint=False)
+    host.futures.stop_session("future", checkpoint=False).result(30)
+    asyncio.run(ahost.stop_session("awaited", checkpoint=False))
+
+    assert host.list_sessions() == []
+    for sid, ids in saved.items():  # no final checkpoint was added
+        assert [i.checkpoint_id for i in host.store.list(sid)] == ids
+    with pytest.raises(TypeError, match="checkpoint must be True or False"):
+        host.futures.stop_session("future", checkpoint=1)  # type: ignore[arg-type]

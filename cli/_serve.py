@@ -14,6 +14,7 @@ from cli import main
 from cli._common import data_dir_errors, fail, make_data_dir
 from cli._templates import load
 from supervisor import SWITCH_INTERVAL, freeze_startup_objects, tune_interpreter
+from supervisor.cluster import MAX_TTL, MIN_TTL, NodeConfig
 from supervisor.log_format import JsonLogFormatter
 
 __all__ = ["configure_logging", "serve"]
@@ -90,7 +91,7 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
 )
 @click.option(
     "--ttl",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=MIN_TTL, max=MAX_TTL),
     default=10.0,
     show_default=True,
     help="Cluster mode: seconds without a heartbeat before a node's sessions move",
@@ -146,6 +147,12 @@ def serve(  # noqa: PLR0917 (the command's options)
         from gateway.server import serve as run  # noqa: PLC0415
     except ImportError as exc:
         fail(f"serve needs the server extra ({exc}): pip install 'sessionvisor[server]'")
+    if dsn is not None:
+        if node_id is None:
+            raise click.UsageError("--postgres (cluster mode) needs --node-id")
+        _check_node(node_id, ttl, advertise)
+    elif node_id is not None or advertise is not None:
+        raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
     _importable(app_dir)
     loaded = load(templates)
     metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
@@ -160,13 +167,8 @@ def serve(  # noqa: PLR0917 (the command's options)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
 
-    if dsn is not None:
-        if node_id is None:
-            raise click.UsageError("--postgres (cluster mode) needs --node-id")
-        if advertise is not None:
-            cluster_at(advertise)  # a bad URL is a usage error before anything listens
-    elif node_id is not None or advertise is not None:
-        raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
+    if dsn is not None and advertise is not None:
+        cluster_at(advertise)  # a bad URL is a usage error before anything listens
     make_data_dir(data_dir)
     configure_logging(log_format, log_level)
     tune_interpreter(switch_interval)  # before the host starts: its workers take it too
@@ -191,6 +193,28 @@ def serve(  # noqa: PLR0917 (the command's options)
                 # the sessions' own log lines in worker processes: as this process's
                 worker_initializer=functools.partial(configure_logging, log_format, log_level),
             )
+
+
+_OPTION_OF = {"node_id": "--node-id", "ttl": "--ttl", "address": "--advertise"}
+"""``NodeConfig``'s field named first in its error -> the option that sets it."""
+
+
+def _check_node(node_id: str, ttl: float, advertise: str | None) -> None:
+    """Refuse, as a usage error naming the option (exit 2), a node id, TTL or advertised
+    address no cluster node can use: by ``NodeConfig``'s own rules, before the templates
+    are imported and the data directory, the socket and the host are made (the node is
+    built last, and would only fail then).
+
+    Raises:
+        click.BadParameter: ``NodeConfig`` refuses it; its message says what to do.
+    """
+    try:
+        NodeConfig(node_id=node_id, address=advertise or "", ttl=ttl, events=None)
+    except (TypeError, ValueError) as exc:
+        field = str(exc).split(" ", 1)[0]
+        raise click.BadParameter(
+            str(exc), param_hint=f"'{_OPTION_OF.get(field, '--node-id')}'"
+        ) from None
 
 
 def _importable(app_dir: Path) -> None:

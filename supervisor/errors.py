@@ -658,21 +658,28 @@ class SessionOwnedElsewhere(SupervisorError):
 
 
 class NodeFenced(SupervisorError):
-    """This node could not renew its lease in time (or another process took over its node
-    id) and has fenced itself: it accepts no turns until a renewal succeeds.
+    """This node accepts no turns: it could not renew its lease in time and has fenced
+    itself until a renewal succeeds, or (``final``) it will never serve again: its lease
+    lapsed and another process registered under its node id, or it was drained.
 
     Its sessions may be claimed by other nodes meanwhile; a save it still
     attempts for such a session is refused (``OwnershipLost``). Retry on
-    another node, or once the node has renewed. ``reason`` says why.
+    another node; or here once the node has renewed (not ``final``), or once
+    its process was restarted (``final``: it then registers anew). ``reason``
+    says why.
     """
 
-    def __init__(self, node_id: str, reason: str) -> None:
+    def __init__(self, node_id: str, reason: str, *, final: bool = False) -> None:
         self.node_id = node_id
         self.reason = reason
-        super().__init__(
-            f"node {node_id!r} is fenced and accepts no turns ({reason}); retry on another "
-            "node, or here once it has renewed its lease"
+        self.final = final
+        then = (
+            "it will not serve again: retry on another node, or restart this process (it "
+            "registers as a new incarnation of the node id)"
+            if final
+            else "retry on another node, or here once it has renewed its lease"
         )
+        super().__init__(f"node {node_id!r} is fenced and accepts no turns ({reason}); {then}")
 
 
 class NodeIdInUse(SupervisorError, RuntimeError):

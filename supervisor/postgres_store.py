@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,10 +60,13 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
-__all__ = ["Fence", "PostgresCheckpointStore", "check_text", "storable_text"]
+__all__ = ["MAX_POOL_SIZE", "Fence", "PostgresCheckpointStore", "check_text", "storable_text"]
 
 T = TypeVar("T")
 
+MAX_POOL_SIZE = 1000
+"""The largest ``pool_size``: more connections than any server's ``max_connections``
+sensibly allows (each is a server process)."""
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
 _SAVE_ATTEMPTS = 8  # times a save re-reads a message log that changed under it
 _NO_LOG = (None, None, None, None)
@@ -124,6 +128,93 @@ _PRUNE = (
 _COLLECT = "SELECT {s}.collect_logs(%s)"
 _LOCK_LOG = "SELECT 1 FROM {s}.message_logs WHERE session_id = %s FOR UPDATE"
 """First in a delete or prune (see ``_remove``): lock the session's message-log row."""
+
+
+def _check_pool_size(pool_size: object) -> None:
+    """Refuse a ``pool_size`` that is not an int from 1 to ``MAX_POOL_SIZE``.
+
+    Raises:
+        ValueError: it is not; the message says what suits.
+    """
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int):
+        raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+    if not 1 <= pool_size <= MAX_POOL_SIZE:
+        # More than the server's max_connections (100 by default) could never open.
+        raise ValueError(
+            f"pool_size must be an int >= 1 and at most {MAX_POOL_SIZE}, got {pool_size!r}: "
+            "the connections this store may open at once, which the server's "
+            "max_connections (100 by default) bounds for all its clients together; a few "
+            "per node suit most clusters (saves share transactions)"
+        )
+
+
+class _PoolUse:
+    """What the borrowers of a store's pool saw (``PostgresCheckpointStore._borrow``):
+    connections lent out now, and connections given back so far, unbroken (the server
+    answered) or broken (it, or the network, failed). Thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._lent = 0
+        self._answered = 0
+        self._broke = 0
+
+    def returns(self) -> tuple[int, int]:
+        """The counts of connections given back so far: ``(unbroken, broken)``."""
+        with self._lock:
+            return self._answered, self._broke
+
+    def busy_since(self, before: tuple[int, int]) -> bool:
+        """Whether a wait for a connection that began at ``before`` (``returns()``) and
+        timed out found the pool busy: no connection came back broken since, and either
+        every one is lent out now or one came back unbroken (and went to another
+        borrower queued first)."""
+        with self._lock:
+            if self._broke != before[1]:
+                return False
+            return self._answered != before[0] or self._lent >= self.size
+
+    def lend(self) -> None:
+        """A connection was lent out."""
+        with self._lock:
+            self._lent += 1
+
+    def given_back(self, *, broken: bool) -> None:
+        """A lent connection comes back (``broken``: unusable)."""
+        with self._lock:
+            self._lent -= 1
+            if broken:
+                self._broke += 1
+            else:
+                self._answered += 1
+
+
+class _PoolExhausted(Exception):
+    """Raised by ``_borrow`` for a wait on a pool whose connections were all busy (its
+    cause: the driver's ``PoolTimeout``); ``_retrying`` turns it into ``_PoolBusy``,
+    naming the operation."""
+
+    def __init__(self, size: int, waited: float) -> None:
+        super().__init__(size, waited)
+        self.size = size
+        self.waited = waited
+
+
+class _PoolBusy(StoreBusy):
+    """``StoreBusy`` for a wait on the store's own pool: every pooled connection stayed in
+    use for the whole wait while the server answered (see ``_borrow``). Its own message:
+    ``StoreBusy``'s speaks of a server-side lock, which is not what held it up."""
+
+    def __init__(self, where: str, action: str, size: int, waited: float, error: BaseException):
+        SupervisorError.__init__(
+            self,
+            f"checkpoint database {where}: {action} waited for a connection, but all {size} "
+            f"connections of the store's pool were busy for {waited:g} s ({error}); nothing "
+            "was written. Retry it; if this persists, raise pool_size or lower the load",
+        )
+        self.where = where
+        self.action = action
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +295,14 @@ class PostgresCheckpointStore(ClosingContext):
     ``transaction_timeout`` seconds, so a frozen process cannot hold a
     session's row (and so its failover) longer than that; an operation that
     waits that long for a lock is cancelled and raises ``StoreBusy`` (nothing
-    written; retrying is safe). A server that refuses writes (a standby, or a
-    primary being demoted in a failover) raises ``StoreUnreachable`` saying so,
-    after every pooled connection was replaced and the operation tried once
-    more (nothing written; a connection string listing several hosts with
-    ``target_session_attrs=read-write`` then reaches the new primary).
+    written; retrying is safe). So does an operation that waited ``connect_timeout``
+    seconds for a pooled connection while all ``pool_size`` stayed busy with others
+    (the message says so: raise ``pool_size`` or lower the load). A server that
+    refuses writes (a standby, or a primary being demoted in a failover) raises
+    ``StoreUnreachable`` saying so, after every pooled connection was replaced and
+    the operation tried once more (nothing written; a connection string listing
+    several hosts with ``target_session_attrs=read-write`` then reaches the new
+    primary).
 
     Thread-safe: a pool of connections (up to ``pool_size``) is shared by all
     threads; encoding and decoding run outside it. Do not share one instance
@@ -224,7 +318,8 @@ class PostgresCheckpointStore(ClosingContext):
         keep_last: After each save keep the session's newest ``keep_last``
             checkpoints; ``None`` keeps all.
         migrations: Upgrades checkpoints of older snapshot schema versions on ``load``.
-        pool_size: Most connections open at once (and group-commit batches in flight).
+        pool_size: Most connections open at once (and group-commit batches in flight), from
+            1 to ``MAX_POOL_SIZE`` (1000).
         connect_timeout: Seconds to wait for a connection.
         transaction_timeout: See "Failures" above.
 
@@ -247,8 +342,7 @@ class PostgresCheckpointStore(ClosingContext):
         transaction_timeout: float = 5.0,
     ) -> None:
         check_max_snapshot_bytes(max_snapshot_bytes)
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        _check_pool_size(pool_size)
         for name, value in (
             ("connect_timeout", connect_timeout),
             ("transaction_timeout", transaction_timeout),
@@ -288,6 +382,8 @@ class PostgresCheckpointStore(ClosingContext):
             if exc.sqlstate != _READ_ONLY:
                 raise
             raise StoreUnreachable(self.where, _read_only("opening the store"), exc) from exc
+        self._pool_timeout: type[Exception] = pool_driver.PoolTimeout
+        self._use = _PoolUse(pool_size)
         self._pool: psycopg_pool.ConnectionPool[Any] = pool_driver.ConnectionPool(
             conninfo,
             min_size=1,
@@ -344,14 +440,41 @@ class PostgresCheckpointStore(ClosingContext):
 
     @contextmanager
     def _borrow(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A pooled connection, for the ``with`` block.
+
+        The pool raises ``PoolTimeout`` when no connection came within its wait: either
+        every connection was busy, or none could be made (the server down or restarting:
+        the pool's connections broke and new ones fail). Which one is told by what the
+        borrowers saw during the wait, not by the pool's statistics (which count
+        connections still being made as there): busy when no connection came back broken
+        and either all ``pool_size`` are lent out now or one came back unbroken (the
+        server answered; it went to a borrower queued first). Busy raises
+        ``_PoolExhausted``, which ``_retrying`` makes a ``StoreBusy`` naming the
+        operation (at once, nothing written); otherwise the ``PoolTimeout`` goes on and
+        becomes ``StoreUnreachable``.
+
+        Raises:
+            _PoolExhausted: every connection of the pool stayed in use for the whole wait.
+            psycopg_pool.PoolTimeout: no connection could be had (the server unreachable).
+            ValueError: the store is closed.
+        """
         if self._closed:
             raise ValueError(f"{self!r} is closed")
+        use = self._use
+        before = use.returns()
         # getconn/putconn rather than connection(): its ``with conn`` would only commit an
         # autocommit connection (a no-op); putconn rolls back a transaction left open.
-        conn = self._pool.getconn()
+        try:
+            conn = self._pool.getconn()
+        except self._pool_timeout as exc:
+            if use.busy_since(before):
+                raise _PoolExhausted(use.size, self._pool.timeout) from exc
+            raise
+        use.lend()
         try:
             yield conn
         finally:
+            use.given_back(broken=conn.broken or conn.closed)
             self._pool.putconn(conn)
 
     def _findable(self, session_id: object, checkpoint_id: object = None) -> bool:
@@ -377,6 +500,8 @@ class PostgresCheckpointStore(ClosingContext):
         Raises:
             StoreUnreachable: the connection broke twice, or none could be had, or the
                 server refuses writes (read-only).
+            StoreBusy: it waited too long for a lock, or for a pooled connection while
+                every one was busy (nothing written).
             ValueError: the store is closed; or ``work`` writes ``session_id`` and it is
                 too long for the tables' indexes.
         """
@@ -399,6 +524,11 @@ class PostgresCheckpointStore(ClosingContext):
         for tries in (1, 2):
             try:
                 return attempt()
+            except _PoolExhausted as exc:  # the server answers: no retry, no pool check
+                cause = exc.__cause__ or exc
+                if tries == 2:  # after a broken connection: what the first try did is unknown
+                    raise StoreUnreachable(self.where, action, cause) from cause
+                raise _PoolBusy(self.where, action, exc.size, exc.waited, cause) from cause
             except psycopg.OperationalError as exc:
                 if self._closed:
                     raise ValueError(f"{self!r} is closed") from exc
@@ -443,7 +573,8 @@ class PostgresCheckpointStore(ClosingContext):
                 unknown, and saving it again is safe. Or the server refuses writes
                 (read-only, said so): nothing was stored.
             StoreBusy: it waited past ``transaction_timeout`` for a lock another
-                connection held; nothing was stored, and saving it again is safe.
+                connection held, or ``connect_timeout`` for a pooled connection while
+                every one was busy; nothing was stored, and saving it again is safe.
             StoreFull: the server's disk is full; nothing was stored.
             SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
             ValueError: PostgreSQL cannot store its session id, checkpoint id or label (a

@@ -134,6 +134,9 @@ class ClusterNode:
 
     def check_serving(self) -> None:
         """Raise ``NodeFenced`` when the node must not run turns (see the module docstring)."""
+        gone = self._gone
+        if gone is not None:  # no renewal will ever lift it
+            raise NodeFenced(self.node_id, gone, final=True)
         reason = self.fenced
         if reason is not None:
             raise NodeFenced(self.node_id, reason)
@@ -152,7 +155,10 @@ class ClusterNode:
         if renewed is None:
             return False
         if not renewed:
-            self._gone = "another process registered under its node id, or it was drained"
+            self._gone = (
+                "its lease lapsed and another process registered under its node id, or its "
+                "row in the nodes table was drained or removed"
+            )
             logger.error("node %r: %s; it stops serving", self.node_id, self._gone)
             for session_id in self.leases():
                 self._lost(session_id)

@@ -38,8 +38,8 @@ from supervisor._sqlite_schema import (
     lost_store,
     open_error,
 )
-from supervisor._store_encryption import ENCRYPTION_FORMAT
-from supervisor.errors import StoreEncrypted, StoreReadOnly, StoreUnavailable, SupervisorError
+from supervisor._store_encryption import sealed_store_id
+from supervisor.errors import StoreEncrypted, StoreReadOnly, StoreUnavailable
 
 __all__ = ["open_read_only", "refuse"]
 
@@ -133,17 +133,7 @@ def _rows(conn: sqlite3.Connection, path: str, keys: EncryptionKeys | None) -> R
         return PlainRows(path)
     if keys is None:
         raise StoreEncrypted(path, tuple(recorded))
-    if encryption != ENCRYPTION_FORMAT:
-        raise SupervisorError(
-            f"checkpoint store {path!r} is encrypted as {encryption!r}, a format this version "
-            "does not know; upgrade sessionvisor to open it"
-        )
-    store_id = meta.get("store_id")
-    if not isinstance(store_id, bytes) or len(store_id) != 16:
-        raise SupervisorError(
-            f"checkpoint store {path!r} is encrypted but its store id is damaged; restore the "
-            "store from a backup"
-        )
+    store_id = sealed_store_id(path, meta)
     envelopes = Envelopes(keys, path)
     for key_id, check in recorded.items():
         envelopes.trust(key_id, check)  # EncryptionKeyError: missing, or other bytes

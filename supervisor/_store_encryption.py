@@ -28,6 +28,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from actors import SnapshotDecodeError, decode_plain, encode_plain
 from supervisor._encryption_keys import EncryptionKeys
@@ -36,7 +37,14 @@ from supervisor._row_codec import SEAL_AEAD, SEAL_QUARANTINED, PlainRows, RowCod
 from supervisor._state_parts import checked, put_parts, read_refs
 from supervisor.errors import StoreEncrypted, StoreNotEncrypted, SupervisorError
 
-__all__ = ["ENCRYPTION_FORMAT", "encrypt_rows", "open_rows", "reencrypt_rows", "scrub"]
+__all__ = [
+    "ENCRYPTION_FORMAT",
+    "encrypt_rows",
+    "open_rows",
+    "reencrypt_rows",
+    "scrub",
+    "sealed_store_id",
+]
 
 ENCRYPTION_FORMAT = b"aes-256-gcm"
 """``store_meta.encryption`` of an encrypted store."""
@@ -71,6 +79,28 @@ def open_rows(conn: sqlite3.Connection, path: str, keys: EncryptionKeys | None) 
     return rows
 
 
+def sealed_store_id(path: str, meta: dict[str, Any]) -> bytes:
+    """The store id of the encrypted store at ``path`` whose ``store_meta`` is ``meta``.
+
+    Raises:
+        SupervisorError: it is encrypted in a format this version does not know, or
+            its store id is damaged.
+    """
+    encryption = meta.get("encryption")
+    if encryption != ENCRYPTION_FORMAT:
+        raise SupervisorError(
+            f"checkpoint store {path!r} is encrypted as {encryption!r}, a format this version "
+            "does not know; upgrade sessionvisor to open it"
+        )
+    store_id = meta.get("store_id")
+    if not isinstance(store_id, bytes) or len(store_id) != 16:
+        raise SupervisorError(
+            f"checkpoint store {path!r} is encrypted but its store id is damaged; restore the "
+            "store from a backup"
+        )
+    return store_id
+
+
 def _sealed_rows(
     conn: sqlite3.Connection, path: str, envelopes: Envelopes, *, migrating: bool = False
 ) -> SealedRows:
@@ -85,17 +115,7 @@ def _sealed_rows(
                 raise StoreNotEncrypted(path, checkpoints)
         meta = {"encryption": ENCRYPTION_FORMAT, "store_id": os.urandom(16)}
         conn.executemany("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", meta.items())
-    elif encryption != ENCRYPTION_FORMAT:
-        raise SupervisorError(
-            f"checkpoint store {path!r} is encrypted as {encryption!r}, a format this version "
-            "does not know; upgrade sessionvisor to open it"
-        )
-    store_id = meta.get("store_id")
-    if not isinstance(store_id, bytes) or len(store_id) != 16:
-        raise SupervisorError(
-            f"checkpoint store {path!r} is encrypted but its store id is damaged; restore the "
-            "store from a backup"
-        )
+    store_id = sealed_store_id(path, meta)
     for key_id, check in _recorded(conn).items():
         envelopes.trust(key_id, check)  # EncryptionKeyError: missing, or other bytes
     current = envelopes.keys.current_id

@@ -10,6 +10,11 @@ save); several run inside one ``BEGIN`` ... ``COMMIT``. While every lane is
 busy, arrivals queue, and the next leader takes them all: under load the
 batches grow by themselves, and with idle lanes nothing waits (a save that
 finds nothing queued and a lane free runs at once, without queueing itself).
+A queued save waits for a lane at most ``lane_wait`` seconds: past it, unless a
+leader took it into a batch meanwhile, it leaves the queue unwritten and raises
+what ``busy(lane_wait)`` returns (the store's ``StoreBusy`` for a busy pool), so
+saves stuck on a server that stopped answering cannot hold up the others' callers
+without limit.
 
 A save whose write raises a Python error (``OwnershipLost``: the fence
 refused it, which writes nothing) fails alone and the batch goes on. A
@@ -56,6 +61,8 @@ class PoolCommit:
         connection: Lends an autocommit connection for one batch (a context manager).
         database_error: The driver's base class of errors raised by the server or
             the connection (``psycopg.Error``); other exceptions of a write are its own.
+        lane_wait: Seconds a queued write waits for a lane before it gives up.
+        busy: Makes the exception raised by a write that gave up, from ``lane_wait``.
     """
 
     def __init__(
@@ -63,8 +70,13 @@ class PoolCommit:
         lanes: int,
         connection: Callable[[], AbstractContextManager[psycopg.Connection[tuple[Any, ...]]]],
         database_error: type[BaseException],
+        *,
+        lane_wait: float,
+        busy: Callable[[float], BaseException],
     ) -> None:
         self._lanes = threading.BoundedSemaphore(lanes)
+        self._lane_wait = lane_wait
+        self._busy = busy
         self._connection = connection
         self._database_error = database_error
         self._queued: list[_Pending[Any]] = []
@@ -79,7 +91,8 @@ class PoolCommit:
 
         Raises:
             Exception: what ``write`` raised (its changes undone), or what failed the
-                batch's connection (nothing of the batch may have been committed).
+                batch's connection (nothing of the batch may have been committed), or
+                ``busy(lane_wait)``: no lane came free in time (nothing written).
         """
         with self._queue_lock:  # nothing queued and a lane free: run it alone, at once
             alone = not self._queued and self._lanes.acquire(blocking=False)
@@ -91,16 +104,24 @@ class PoolCommit:
         pending: _Pending[T] = _Pending(write)
         with self._queue_lock:
             self._queued.append(pending)
-        with self._lanes:
+        if not self._lanes.acquire(timeout=self._lane_wait):
             with self._queue_lock:
-                batch: list[_Pending[Any]] = []
-                if not pending.taken:  # no leader took it yet: lead all that waits
-                    batch, self._queued = self._queued, []
-                    for queued in batch:
-                        queued.taken = True
-            if batch:
-                self._commit(batch)
-        pending.done.wait()
+                if not pending.taken:  # no batch has it: leave unwritten
+                    self._queued.remove(pending)
+                    raise self._busy(self._lane_wait)
+        else:
+            try:
+                with self._queue_lock:
+                    batch: list[_Pending[Any]] = []
+                    if not pending.taken:  # no leader took it yet: lead all that waits
+                        batch, self._queued = self._queued, []
+                        for queued in batch:
+                            queued.taken = True
+                if batch:
+                    self._commit(batch)
+            finally:
+                self._lanes.release()
+        pending.done.wait()  # set by the batch that took it, once its commit is over
         if pending.error is not None:
             raise pending.error
         return pending.result  # type: ignore[return-value]  # set by the batch that ran it

@@ -89,7 +89,8 @@ class ChildInfo:
         actor_ref: Its current ref, or None while a backoff delay holds its restart.
         restart: Its restart type.
         supervisor: True if the child is itself a supervisor.
-        shutdown: Its shutdown timeout in seconds.
+        shutdown: Its shutdown timeout in seconds (for a nested supervisor left to
+            ``Supervisor.child_spec``'s default: what the children it has now need).
     """
 
     id: str

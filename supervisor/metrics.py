@@ -34,8 +34,9 @@ without one pays nothing.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from actors import Event
@@ -124,7 +125,10 @@ class HostMetrics:
             ["reason"],
             registry=on,
         )
-        self._crashed: set[str] = set()  # sessions whose next "resumed" is a restart
+        # Crashed sessions whose next "resumed" is a restart, each with what withdraws the
+        # watcher that drops it when the session is stopped first (stop_session, moved,
+        # shutdown): one stopped between its crash and its restart never resumes.
+        self._crashed: dict[SessionRecord, Callable[[], None]] = {}
         self._lock = threading.Lock()
         self.registry.register(_ReadAtCollection(host))
         host._checkpoints.observe(self._saved)
@@ -147,24 +151,58 @@ class HostMetrics:
             self.turn_errors.labels(record.tenant_id).inc()
         elif kind == "crashed":
             self.crashes.labels(_kind(event)).inc()
-            with self._lock:
-                self._crashed.add(record.session_id)
+            self._await_restart(record)
         elif kind == "resumed":
-            with self._lock:
-                restarted = record.session_id in self._crashed
-                self._crashed.discard(record.session_id)
-            if restarted:
+            if self._forget(record):
                 self.restarts.inc()
         elif kind == "given_up":
             self.give_ups.labels(_kind(event)).inc()
-            with self._lock:
-                self._crashed.discard(record.session_id)
+            self._forget(record)
+
+    @property
+    def awaiting_restart(self) -> int:
+        """How many crashed sessions still wait for their restart (none once each is
+        resumed, given up, stopped or moved). Thread-safe."""
+        with self._lock:
+            return len(self._crashed)
+
+    def _await_restart(self, record: SessionRecord) -> None:
+        """Note a crash; dropped again if the session is stopped before it resumes."""
+        mark = functools.partial(_nothing)  # a fresh object: this crash's place-holder
+        with self._lock:
+            earlier = self._crashed.pop(record, None)
+            self._crashed[record] = mark
+        if earlier is not None:
+            earlier()
+        # Outside the lock: a session stopped already calls the watcher at once.
+        withdraw = self._host._table.when_stopped(record, functools.partial(self._stopped, record))
+        with self._lock:
+            if self._crashed.get(record) is mark:
+                self._crashed[record] = withdraw
+                return
+        withdraw()  # resumed, given up or stopped meanwhile: the watcher is not needed
+
+    def _stopped(self, record: SessionRecord) -> None:
+        self._forget(record)
+
+    def _forget(self, record: SessionRecord) -> bool:
+        """Drop a crashed session (and its stop watcher); whether it was there."""
+        with self._lock:
+            withdraw = self._crashed.pop(record, None)
+        if withdraw is None:
+            return False
+        withdraw()
+        return True
 
     @staticmethod
     def _observe_seconds(histogram: Any, record: SessionRecord, event: Event) -> None:
         seconds = event.data.get("seconds")
         if isinstance(seconds, int | float) and seconds >= 0:
             histogram.labels(record.tenant_id).observe(seconds)
+
+
+def _nothing() -> None:
+    """Withdraws nothing: the stand-in while a crashed session's stop watcher is added."""
 
 
 def _kind(event: Event) -> str:

@@ -201,6 +201,14 @@ class _PoolExhausted(Exception):
         self.waited = waited
 
 
+def _lanes_busy(size: int, waited: float) -> _PoolExhausted:
+    """A save's wait for a group-commit lane (each holds a pooled connection) ran out:
+    as a wait on the pool itself, which ``_retrying`` makes a ``_PoolBusy``."""
+    exc = _PoolExhausted(size, waited)
+    exc.__cause__ = TimeoutError(f"the saves queued ahead held every connection for {waited:g} s")
+    return exc
+
+
 class _PoolBusy(StoreBusy):
     """``StoreBusy`` for a wait on the store's own pool: every pooled connection stayed in
     use for the whole wait while the server answered (see ``_borrow``). Its own message:
@@ -296,13 +304,13 @@ class PostgresCheckpointStore(ClosingContext):
     session's row (and so its failover) longer than that; an operation that
     waits that long for a lock is cancelled and raises ``StoreBusy`` (nothing
     written; retrying is safe). So does an operation that waited ``connect_timeout``
-    seconds for a pooled connection while all ``pool_size`` stayed busy with others
-    (the message says so: raise ``pool_size`` or lower the load). A server that
-    refuses writes (a standby, or a primary being demoted in a failover) raises
-    ``StoreUnreachable`` saying so, after every pooled connection was replaced and
-    the operation tried once more (nothing written; a connection string listing
-    several hosts with ``target_session_attrs=read-write`` then reaches the new
-    primary).
+    seconds for a pooled connection (a save: for a turn on one, queued behind other
+    saves) while all ``pool_size`` stayed busy with others (the message says so:
+    raise ``pool_size`` or lower the load). A server that refuses writes (a standby,
+    or a primary being demoted in a failover) raises ``StoreUnreachable`` saying so,
+    after every pooled connection was replaced and the operation tried once more
+    (nothing written; a connection string listing several hosts with
+    ``target_session_attrs=read-write`` then reaches the new primary).
 
     Thread-safe: a pool of connections (up to ``pool_size``) is shared by all
     threads; encoding and decoding run outside it. Do not share one instance
@@ -394,7 +402,13 @@ class PostgresCheckpointStore(ClosingContext):
             timeout=connect_timeout,
         )
         self._pool.open()
-        self._commits = PoolCommit(pool_size, self._borrow, driver.Error)
+        self._commits = PoolCommit(
+            pool_size,
+            self._borrow,
+            driver.Error,
+            lane_wait=connect_timeout,
+            busy=functools.partial(_lanes_busy, pool_size),
+        )
         q = functools.partial(qualify, schema=self.schema)
         self._q_save = q(_SAVE)
         self._q_merge = q(_MERGE)

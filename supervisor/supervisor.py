@@ -13,7 +13,10 @@ child of another supervisor and can be monitored. It mirrors OTP's
 * optional capped exponential :class:`~supervisor.Backoff` between restarts;
 * ordered shutdown: children stop in reverse start order, each within its
   ``ChildSpec.shutdown`` seconds. A child that does not stop in time is logged
-  and abandoned, still running: Python cannot kill a thread.
+  and abandoned, still running: Python cannot kill a thread. A nested supervisor
+  made by ``Supervisor.child_spec`` without a ``shutdown`` gets, when its stop
+  begins, what the children it has then need (dynamic ones included), as OTP
+  waits for a supervisor child without limit while it stops its own.
 
 Unlike OTP's ``supervisor``, a child that is not restarted (temporary,
 transient after a normal exit, or terminated by ``terminate_child``) is
@@ -216,16 +219,20 @@ class Supervisor(SupervisedActor):
         """A ChildSpec that starts a nested supervisor with ``children`` and ``options``.
 
         ``shutdown`` defaults to the sum of the children's timeouts plus one
-        second (at least 5 s), so the nested tree can stop in order.
+        second (at least 5 s), so the nested tree can stop in order; counted again
+        when its stop begins, over the children it has then: those added by
+        ``start_child`` count too (and a nested supervisor's own default, likewise).
         """
         specs = tuple(children)
-        if shutdown is None:
-            shutdown = max(5.0, sum(spec.shutdown for spec in specs) + 1.0)
+        if shutdown is not None:
+            return ChildSpec(
+                id=id, start=lambda: cls.start(specs, **options), restart=restart, shutdown=shutdown
+            )
         return ChildSpec(
             id=id,
-            start=lambda: cls.start(specs, **options),
+            start=_NestedStart(cls, specs, options),
             restart=restart,
-            shutdown=shutdown,
+            shutdown=max(5.0, sum(spec.shutdown for spec in specs) + 1.0),
         )
 
     # -- Pykka hooks (all on the supervisor's thread) -------------------------
@@ -305,13 +312,14 @@ class Supervisor(SupervisedActor):
 
     def _begin_stop(self, child: _Child) -> ChildStopping:
         """Forget the child's ref and ask it to stop, without waiting for it."""
+        shutdown = _shutdown_of(child)
         ref, mref = child.ref, child.mref
         child.ref = child.mref = child.pending = None
         if mref is not None:
             self._by_mref.pop(mref, None)
             demonitor(mref)
         lifecycle = None if ref is None else begin_terminate(ref)
-        return ChildStopping(lifecycle, child.spec.shutdown, self._name, child.spec.id)
+        return ChildStopping(lifecycle, shutdown, self._name, child.spec.id)
 
     def _shutdown_children(self, *, concurrently: bool = False) -> list[str]:
         """Stop all children in reverse start order; returns the ids of abandoned ones.
@@ -484,7 +492,7 @@ class Supervisor(SupervisedActor):
 
     def _which_children(self) -> list[ChildInfo]:
         return [
-            ChildInfo(c.spec.id, c.ref, c.spec.restart, c.is_supervisor, c.spec.shutdown)
+            ChildInfo(c.spec.id, c.ref, c.spec.restart, c.is_supervisor, _shutdown_of(c))
             for c in self._children.values()
         ]
 
@@ -497,6 +505,44 @@ class Supervisor(SupervisedActor):
             supervisors=supervisors,
             workers=len(self._children) - supervisors,
         )
+
+
+class _NestedStart:
+    """The start function of a ``Supervisor.child_spec`` left to its default shutdown,
+    which marks it so: its wait is counted when its stop begins (``_shutdown_of``)."""
+
+    __slots__ = ("_cls", "_options", "_specs")
+
+    def __init__(
+        self, cls: type[Supervisor], specs: tuple[ChildSpec, ...], options: dict[str, Any]
+    ) -> None:
+        self._cls, self._specs, self._options = cls, specs, options
+
+    def __call__(self) -> pykka.ActorRef[Any]:
+        return self._cls.start(self._specs, **self._options)
+
+
+def _shutdown_of(child: _Child) -> float:
+    """How long to wait for ``child`` to stop: its ``ChildSpec.shutdown``; for a running
+    nested supervisor with the default of ``Supervisor.child_spec``, at least what its
+    children now need, one after the other (the sum of theirs, plus one second).
+
+    Runs on the parent's thread and reads the nested one's children, which its own
+    thread changes: a copy of a dict's values is one step under the GIL, and one that
+    fails all the same (the dict changed size) falls back on the spec's value.
+    """
+    ref = child.ref
+    if ref is None or not child.is_supervisor or not isinstance(child.spec.start, _NestedStart):
+        return child.spec.shutdown
+    lifecycle = lifecycle_of(ref)
+    nested = None if lifecycle is None else lifecycle.actor()
+    if not isinstance(nested, Supervisor):
+        return child.spec.shutdown
+    try:
+        children = tuple(nested._children.values())
+    except RuntimeError:  # pragma: no cover - changed while copied
+        return child.spec.shutdown
+    return max(child.spec.shutdown, sum(_shutdown_of(c) for c in children) + 1.0)
 
 
 for _cls in (Supervisor,):

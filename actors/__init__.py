@@ -13,6 +13,7 @@ from actors._strip import LiveResource as LiveResource
 from actors._strip import is_stripped_marker as is_stripped_marker
 from actors.errors import ActorsError as ActorsError
 from actors.errors import InvalidMessage as InvalidMessage
+from actors.errors import ModelCallAborted as ModelCallAborted
 from actors.errors import ModelScriptExhausted as ModelScriptExhausted
 from actors.errors import PluginError as PluginError
 from actors.errors import ProviderError as ProviderError
@@ -90,6 +91,7 @@ __all__ = [
     "Message",
     "MigrationRegistry",
     "Model",
+    "ModelCallAborted",
     "ModelFactory",
     "ModelRequest",
     "ModelResponse",

@@ -2,7 +2,9 @@
 
 ``session_start`` and ``session_tools`` failures raise ``PluginError``;
 failures of every other hook become ``plugin_error`` events and the hook's
-result is ignored.
+result is ignored: a ``BaseException`` such as ``asyncio.CancelledError`` too,
+but for ``SystemExit``, ``KeyboardInterrupt`` and a group holding one, which
+keep their meaning (``actors._loop.ends_session``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from actors._codec import encode_plain
+from actors._loop import ends_session
 from actors._strip import is_stripped_marker, strip_live
 from actors.errors import PluginError
 from actors.events import EventBuffer
@@ -149,17 +152,18 @@ class PluginRunner:
         """Run ``session_end`` of every plugin that started, last started first, once each.
 
         A plugin is taken off ``started`` before its hook runs, and a ``SystemExit`` (or
-        other ``BaseException``) a hook raises is raised again only once every other
-        plugin's ``session_end`` has run: it ends the session, but must not leave the
-        other plugins' resources open, nor have the failure path that follows
-        (``on_failure``) run the same hook again.
+        ``KeyboardInterrupt``, or a group holding one) a hook raises is raised again only
+        once every other plugin's ``session_end`` has run: it ends the session, but must
+        not leave the other plugins' resources open, nor have the failure path that
+        follows (``on_failure``) run the same hook again. Any other exception is a
+        ``plugin_error`` event, as in every hook but ``session_start``.
         """
         pending: BaseException | None = None
         while self.started:
             plugin = self.started.pop()
             try:
                 self._guarded(plugin, "session_end", lambda p, c: p.session_end(c, reason))
-            except BaseException as exc:  # SystemExit & co.: the others still end first
+            except BaseException as exc:  # SystemExit: the others still end first
                 pending = pending or exc
         if pending is not None:
             raise pending
@@ -207,13 +211,21 @@ class PluginRunner:
             self._guarded(plugin, hook, call)
 
     def _guarded(self, plugin: Plugin, hook: str, call: Callable[..., Any], *args: Any) -> Any:
+        """Call ``hook``; a failure is reported (``_failed``) and the result is ``None``. A
+        ``BaseException`` fails the hook as an ``Exception`` does (``asyncio.CancelledError``
+        of an asyncio call inside it), unless it ends the session (``ends_session``)."""
         try:
             return call(plugin, self.contexts[plugin.name], *args)
         except Exception as exc:
             self._failed(plugin, hook, exc)
             return None
+        except BaseException as exc:
+            if ends_session(exc):
+                raise
+            self._failed(plugin, hook, exc)
+            return None
 
-    def _failed(self, plugin: Plugin, hook: str, exc: Exception) -> None:
+    def _failed(self, plugin: Plugin, hook: str, exc: BaseException) -> None:
         """Report a failure of ``plugin``'s ``hook``: a warning and a ``plugin_error`` event."""
         logger.warning("plugin %r failed in %s: %r", plugin.name, hook, exc)
         self.events.publish("plugin_error", plugin=plugin.name, hook=hook, error=repr(exc))

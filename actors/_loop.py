@@ -25,7 +25,7 @@ from typing import Any
 
 import pykka
 
-__all__ = ["run"]
+__all__ = ["ends_session", "run"]
 
 logger = logging.getLogger("actors")
 
@@ -57,6 +57,18 @@ def run(actor: pykka.ThreadingActor) -> None:
             pykka.ActorRegistry.unregister(actor.actor_ref)
             stopped.set()
             _on_failure(actor, type(exc), exc, exc.__traceback__)
+
+
+def ends_session(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a session's model, tool or plugin hook, keeps its meaning:
+    a ``SystemExit`` (it ends the session), a ``KeyboardInterrupt`` (it stops every actor),
+    or a ``BaseExceptionGroup`` holding one. Any other exception (``asyncio.CancelledError``
+    of an asyncio call inside it, a library's own ``BaseException``) is a failure of that
+    call, as an ``Exception`` is: the call failed, not the session."""
+    return isinstance(exc, KeyboardInterrupt | SystemExit) or (
+        isinstance(exc, BaseExceptionGroup)
+        and exc.subgroup((KeyboardInterrupt, SystemExit)) is not None
+    )
 
 
 def _fail_ask(actor: pykka.ThreadingActor, reply: Any, exc: BaseException | None) -> None:

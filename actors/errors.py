@@ -3,7 +3,9 @@
 Siblings are told apart by what the caller should do next: a malformed message
 dict (fix the input) vs a snapshot that cannot be decoded (the bytes are bad)
 vs one from a newer schema (upgrade the code); a profile that is missing
-(re-register it) vs a model that failed on a turn (retry or report).
+(re-register it) vs a model that failed on a turn (retry or report; a model call
+that ended in a ``BaseException`` such as ``asyncio.CancelledError`` is a
+``ModelCallAborted``, a ``ProviderError``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "ActorsError",
     "InvalidMessage",
+    "ModelCallAborted",
     "ModelScriptExhausted",
     "PluginError",
     "ProviderError",
@@ -135,6 +138,24 @@ class ProviderError(ActorsError, RuntimeError):
     """
 
 
+class ModelCallAborted(ProviderError):
+    """A model's ``generate`` or ``respond`` raised a ``BaseException`` that is not an
+    ``Exception``: ``asyncio.CancelledError`` (an asyncio call inside the model was
+    cancelled, by a timeout say) or a library's own. The call failed, not the session: the
+    turn fails and is rolled back, as for any model error, and the session goes on (a
+    ``SystemExit``, ``KeyboardInterrupt`` or a ``BaseExceptionGroup`` holding one keeps its
+    meaning instead). ``error`` is the exception, also the ``__cause__``. Retry the send.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        super().__init__(f"the model call ended with {error!r}; the turn was rolled back")
+        self.__cause__ = error
+
+    def __reduce__(self) -> tuple[type[ModelCallAborted], tuple[BaseException]]:
+        return (ModelCallAborted, (self.error,))
+
+
 class SnapshotEncodeError(ActorsError, TypeError):
     """A snapshot holds a value strict serialization refuses; ``path`` says where it sits."""
 
@@ -164,6 +185,7 @@ for _cls in (
     SteeringQueueFull,
     PluginError,
     ProviderError,
+    ModelCallAborted,
     SnapshotEncodeError,
     SnapshotDecodeError,
 ):

@@ -9,7 +9,9 @@ after ``stop_session`` + ``resume``), its new buffer continues the numbering
 after the last seq persisted with the checkpoint (``EventBuffer(size,
 after=mark)``), so a reader's cursor from before the restart still means
 something: the events up to the mark read as dropped, like events that fell
-out of a full buffer.
+out of a full buffer. The mark a checkpoint persists (``EventBuffer.mark``)
+also counts an event reserved (``reserve``) to be published right after the
+save: a turn's ``turn_finished``, which a turn whose save fails never publishes.
 
 ``RESERVED_EVENT_TYPES`` are the types the session and its host publish
 themselves; consumers (the host's steering tracker, metrics, a gateway's
@@ -142,6 +144,7 @@ class EventBuffer:
         "_head",
         "_last",
         "_lock",
+        "_reserved",
         "_start",
         "_subscribers",
         "size",
@@ -162,6 +165,7 @@ class EventBuffer:
         self._start = after
         self._last = after  # seq of the newest event (``_start`` until the first)
         self._dropped = 0
+        self._reserved = 0  # seqs promised to events about to be published (``reserve``)
         self._subscribers: tuple[Subscriber, ...] = ()  # replaced, never mutated
         self._lock = threading.Lock()
 
@@ -175,11 +179,41 @@ class EventBuffer:
     def last_seq(self) -> int:
         """The seq of the newest event published (``after`` until the first, 0 for a new stream).
 
-        This is the mark to persist with a checkpoint, so that the stream's next
-        life continues after it. It counts dropped events too. Read without the
-        lock: reading one attribute is atomic.
+        It counts dropped events too. Read without the lock: reading one
+        attribute is atomic. A checkpoint persists ``mark``, not this.
         """
         return self._last
+
+    @property
+    def mark(self) -> int:
+        """The mark to persist with a checkpoint, so that the stream's next life continues
+        after it: ``last_seq`` plus the events reserved (``reserve``) and not yet published."""
+        with self._lock:
+            return self._last + self._reserved
+
+    def reserve(self) -> None:
+        """Count one event about to be published in ``mark``, until ``unreserve``.
+
+        For an event that may only be published once a checkpoint is saved (a session's
+        ``turn_finished``): that checkpoint's mark must cover it all the same, or the
+        stream's next life would number its first event as this one, and a client that
+        saw it would skip that event. Seqs are not handed out ahead: the reserved event
+        takes the next seq when it is published (as any event does), and nothing is
+        skipped if it never is. Call ``unreserve`` once it is published, or given up.
+        """
+        with self._lock:
+            self._reserved += 1
+
+    def unreserve(self) -> None:
+        """Take back one ``reserve`` (its event was published, or will not be).
+
+        Raises:
+            RuntimeError: No ``reserve`` is outstanding.
+        """
+        with self._lock:
+            if not self._reserved:
+                raise RuntimeError("EventBuffer.unreserve() without an outstanding reserve()")
+            self._reserved -= 1
 
     def continue_after(self, after: int) -> None:
         """Number this buffer's events after ``after``, as ``EventBuffer(size, after=after)`` does.

@@ -22,6 +22,7 @@ import pykka
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
+from actors._loop import ends_session
 from actors._loop import run as run_loop
 from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
@@ -30,6 +31,7 @@ from actors._step import STEP, StepKey
 from actors._storable import check_response, storable_message, storable_text, user_text
 from actors._strip import strip_live
 from actors.errors import (
+    ModelCallAborted,
     PluginError,
     SnapshotDecodeError,
     SnapshotEncodeError,
@@ -169,15 +171,6 @@ def _copy_containers(value: Any) -> Any:
     return value
 
 
-def _ends_session(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by a tool, is a group holding a ``SystemExit`` or
-    ``KeyboardInterrupt`` (as raised alone, it keeps their meaning)."""
-    return (
-        isinstance(exc, BaseExceptionGroup)
-        and exc.subgroup((KeyboardInterrupt, SystemExit)) is not None
-    )
-
-
 def _tool_error(exc: BaseException) -> str:
     """The text of a tool message for a tool that raised ``exc``: ``error: <class>: <text>``,
     or ``error: <class>`` when its text cannot be had (a ``__str__`` that raises too)."""
@@ -218,13 +211,14 @@ class AgentSession(pykka.ThreadingActor):
     that a host may pass in and use directly (steering must reach a turn that
     is running; events must be readable while it runs).
 
-    A ``SystemExit`` (any ``BaseException`` but ``KeyboardInterrupt``) raised in a turn
-    by the model or a hook, or a ``SystemExit`` (alone or in a ``BaseExceptionGroup``) by
-    a tool, ends this session alone, as under a supervisor: the ask fails with
-    ``pykka.ActorDeadError`` caused by it and ``on_failure`` runs (see ``actors._loop``);
-    Pykka alone would stop every actor of the process. Any other ``BaseException`` a
-    tool raises (``asyncio.CancelledError`` of an asyncio call inside it) is a tool
-    error the model sees, as an ``Exception`` is: the tool failed, not the session.
+    A ``SystemExit`` (alone or in a ``BaseExceptionGroup``) raised in a turn by the
+    model, a tool or a hook ends this session alone, as under a supervisor: the ask fails
+    with ``pykka.ActorDeadError`` caused by it and ``on_failure`` runs (see
+    ``actors._loop``); Pykka alone would stop every actor of the process. Any other
+    ``BaseException`` but ``KeyboardInterrupt`` (``asyncio.CancelledError`` of an asyncio
+    call inside, a library's own) fails what raised it, as an ``Exception`` does: a
+    tool's is a tool error the model sees, a model's fails the turn with
+    ``ModelCallAborted``, a hook's is a ``plugin_error`` event; the session goes on.
 
     Args:
         template: Model, tools, instructions and plugins.
@@ -250,10 +244,13 @@ class AgentSession(pykka.ThreadingActor):
         checkpointer: Called with a fresh ``Snapshot`` after every
             ``checkpoint_every``-th completed turn, on the session's thread and
             before ``send`` returns, so an answer the caller received is already
-            saved (a host passes its store's ``save``). If it raises, the turn
+            saved (a host passes its store's ``save``), and before the turn's
+            ``turn_finished`` event: the snapshot's event mark is the buffer's
+            ``mark``, which counts that event. If it raises, the turn
             is rolled back as a failed turn is (see ``send``), an ``error``
-            event is published and ``send`` raises that exception: the caller
-            knows the answer is not durable, and may send the same text again.
+            event is published instead of ``turn_finished`` and ``send`` raises that
+            exception: the caller knows the answer is not durable, and may send the
+            same text again.
         checkpoint_every: Turns between checkpoints (>= 1).
         credentials: Handed to a model of the ``respond`` form with every request
             (``ModelRequest.credentials``); never part of the state or a snapshot.
@@ -485,7 +482,8 @@ class AgentSession(pykka.ThreadingActor):
         Steering waiting when the turn begins was said before ``text``: it enters the
         history first (a ``steered`` event each, after ``turn_started``), then ``text``.
 
-        A failed turn (the model raised, ``TurnLimitExceeded``, or the
+        A failed turn (the model raised: a ``BaseException`` such as
+        ``asyncio.CancelledError`` as ``ModelCallAborted``; ``TurnLimitExceeded``; or the
         ``checkpointer`` raised after the turn, or a plugin's state or the model's
         provider state became one no checkpoint can hold: ``SnapshotEncodeError``,
         whether a checkpoint was due or not) is rolled back: the
@@ -497,6 +495,13 @@ class AgentSession(pykka.ThreadingActor):
         already published, the side effects of plugin hooks (``after_turn``
         included when the checkpoint failed), and changes made inside a value
         of a plugin's state that is not a dict, list, tuple or set.
+
+        A turn's ``turn_finished`` event is published last, once its checkpoint is
+        saved (and the checks above passed): a failed turn publishes its ``error``
+        and never a ``turn_finished``. The checkpoint's event mark (what the saver
+        reads from ``event_buffer.mark``) still covers that ``turn_finished``: the
+        session reserves it (``EventBuffer.reserve``) before the save, so a stream
+        resumed from the checkpoint numbers its events after it.
 
         Raises:
             TypeError: ``text`` is not a ``str``, or ``tag`` is neither a ``str`` nor ``None``.
@@ -533,29 +538,45 @@ class AgentSession(pykka.ThreadingActor):
         if self._has_plugins:
             added = tuple(self._messages[mark.messages :])
             self.plugins.notify("after_turn", lambda p, c: p.after_turn(c, added))
-        self.event_buffer.publish(
-            "turn_finished",
-            turn=self._turns,
-            content=answer.content,
-            seconds=time.perf_counter() - started,
-        )
+        events = self.event_buffer
         checkpointer = self.checkpointer if self._turns % self.checkpoint_every == 0 else None
-        provider_changed = self._provider_state is not mark.provider_state
-        if checkpointer is not None or self._has_plugins or provider_changed:
-            try:
-                if checkpointer is not None:
-                    checkpointer(self.snapshot())
-                else:  # what a later checkpoint would refuse must not outlive this turn
-                    if self._has_plugins:
-                        self._check_plugin_states()
-                    if provider_changed:
-                        self._check_provider_state()
-            except Exception as exc:
-                self._rollback(mark)
-                self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
-                raise
+        if checkpointer is not None:
+            events.reserve()  # the checkpoint's event mark covers the ``turn_finished`` below
+        try:
+            self._settle(mark, checkpointer)
+            events.publish(
+                "turn_finished",
+                turn=self._turns,
+                content=answer.content,
+                seconds=time.perf_counter() - started,
+            )
+        finally:
+            if checkpointer is not None:
+                events.unreserve()  # after the publish: a mark never falls short of it
         self._steered = []
         return answer
+
+    def _settle(self, mark: _TurnMark, checkpointer: Callable[[Snapshot], object] | None) -> None:
+        """Save the turn begun at ``mark`` with ``checkpointer`` (when one is due), or check that
+        a later checkpoint could hold what it changed; roll it back and publish its ``error``
+        if not (see ``send``), before its ``turn_finished`` is published: a failed turn has
+        none, which every follower of the events (metrics, tracing, a streamed send) would
+        take as its success."""
+        provider_changed = self._provider_state is not mark.provider_state
+        if checkpointer is None and not self._has_plugins and not provider_changed:
+            return
+        try:
+            if checkpointer is not None:
+                checkpointer(self.snapshot())
+            else:  # what a later checkpoint would refuse must not outlive this turn
+                if self._has_plugins:
+                    self._check_plugin_states()
+                if provider_changed:
+                    self._check_provider_state()
+        except Exception as exc:
+            self._rollback(mark)
+            self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
+            raise
 
     def _mark(self) -> _TurnMark:
         """Where the session stands before a turn: what ``_rollback`` returns it to."""
@@ -794,7 +815,14 @@ class AgentSession(pykka.ThreadingActor):
             if self._prompt_plugins:
                 prompt = self._piped_prompt(list(prompt))
             called = time.perf_counter()
-            response = self._call_model(prompt, tools)
+            try:
+                response = self._call_model(prompt, tools)
+            except Exception:
+                raise
+            except BaseException as exc:  # CancelledError & co.: the call failed, no more
+                if ends_session(exc):
+                    raise
+                raise ModelCallAborted(exc) from exc
             seconds = time.perf_counter() - called
             check_response(response)
             self._usage += response.usage
@@ -889,11 +917,9 @@ class AgentSession(pykka.ThreadingActor):
         else:
             try:
                 result = tool(**call.arguments)
-            except (KeyboardInterrupt, SystemExit):
-                raise  # they keep their meaning: stop the process, end the session
             except BaseException as exc:  # CancelledError & co.: the tool failed, no more
-                if _ends_session(exc):
-                    raise
+                if ends_session(exc):
+                    raise  # they keep their meaning: stop the process, end the session
                 output = _tool_error(exc)
             else:
                 output, ok = _tool_output(result), True

@@ -11,9 +11,11 @@ default: secrets in plugin state, provider state and metadata become stripped
 markers, which ``session_start`` sees in ``ctx.stripped`` on resume).
 
 Each checkpoint carries, in its metadata under ``EVENT_SEQ``, the sequence
-number of the session's last event when it was saved, so that a session
-resumed in a new event stream (another process, or after ``stop_session``)
-numbers its events after those a client may already have seen.
+number of the session's last event when it was saved (``EventBuffer.mark``:
+counting the ``turn_finished`` a session reserves to publish once its turn's
+checkpoint is saved), so that a session resumed in a new event stream (another
+process, or after ``stop_session``) numbers its events after those a client
+may already have seen.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class Checkpoints:
 
     def save(self, snapshot: Snapshot, events: EventBuffer | None = None) -> Snapshot:
         """Save ``snapshot`` durably, marked with the last event of the session's stream
-        ``events`` (if given); return what was saved.
+        ``events`` (if given: its ``mark``, which counts an event reserved to follow the
+        save); return what was saved.
 
         Raises:
             OwnershipLost: (a cluster node) another node owns the session now.
@@ -89,7 +92,7 @@ class Checkpoints:
         if self.redact is not None:
             snapshot = self.redact(snapshot)
         if events is not None:
-            snapshot = snapshot.with_metadata({**snapshot.metadata, EVENT_SEQ: events.last_seq})
+            snapshot = snapshot.with_metadata({**snapshot.metadata, EVENT_SEQ: events.mark})
         observers = self._observers
         if not observers:
             self._write(snapshot)

@@ -569,6 +569,7 @@ class WorkerClient:
             self._push(frame)
             return
         if "events" in frame:  # events the call published, before its reply
+            _hold_turn_finished(frame)
             self._push(frame)
         with self._lock:
             future = self._futures.pop(call_id, None)
@@ -625,3 +626,27 @@ class WorkerClient:
             self._on_death(self)
         except Exception:
             logger.exception("death handler of worker pid %s failed", self.pid)
+
+
+def _hold_turn_finished(frame: dict[str, Any]) -> None:
+    """Keep a turn's ``turn_finished`` out of the events published with its reply when the
+    reply carries a checkpoint for the host to save: it moves into the payload
+    (``"turn_finished"``), and ``SessionLink.finish_send`` publishes it once the save is
+    done. A turn whose save fails then has an ``error`` and no ``turn_finished``, as in
+    thread mode (metrics counted it as finished and failed, tracing as a success, and a
+    streamed send could end on it)."""
+    payload = frame.get("payload")
+    events = frame.get("events")
+    if not (
+        frame.get("ok")
+        and isinstance(payload, dict)
+        and payload.get("checkpoint") is not None
+        and isinstance(events, list)
+        and events
+    ):
+        return
+    last = events[-1]
+    kind, data = last if type(last) is list and len(last) == 2 else (None, None)
+    if kind == "turn_finished" and type(data) is dict:
+        payload["turn_finished"] = data
+        frame["events"] = events[:-1]

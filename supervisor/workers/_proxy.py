@@ -292,6 +292,11 @@ class SessionLink:
         """The answer of a ``send`` reply, after saving the checkpoint it carries (the
         messages this host lacks, and the rest: ``HistoryMirror``).
 
+        The turn's ``turn_finished`` event came held back in the reply
+        (``_client._hold_turn_finished``): it is published once the save is done, and
+        the checkpoint's event mark covers it (``EventBuffer.reserve``), as in thread
+        mode; a turn whose save fails has an ``error`` (with its ``turn``) instead.
+
         Runs on the thread that reads the reply. If the save raises, the turn is
         rolled back in the worker, as in thread mode: a ``rollback`` frame is
         written before the caller sees the exception, so the session runs it
@@ -301,13 +306,27 @@ class SessionLink:
         """
         answer = Message.from_dict(reply["message"])
         checkpoint = reply.get("checkpoint")
-        if checkpoint is not None and self.checkpointer is not None:
+        finished = reply.get("turn_finished")  # held back until the save is done (``_client``)
+        if checkpoint is None or self.checkpointer is None:
+            if finished is not None:
+                self.events.publish("turn_finished", **finished)
+            return answer
+        events = self.events
+        if finished is not None:
+            events.reserve()  # the checkpoint's event mark covers the ``turn_finished``
+        try:
             try:
                 self.checkpointer(self.mirror.snapshot(checkpoint))
             except Exception as exc:
                 self.client.submit("rollback", {"session": self.session_id})
-                self.events.publish("error", error=repr(exc))
+                turn = {} if finished is None else {"turn": finished.get("turn")}
+                events.publish("error", error=repr(exc), **turn)
                 raise
+            if finished is not None:
+                events.publish("turn_finished", **finished)
+        finally:
+            if finished is not None:
+                events.unreserve()
         return answer
 
 

@@ -19,7 +19,6 @@ from tests.supervisor.host_helpers import (
     host_options,
     template,
     watch_events,
-    xfail_in_process,
 )
 
 
@@ -41,7 +40,6 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-@xfail_in_process("a worker's turn_finished reaches the host with the reply, before the host saves")
 def test_a_turn_whose_save_fails_counts_as_failed_only(make_host: HostFactory) -> None:
     store = DiskFull()
     registry = CollectorRegistry()

@@ -250,7 +250,10 @@ class Incarnations:
         """A child start function: run the session from its checkpoint, or fresh.
 
         Runs on the supervisor's thread, for the first start, reactivation and
-        every crash restart alike. What user code raises here (a model factory,
+        every crash restart alike. A session stopped while this ran (``stop_session``, a
+        move to another node, a shutdown) stays stopped: the new incarnation is neither
+        registered nor announced (no ``resumed``), and the supervisor ends it with the
+        stop's request, queued behind this start. What user code raises here (a model factory,
         the template's pickling, a plugin's ``session_start``), ``SystemExit``
         included, fails this start only: the supervisor turns it into a
         ``ChildStartError`` that counts against the session's restart intensity.
@@ -277,6 +280,16 @@ class Incarnations:
             epoch=epoch,
         )
         ref = self._runtime.start(launch)
+        if record.status == "stopped":
+            # Stopped (stop_session, moved, shut down) while this start ran: it must not
+            # come back. Not registered nor announced; the supervisor ends it with the
+            # stop's terminate_child (or its own shutdown), queued behind this start.
+            logger.info(
+                "session %r was stopped while it restarted; its new incarnation is stopped",
+                record.session_id,
+                extra={"session_id": record.session_id},
+            )
+            return ref
         try:
             self.registry.create(
                 record.session_id,
@@ -354,8 +367,9 @@ class Incarnations:
 
     def _reactivate(self, record: SessionRecord, deadline: float) -> pykka.ActorRef[Any] | None:
         """Start a hibernated session's incarnation; it, if it serves once started, else
-        ``None`` (it ended at once, or a hibernation still stops the last one): the caller
-        waits for what comes next.
+        ``None`` (it ended at once, a hibernation still stops the last one, or it was
+        stopped while it started, which is then not announced): the caller waits for
+        what comes next.
 
         Raises:
             ChildAlreadyExists: the last incarnation was still not stopped by ``deadline``.
@@ -387,6 +401,8 @@ class Incarnations:
                 "session_start, or a start ahead of it) takes longer; it serves once that "
                 "start is over, so retry, or make session_start faster or raise call_timeout"
             ) from exc
+        if record.status == "stopped":  # stopped (shut down, moved) while it started
+            return None  # not reactivated: the caller learns why from its status
         self.ownership.hibernated(record.session_id, False)
         record.events.publish("reactivated")
         return self.serving_now(record)
@@ -414,8 +430,8 @@ class Incarnations:
     def _on_give_up(self, session_id: str, reason: ExitReason) -> None:
         """The supervisor gave up on a session (past its restart intensity)."""
         record = self._table.get(session_id)
-        if record is None:
-            return
+        if record is None or record.status == "stopped":
+            return  # stopped while it restarted: the stop wins, nothing is given up
         if isinstance(reason, _Moved):  # not a failure here: another node may run it
             self._forget_moved(record, reason)
             return
@@ -440,6 +456,7 @@ class Incarnations:
         resume_from: Snapshot | None = None,
     ) -> str:
         """Record a new (or resumed) session and start its first incarnation; its id."""
+        self._table.await_stop(session_id, self.policy.call_timeout)
         record = self._table.create(
             session_id,
             template,
@@ -467,6 +484,8 @@ class Incarnations:
         existing = self._table.get(session_id)
         if existing is not None and existing.status != "stopped":
             require_tenant(session_id, existing.tenant_id, tenant_id)
+        # A stop under way releases the session's ownership as it ends: claim it after.
+        self._table.await_stop(session_id, self.policy.call_timeout)
         self.ownership.claim(session_id)  # before the load: no older owner saves after it
         if tenant_id is not None and checkpoint_id is not None:
             self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
@@ -599,8 +618,10 @@ class Incarnations:
             self.supervisors.of(record.session_id).terminate_child(
                 record.session_id, shutdown=self.policy.call_timeout
             )
-        self._table.forget(record)
-        self.ownership.release(record.session_id, stopped=True)
+        try:
+            self.ownership.release(record.session_id, stopped=True)
+        finally:  # last: a new session of its id waits for this (``await_stop``)
+            self._table.forget(record)
 
     def lose(self, record: SessionRecord) -> None:
         """Stop a session another node owns now, here, for good: no final checkpoint (it

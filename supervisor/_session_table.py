@@ -219,7 +219,33 @@ class SessionTable:
             if self._records.get(record.session_id) is record:
                 del self._records[record.session_id]
                 self._unindex(record)
+        with self.changed:  # wakes ``await_stop``
+            self.changed.notify_all()
         self._call_stop_watchers(record)  # one that failed to start is never stopped
+
+    def await_stop(self, session_id: str, timeout: float) -> None:
+        """Wait (up to ``timeout``) until a stop of ``session_id`` that is under way is over:
+        its record forgotten, its incarnation ended and its ownership released. A new
+        session of that id (a start or a resume) waits for it, or that stop would end it;
+        returns at once when no stop is under way.
+
+        Raises:
+            SessionAlreadyExists: the stop was not over within ``timeout``.
+            HostShutDown: the host is shut down (its stops never end in a forget).
+        """
+        if not isinstance(session_id, str):
+            return  # not a session's id: ``create`` names what is wrong with it
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                self.check_open()
+                record = self._records.get(session_id)
+                if record is None or record.status != "stopped":
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _already_exists(record)
+                self.changed.wait(remaining)
 
     def _call_stop_watchers(self, record: SessionRecord) -> None:
         with self.changed:
@@ -296,6 +322,12 @@ class SessionTable:
 
 def _already_exists(existing: SessionRecord) -> SessionAlreadyExists:
     """The error for a new session (start or resume) whose id ``existing`` holds."""
+    if existing.status == "stopped":
+        return SessionAlreadyExists(
+            existing.session_id,
+            "it is still being stopped on this host (its incarnation has yet to end): "
+            "start or resume it again once that stop is over",
+        )
     return SessionAlreadyExists(
         existing.session_id,
         f"it is {existing.status} on this host: use it as it is, or stop_session() it first",

@@ -14,7 +14,10 @@ A queued save waits for a lane at most ``lane_wait`` seconds: past it, unless a
 leader took it into a batch meanwhile, it leaves the queue unwritten and raises
 what ``busy(lane_wait)`` returns (the store's ``StoreBusy`` for a busy pool), so
 saves stuck on a server that stopped answering cannot hold up the others' callers
-without limit.
+without limit. ``lane_wait`` is one budget: a leader waits for its connection only
+for what its wait for the lane left of it. A save taken into a batch waits for that
+batch's commit, which the connection bounds (the store's connections give up on a
+server that stays silent).
 
 A save whose write raises a Python error (``OwnershipLost``: the fence
 refused it, which writes nothing) fails alone and the batch goes on. A
@@ -30,6 +33,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -58,17 +62,19 @@ class PoolCommit:
 
     Args:
         lanes: Batches that may run at once (each holds one pooled connection).
-        connection: Lends an autocommit connection for one batch (a context manager).
+        connection: Lends an autocommit connection for one batch (a context manager),
+            waiting for one at most the seconds it is given.
         database_error: The driver's base class of errors raised by the server or
             the connection (``psycopg.Error``); other exceptions of a write are its own.
-        lane_wait: Seconds a queued write waits for a lane before it gives up.
+        lane_wait: Seconds a write waits for a lane and then a connection, in all, before
+            it gives up.
         busy: Makes the exception raised by a write that gave up, from ``lane_wait``.
     """
 
     def __init__(
         self,
         lanes: int,
-        connection: Callable[[], AbstractContextManager[psycopg.Connection[tuple[Any, ...]]]],
+        connection: Callable[[float], AbstractContextManager[psycopg.Connection[tuple[Any, ...]]]],
         database_error: type[BaseException],
         *,
         lane_wait: float,
@@ -94,6 +100,7 @@ class PoolCommit:
                 batch's connection (nothing of the batch may have been committed), or
                 ``busy(lane_wait)``: no lane came free in time (nothing written).
         """
+        deadline = monotonic() + self._lane_wait
         with self._queue_lock:  # nothing queued and a lane free: run it alone, at once
             alone = not self._queued and self._lanes.acquire(blocking=False)
         if alone:
@@ -117,8 +124,8 @@ class PoolCommit:
                         batch, self._queued = self._queued, []
                         for queued in batch:
                             queued.taken = True
-                if batch:
-                    self._commit(batch)
+                if batch:  # the connection: within what the wait for the lane left
+                    self._commit(batch, max(0.0, deadline - monotonic()))
             finally:
                 self._lanes.release()
         pending.done.wait()  # set by the batch that took it, once its commit is over
@@ -128,7 +135,7 @@ class PoolCommit:
 
     def _run_alone(self, write: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
         """A batch of one, without queueing it: ``_commit`` of ``[write]``, on the caller's lane."""
-        with self._connection() as conn:
+        with self._connection(self._lane_wait) as conn:
             try:
                 result = write(conn)
             except self._database_error:
@@ -146,9 +153,9 @@ class PoolCommit:
         with self._count_lock:
             self.commits += 1
 
-    def _commit(self, batch: list[_Pending[Any]]) -> None:
+    def _commit(self, batch: list[_Pending[Any]], wait: float) -> None:
         try:
-            with self._connection() as conn:
+            with self._connection(wait) as conn:
                 if len(batch) == 1:
                     self._run_one(conn, batch[0])
                 elif not self._run_together(conn, batch):

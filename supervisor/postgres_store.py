@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import builtins
 import functools
+import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC
+from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
@@ -87,7 +89,8 @@ _READ_ONLY = "25006"
 being demoted, ``default_transaction_read_only``); nothing was written."""
 _SAVE_CURSOR = "_sessionvisor_save_cursor"
 """The attribute of a pooled connection holding its cursor for saves (``_save_cursor``)."""
-_CANCELLED_WAITING = frozenset({"55P03", "57014"})
+_QUERY_CANCELED = "57014"
+_CANCELLED_WAITING = frozenset({"55P03", _QUERY_CANCELED})
 """SQLSTATEs of a statement the server cancelled while it waited: after ``lock_timeout``
 (lock not available), or by a timeout or ``pg_cancel_backend`` (query canceled).
 Its transaction rolled back: nothing was written."""
@@ -225,6 +228,90 @@ class _PoolBusy(StoreBusy):
         self.action = action
 
 
+class _RanTooLong(StoreBusy):
+    """``StoreBusy`` for a statement the server cancelled after ``statement_timeout`` (the
+    store's: twice ``transaction_timeout``): its own message, as ``StoreBusy``'s speaks of
+    a lock, which may not be what held it up."""
+
+    def __init__(self, where: str, action: str, limit: float, error: BaseException):
+        SupervisorError.__init__(
+            self,
+            f"checkpoint database {where} cancelled {action}: it ran longer than {limit:g} s "
+            f"(the store's statement_timeout, twice transaction_timeout; {error}); nothing "
+            "was written. Retry it; if this persists, look for what slows the server "
+            "(pg_stat_activity), or raise transaction_timeout",
+        )
+        self.where = where
+        self.action = action
+
+
+def _heard_within(
+    conn: psycopg.Connection[Any], gen: Generator[Any, Any, T], limit: float, lost: type[Exception]
+) -> Generator[Any, Any, T]:
+    """``gen`` (a wait generator of psycopg, run by ``conn.wait``), failing once ``conn``'s
+    socket has stayed silent for ``limit`` seconds: neither readable nor writable, while the
+    server owes an answer. psycopg's waits resume their generator with "nothing ready" every
+    0.1 s, which is when the time is checked. A live server answers sooner (it cancels a
+    statement after ``statement_timeout``, which ``limit`` exceeds); a silent one (a
+    network partition without a reset, a hung server) would be waited for without end.
+    The connection is then closed (broken: the statement's fate is unknown) and ``lost``
+    raised, which the store turns into ``StoreUnreachable``."""
+    deadline = monotonic() + limit
+    try:
+        state = next(gen)
+        while True:
+            ready = yield state
+            if ready:
+                deadline = monotonic() + limit
+            elif monotonic() >= deadline:
+                gen.close()
+                conn.pgconn.finish()
+                raise lost(
+                    f"the server did not answer for {limit:g} s, so the connection was closed: "
+                    "whether it was done is unknown (a network partition or a hung server?)"
+                )
+            state = gen.send(ready)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _connection_class() -> type[psycopg.Connection[tuple[Any, ...]]]:
+    """psycopg's ``Connection`` whose waits for the server are bounded (``_heard_within``)
+    when its ``silence_limit`` is set: the store's pooled connections."""
+    import psycopg  # noqa: PLC0415 (present: a store opened, see _driver)
+
+    class _StoreConnection(psycopg.Connection[tuple[Any, ...]]):
+        silence_limit: float | None = None
+
+        def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+            limit = self.silence_limit
+            if limit is not None:
+                gen = _heard_within(self, gen, limit, psycopg.OperationalError)
+            return super().wait(gen, *args, **kwargs)
+
+    _StoreConnection.__qualname__ = "_StoreConnection"
+    return _StoreConnection
+
+
+def _tcp_defaults(psycopg: Any, conninfo: str, silence: float) -> dict[str, Any]:
+    """libpq's TCP settings that let the kernel notice a dead peer within about ``silence``
+    seconds (keepalives on an idle connection, ``tcp_user_timeout`` on data the peer never
+    acknowledges), leaving those the connection string sets."""
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    step = max(1, math.ceil(silence / 4))
+    defaults = {
+        "keepalives": 1,
+        "keepalives_idle": step,
+        "keepalives_interval": step,
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(1, math.ceil(silence * 1000)),
+    }
+    if psycopg.pq.version() < 120000:  # libpq before 12 has no tcp_user_timeout
+        del defaults["tcp_user_timeout"]
+    return {name: value for name, value in defaults.items() if name not in given}
+
+
 @dataclass(frozen=True, slots=True)
 class Fence:
     """The ownership a save must still hold: saved only if the session's row says this
@@ -303,14 +390,22 @@ class PostgresCheckpointStore(ClosingContext):
     ``transaction_timeout`` seconds, so a frozen process cannot hold a
     session's row (and so its failover) longer than that; an operation that
     waits that long for a lock is cancelled and raises ``StoreBusy`` (nothing
-    written; retrying is safe). So does an operation that waited ``connect_timeout``
-    seconds for a pooled connection (a save: for a turn on one, queued behind other
-    saves) while all ``pool_size`` stayed busy with others (the message says so:
-    raise ``pool_size`` or lower the load). A server that refuses writes (a standby,
-    or a primary being demoted in a failover) raises ``StoreUnreachable`` saying so,
-    after every pooled connection was replaced and the operation tried once more
-    (nothing written; a connection string listing several hosts with
-    ``target_session_attrs=read-write`` then reaches the new primary).
+    written; retrying is safe). So does a statement the server ran longer than its
+    ``statement_timeout`` of twice ``transaction_timeout``, and an operation that waited
+    ``connect_timeout`` seconds in all for a pooled connection (a save: for a turn on
+    one, queued behind other saves, and then for the connection) while all
+    ``pool_size`` stayed busy with others (the message says so: raise ``pool_size`` or
+    lower the load). A pooled connection on which the server stays silent for
+    ``2 * transaction_timeout + connect_timeout`` seconds while it owes an answer (a
+    network partition without a reset, a hung server) is closed, and the operation
+    raises ``StoreUnreachable`` as for a broken connection; unless the connection
+    string sets them, libpq's TCP keepalives and ``tcp_user_timeout`` are set to notice
+    a dead peer within about that time on every store connection. A server that
+    refuses writes (a standby, or a primary being demoted in a failover) raises
+    ``StoreUnreachable`` saying so, after every pooled connection was replaced and
+    the operation tried once more (nothing written; a connection string listing
+    several hosts with ``target_session_attrs=read-write`` then reaches the new
+    primary).
 
     Thread-safe: a pool of connections (up to ``pool_size``) is shared by all
     threads; encoding and decoding run outside it. Do not share one instance
@@ -369,13 +464,19 @@ class PostgresCheckpointStore(ClosingContext):
         self._migrations = migrations
         self._logs = LogCache(_LOG_CACHE_BYTES)
         timeout_ms = max(1, int(transaction_timeout * 1000))
+        # Room for one lock wait (lock_timeout) and the work after it: a live server ends
+        # every statement within this; the client waits for an answer a connect_timeout more.
+        self._statement_timeout = 2 * timeout_ms / 1000
+        self._silence_limit = self._statement_timeout + connect_timeout
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),
             "application_name": "sessionvisor",
             "options": (
                 f"-c idle_in_transaction_session_timeout={timeout_ms} -c lock_timeout={timeout_ms}"
+                f" -c statement_timeout={2 * timeout_ms}"
             ),
+            **_tcp_defaults(driver, conninfo, self._silence_limit),
         }
         self.conninfo = conninfo
         self.where = _describe(driver, conninfo)
@@ -383,6 +484,7 @@ class PostgresCheckpointStore(ClosingContext):
         try:
             with self.connect() as conn:
                 self.where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+                conn.execute("SET statement_timeout = 0")  # a migration may rewrite big tables
                 migrate(conn, self.schema)
         except driver.OperationalError as exc:
             raise StoreUnreachable(self.where, "opening the store", exc) from exc
@@ -394,6 +496,8 @@ class PostgresCheckpointStore(ClosingContext):
         self._use = _PoolUse(pool_size)
         self._pool: psycopg_pool.ConnectionPool[Any] = pool_driver.ConnectionPool(
             conninfo,
+            connection_class=_connection_class(),
+            configure=self._configure,
             min_size=1,
             max_size=pool_size,
             kwargs=self._connect_kwargs,
@@ -443,6 +547,8 @@ class PostgresCheckpointStore(ClosingContext):
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         """A new connection of its own (autocommit, the store's timeouts), outside the pool:
         for a node's heartbeat, which must not wait behind saves. The caller closes it.
+        Its waits are not bounded as the pooled connections' are (a listener waits for
+        notifications); the server's ``statement_timeout`` and the TCP settings apply.
 
         Raises:
             psycopg.OperationalError: it cannot be made.
@@ -452,9 +558,16 @@ class PostgresCheckpointStore(ClosingContext):
         )
         return conn
 
+    def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Bound a new pooled connection's waits for the server (``_heard_within``)."""
+        conn.silence_limit = self._silence_limit  # type: ignore[attr-defined]
+
     @contextmanager
-    def _borrow(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
-        """A pooled connection, for the ``with`` block.
+    def _borrow(
+        self, timeout: float | None = None
+    ) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A pooled connection, for the ``with`` block, waited for at most ``timeout`` seconds
+        (``None``: ``connect_timeout``; a save's group commit passes what is left of it).
 
         The pool raises ``PoolTimeout`` when no connection came within its wait: either
         every connection was busy, or none could be made (the server down or restarting:
@@ -479,7 +592,7 @@ class PostgresCheckpointStore(ClosingContext):
         # getconn/putconn rather than connection(): its ``with conn`` would only commit an
         # autocommit connection (a no-op); putconn rolls back a transaction left open.
         try:
-            conn = self._pool.getconn()
+            conn = self._pool.getconn(timeout)
         except self._pool_timeout as exc:
             if use.busy_since(before):
                 raise _PoolExhausted(use.size, self._pool.timeout) from exc
@@ -535,18 +648,21 @@ class PostgresCheckpointStore(ClosingContext):
         """``attempt()``, once more if the connection broke; the driver's errors as the
         store's (``session_id``, ``checkpoint_id``: the ids the attempt writes, if any)."""
         psycopg = self._psycopg
+        first: BaseException | None = None  # what broke the first try's connection
         for tries in (1, 2):
             try:
                 return attempt()
             except _PoolExhausted as exc:  # the server answers: no retry, no pool check
                 cause = exc.__cause__ or exc
                 if tries == 2:  # after a broken connection: what the first try did is unknown
-                    raise StoreUnreachable(self.where, action, cause) from cause
+                    raise StoreUnreachable(self.where, action, _both(first, cause)) from cause
                 raise _PoolBusy(self.where, action, exc.size, exc.waited, cause) from cause
             except psycopg.OperationalError as exc:
                 if self._closed:
                     raise ValueError(f"{self!r} is closed") from exc
                 state = exc.sqlstate or ""
+                if state == _QUERY_CANCELED and "statement timeout" in str(exc):
+                    raise _RanTooLong(self.where, action, self._statement_timeout, exc) from exc
                 if state in _CANCELLED_WAITING:
                     raise StoreBusy(self.where, action, exc) from exc
                 if state == _DISK_FULL:
@@ -558,7 +674,8 @@ class PostgresCheckpointStore(ClosingContext):
                     raise
                 self._pool.check()  # replace the pool's other broken connections now
                 if tries == 2:
-                    raise StoreUnreachable(self.where, action, exc) from exc
+                    raise StoreUnreachable(self.where, action, _both(first, exc)) from exc
+                first = exc
             except psycopg.Error as exc:  # (not an OperationalError: those are above)
                 if exc.sqlstate != _READ_ONLY:
                     raise
@@ -583,12 +700,14 @@ class PostgresCheckpointStore(ClosingContext):
         Raises:
             OwnershipLost: the fence (or, without one, a node's ownership) refused it;
                 nothing was stored.
-            StoreUnreachable: the connection failed twice; whether it was stored is
+            StoreUnreachable: the connection failed twice (broken, or the server silent
+                past ``2 * transaction_timeout + connect_timeout``); whether it was stored is
                 unknown, and saving it again is safe. Or the server refuses writes
                 (read-only, said so): nothing was stored.
             StoreBusy: it waited past ``transaction_timeout`` for a lock another
-                connection held, or ``connect_timeout`` for a pooled connection while
-                every one was busy; nothing was stored, and saving it again is safe.
+                connection held, or ran past ``statement_timeout``, or waited
+                ``connect_timeout`` for a lane and a pooled connection while every one was
+                busy; nothing was stored, and saving it again is safe.
             StoreFull: the server's disk is full; nothing was stored.
             SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
             ValueError: PostgreSQL cannot store its session id, checkpoint id or label (a
@@ -865,6 +984,14 @@ def check_text(name: str, value: object) -> str:
             "hex-encode such ids)"
         )
     return value
+
+
+def _both(first: BaseException | None, last: BaseException) -> BaseException:
+    """The error of a retry, naming the first try's too when it differs (it tells whether
+    that try's work may have been done): what ``StoreUnreachable`` quotes."""
+    if first is None or str(first) == str(last):
+        return last
+    return type(last)(f"{last}; the first try: {first}")
 
 
 def _read_only(action: str) -> str:

@@ -20,13 +20,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from actors import AgentTemplate
 from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
-from gateway.problems import Problem, ProblemError
+from gateway.problems import Problem, ProblemError, not_found
+from gateway.schemas import MAX_SESSION_ID
 from supervisor import AsyncAgentHost, EventStream, SessionInfo, SessionNotFound
 from supervisor.metrics import HostMetrics
 
 __all__ = [
     "AUTHENTICATED",
     "JSON_BODY",
+    "SESSION_PATH",
     "Caller",
     "Gateway",
     "GatewayDep",
@@ -36,6 +38,7 @@ __all__ = [
     "is_json",
     "json_body",
     "public_id",
+    "session_path",
 ]
 
 
@@ -226,6 +229,23 @@ async def json_body(request: Request, _key: Caller) -> None:
 
 JSON_BODY = Depends(json_body)
 """For the ``dependencies`` of a route that takes a JSON body (see ``json_body``)."""
+
+
+async def session_path(session_id: str, _key: Caller) -> None:
+    """Refuse a path's session id longer than any session's (``MAX_SESSION_ID``, what a
+    create allows) with the 404 of an unknown id, before anything looks it up: nothing
+    leaks, and its detail does not echo it whole (a FastAPI dependency of every route
+    with a ``{session_id}``). After ``caller``: without a valid key, 401 as for any id.
+
+    Raises:
+        ProblemError: 404 ``session-not-found``.
+    """
+    if len(session_id) > MAX_SESSION_ID:
+        raise ProblemError(not_found(session_id))
+
+
+SESSION_PATH = Depends(session_path)
+"""For the ``dependencies`` of a route whose path names a session (see ``session_path``)."""
 
 
 def template_not_served(session_id: str, template: str) -> Problem:

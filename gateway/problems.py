@@ -31,6 +31,7 @@ from actors import (
     TurnLimitExceeded,
     UnknownModel,
 )
+from gateway.schemas import MAX_SESSION_ID
 from supervisor import (
     CheckpointNotFound,
     CredentialsUnavailable,
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 PROBLEM_JSON: Final = "application/problem+json"
+_SHOWN_ID: Final = 40
+"""Characters of an over-long session id a 404's detail shows."""
 RETRY_AFTER_S: Final = 1
 
 logger = logging.getLogger("gateway")
@@ -149,8 +152,16 @@ def _retry(status: int, slug: str, title: str, detail: str) -> Problem:
 
 
 def not_found(session_id: str) -> Problem:
-    """The one answer for a session that is missing *or* another tenant's."""
-    return Problem(404, "session-not-found", "Session not found", f"no session {session_id!r}")
+    """The one answer for a session that is missing *or* another tenant's. An id longer
+    than any session's (``MAX_SESSION_ID``) is named by its start only, not echoed whole."""
+    if len(session_id) <= MAX_SESSION_ID:
+        detail = f"no session {session_id!r}"
+    else:
+        detail = (
+            f"no session {session_id[:_SHOWN_ID]!r}... (an id of {len(session_id)} "
+            f"characters: a session id has at most {MAX_SESSION_ID})"
+        )
+    return Problem(404, "session-not-found", "Session not found", detail)
 
 
 def problem_for(error: BaseException, session_id: str | None = None) -> Problem:

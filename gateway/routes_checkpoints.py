@@ -9,14 +9,16 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Query
 
 from actors import Snapshot, redact_secrets, strip_secrets
-from gateway._context import JSON_BODY, Caller, GatewayDep, host_id
+from gateway._context import JSON_BODY, SESSION_PATH, Caller, GatewayDep, host_id
 from gateway.problems import problem_responses
 from gateway.schemas import JSON_BODY_RESPONSES, CheckpointOut, CheckpointRequest, CheckpointsOut
 from supervisor import CheckpointNotFound
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["checkpoints"])
+router = APIRouter(
+    prefix="/v1/sessions/{session_id}", tags=["checkpoints"], dependencies=[SESSION_PATH]
+)
 
 MAX_CHECKPOINT_ID: Final = 256
 """The longest ``checkpoint_id`` a request may name (the host's are 32 characters): a

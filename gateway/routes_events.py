@@ -15,14 +15,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from gateway._context import Caller, Gateway, GatewayDep, host_id
+from gateway._context import SESSION_PATH, Caller, Gateway, GatewayDep, host_id
 from gateway.problems import Problem, ProblemError
 from gateway.sse import HEARTBEAT, SSE_MEDIA_TYPE, frame, frame_event, with_heartbeats
 from supervisor import EventStream
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"])
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"], dependencies=[SESSION_PATH])
 
 
 def _cursor(text: str | None) -> int | None:

@@ -11,7 +11,15 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
 from actors import Message
-from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id, public_id
+from gateway._context import (
+    JSON_BODY,
+    SESSION_PATH,
+    Caller,
+    Gateway,
+    GatewayDep,
+    host_id,
+    public_id,
+)
 from gateway._turns import OwnTurn
 from gateway.problems import (
     Problem,
@@ -33,7 +41,9 @@ from supervisor import SessionFailed, SessionNotFound, wait_future
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["messages"])
+router = APIRouter(
+    prefix="/v1/sessions/{session_id}", tags=["messages"], dependencies=[SESSION_PATH]
+)
 
 
 def _refuse_given_up(gateway: Gateway, tenant: str, session_id: str) -> None:

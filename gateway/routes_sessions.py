@@ -11,7 +11,15 @@ from typing import Final
 from fastapi import APIRouter, Response
 
 from actors import AgentTemplate, Usage
-from gateway._context import JSON_BODY, Caller, Gateway, GatewayDep, host_id, public_id
+from gateway._context import (
+    JSON_BODY,
+    SESSION_PATH,
+    Caller,
+    Gateway,
+    GatewayDep,
+    host_id,
+    public_id,
+)
 from gateway.keys import RememberedSession, now_ms
 from gateway.problems import Problem, ProblemError
 from gateway.schemas import (
@@ -180,13 +188,15 @@ def _not_here(gateway: Gateway, record: RememberedSession, cutoff: int) -> Sessi
     )
 
 
-@router.get("/{session_id}", summary="Get a session")
+@router.get("/{session_id}", summary="Get a session", dependencies=[SESSION_PATH])
 async def get_session(session_id: str, gateway: GatewayDep, key: Caller) -> SessionOut:
     """One session of the caller's tenant."""
     return await session_out(gateway, gateway.owned(key.tenant_id, session_id))
 
 
-@router.delete("/{session_id}", status_code=204, summary="Delete a session")
+@router.delete(
+    "/{session_id}", status_code=204, summary="Delete a session", dependencies=[SESSION_PATH]
+)
 async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> Response:
     """Stop the session and delete its checkpoints: it is gone for good."""
     internal = host_id(key.tenant_id, session_id)

@@ -51,6 +51,7 @@ from gateway._listing import ClusterListing
 from gateway.keys import ApiKeys
 from gateway.limits import _bearer
 from gateway.problems import Problem, problem_data, problem_response
+from gateway.schemas import MAX_SESSION_ID
 from gateway.sse import frame
 from supervisor import (
     AgentHost,
@@ -58,6 +59,7 @@ from supervisor import (
     SessionAlreadyExists,
     SessionNotFound,
     SessionOwnedElsewhere,
+    StoreBusy,
     StoreUnreachable,
 )
 from supervisor.cluster import ClusterNode, Owner
@@ -106,6 +108,9 @@ _SAFE = frozenset({"GET", "HEAD"})
 """Methods sent again when the owner's connection broke before it answered."""
 
 T = TypeVar("T")
+
+_STORE_DOWN = (StoreUnreachable, StoreBusy)
+"""What the cluster's database raises to a routing read that may succeed if sent again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +232,8 @@ class ClusterRouting:
         token = _bearer(scope)
         try:
             key = None if token is None else await asyncio.to_thread(self.keys.authenticate, token)
-        except StoreUnreachable:
-            await self._unreachable(scope, receive, send)
+        except _STORE_DOWN as exc:
+            await self._unreachable(scope, receive, send, exc)
             return
         if key is not None:  # checked here, off the event loop: the routes use it
             scope.setdefault("state", {})[AUTHENTICATED] = key
@@ -303,8 +308,8 @@ class ClusterRouting:
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         try:
             listing = await self.listing.sessions(tenant_id, authorization)
-        except StoreUnreachable:
-            await self._unreachable(scope, receive, send)
+        except _STORE_DOWN as exc:
+            await self._unreachable(scope, receive, send, exc)
             return
         body = listing.model_dump_json().encode()
         response = Response(body, media_type="application/json")
@@ -321,8 +326,8 @@ class ClusterRouting:
                 return
             try:
                 route = self._routes.get(internal) or await self._look_up(internal)
-            except StoreUnreachable:
-                await self._unreachable(scope, receive, send)
+            except _STORE_DOWN as exc:
+                await self._unreachable(scope, receive, send, exc)
                 return
             if route is None:  # served here: never claimed (404), or just taken over
                 await self._local(scope, receive, send, body)
@@ -344,8 +349,17 @@ class ClusterRouting:
             scope, receive, self._named(send)
         )
 
-    async def _unreachable(self, scope: Scope, receive: Receive, send: Send) -> None:
-        detail = "the cluster's database cannot be reached; send it again"
+    async def _unreachable(
+        self, scope: Scope, receive: Receive, send: Send, error: StoreUnreachable | StoreBusy
+    ) -> None:
+        """The retryable 503 of a cluster database that failed a routing read, named as
+        every routing answer is (the app's own handlers would not name the node)."""
+        if isinstance(error, StoreBusy):
+            detail = (
+                "the cluster's database is busy (a read waited too long for a lock); send it again"
+            )
+        else:
+            detail = "the cluster's database cannot be reached; send it again"
         await problem_response(_unavailable(detail), scope.get("path"))(
             scope, receive, self._named(send)
         )
@@ -580,10 +594,11 @@ def _is_listing(scope: Scope) -> bool:
 
 
 def _session_in(scope: Scope) -> str | None:
-    """The session id in ``/v1/sessions/{id}[/...]``, or ``None``."""
+    """The session id in ``/v1/sessions/{id}[/...]``, or ``None``: also for an id longer
+    than any session's, which the app answers as unknown without a look-up here."""
     parts = str(scope.get("path", "")).split("/")
     if len(parts) >= 4 and parts[1] == "v1" and parts[2] == "sessions" and parts[3]:
-        return parts[3]
+        return parts[3] if len(parts[3]) <= MAX_SESSION_ID else None
     return None
 
 

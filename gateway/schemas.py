@@ -26,6 +26,9 @@ __all__ = [
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
+MAX_SESSION_ID = 200
+"""Longest session id, in characters: a create refuses a longer one (422), and a path
+naming one answers the 404 of an unknown session (``gateway._context.session_path``)."""
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_KEY = 200
 MAX_METADATA_VALUE = 2_000
@@ -37,7 +40,7 @@ class CreateSession(BaseModel):
     model_config = _STRICT
     template: str = Field(min_length=1, description="A template name the server was started with")
     session_id: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$"
+        default=None, min_length=1, max_length=MAX_SESSION_ID, pattern=r"^[A-Za-z0-9_.:-]+$"
     )
     metadata: dict[str, str] = Field(
         default_factory=dict,

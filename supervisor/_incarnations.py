@@ -433,7 +433,8 @@ class Incarnations:
         if record is None or record.status == "stopped":
             return  # stopped while it restarted: the stop wins, nothing is given up
         if isinstance(reason, _Moved):  # not a failure here: another node may run it
-            self._forget_moved(record, reason)
+            if self._mark_moved(record, reason):  # its child is gone: given up
+                self._forget_moved(record, reason)
             return
         why = describe_reason(reason)
         record.failure = f"{why}; past its restart intensity"
@@ -626,10 +627,21 @@ class Incarnations:
     def lose(self, record: SessionRecord) -> None:
         """Stop a session another node owns now, here, for good: no final checkpoint (it
         would be refused), not restarted, forgotten; a ``moved`` event tells subscribers.
-        Idempotent; runs on the caller's thread (never the session's own)."""
-        self._forget_moved(record, "another node owns it now")
-        with contextlib.suppress(Exception):
-            self.supervisors.of(record.session_id).terminate_child(record.session_id)
+        Idempotent; runs on the caller's thread (never the session's own).
+
+        The record is forgotten (and ``moved`` announced) last, once its incarnation has
+        ended: a resume of the session right after the move waits for that
+        (``await_stop``), where it used to find the id free while the supervisor still
+        had the child (``ChildAlreadyExists``).
+        """
+        why = "another node owns it now"
+        moved = self._mark_moved(record, why)
+        try:
+            with contextlib.suppress(Exception):
+                self.supervisors.of(record.session_id).terminate_child(record.session_id)
+        finally:
+            if moved:
+                self._forget_moved(record, why)
 
     def lose_id(self, session_id: str) -> None:
         """``lose`` the session of that id, if the host has it (the node's callback)."""
@@ -637,18 +649,25 @@ class Incarnations:
         if record is not None and record.status != "stopped":
             self.lose(record)
 
-    def _forget_moved(self, record: SessionRecord, why: object) -> None:
+    def _mark_moved(self, record: SessionRecord, why: object) -> bool:
+        """Release a moved session's ownership here and mark it stopped; False if it was
+        stopped already (nothing more to do then)."""
         self.ownership.release(record.session_id, stopped=False)
         if record.status == "stopped":
-            return
+            return False
         self._table.set(record, "stopped", None)
-        self._table.forget(record)
         logger.warning(
             "session %r stopped here: %s",
             record.session_id,
             why,
             extra={"session_id": record.session_id, "reason": "moved"},
         )
+        return True
+
+    def _forget_moved(self, record: SessionRecord, why: object) -> None:
+        """Forget a moved session marked stopped (``_mark_moved``), its child gone, and
+        announce ``moved``: subscribers then find its id free here."""
+        self._table.forget(record)
         record.events.publish("moved", reason=str(why))
 
     def adopt(self, session_id: str) -> SessionRecord | None:

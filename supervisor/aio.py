@@ -173,9 +173,10 @@ class AsyncAgentHost:
 
     async def kill(
         self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
-    ) -> None:
-        """``AgentHost.kill``: a crash; the supervisor resumes the session."""
-        self.host.kill(session_id, reason, tenant_id=tenant_id)
+    ) -> bool:
+        """``AgentHost.kill``: a crash; the supervisor resumes the session. False if no
+        incarnation was serving (nothing was killed)."""
+        return self.host.kill(session_id, reason, tenant_id=tenant_id)
 
     async def list_sessions(self, tenant_id: str | None = None) -> list[SessionInfo]:
         """``AgentHost.list_sessions`` (the host's table, in memory: nothing waits)."""

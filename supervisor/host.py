@@ -507,20 +507,31 @@ class AgentHost:
 
     def kill(
         self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
-    ) -> None:
-        """Terminate the session abnormally, as OTP's ``exit(Pid, kill)``: a crash.
+    ) -> bool:
+        """Terminate the session's serving incarnation abnormally, as OTP's
+        ``exit(Pid, kill)``: a crash. True if one served and is now killed.
 
         The registry evicts it and the supervisor resumes it from its last
         checkpoint (restart intensity applies). Calls made after this returns go
         to the resumed session. Takes effect when the session finishes its
         current message: Python cannot interrupt a thread.
 
+        The kill names a session, but what it ends is its incarnation: with none
+        serving, it does nothing and returns False, as ``exit(Pid, kill)`` of a pid
+        that is gone. That is a session being restarted (it crashed, or was killed
+        just now: it comes back from its last checkpoint anyway, as this kill would
+        have made it), hibernated (its next call reactivates it), or given up
+        (``resume`` it). Nothing is kept for its next incarnation.
+
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
         """
-        ref = self._table.live(session_id, tenant_id).ref
-        if ref is not None:
-            kill(ref, reason)
+        record = self._table.live(session_id, tenant_id)
+        ref = self._sessions.serving_now(record)
+        if ref is None:
+            return False
+        kill(ref, reason)
+        return True
 
     @property
     def futures(self) -> HostFutures:

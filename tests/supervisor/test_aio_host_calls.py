@@ -60,7 +60,7 @@ def test_kill_is_a_crash_the_supervisor_recovers_from(make_host: HostFactory) ->
         sid = await ahost.start_session(template(), "s1")
         await ahost.send(sid, "before")
         waiter = watch_events(host, sid)
-        await ahost.kill(sid, "testing")
+        assert await ahost.kill(sid, "testing") is True
         crashed = await asyncio.to_thread(waiter.wait_for, "crashed")
         assert "testing" in str(crashed.data)
         await asyncio.to_thread(waiter.wait_for, "resumed")

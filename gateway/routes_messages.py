@@ -48,8 +48,7 @@ router = APIRouter(
 
 def _refuse_given_up(gateway: Gateway, tenant: str, session_id: str) -> None:
     """Answer 409, as a JSON send to it does, for a session given up after repeated crashes,
-    before a steering text is queued for a model call that will not come, or a streamed
-    send answers 200 and only then an ``error`` frame.
+    before a streamed send answers 200 and only then an ``error`` frame.
 
     Raises:
         SessionNotFound: no such session of the tenant.
@@ -212,7 +211,7 @@ async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: C
     no model call the text would reach."""
     _check_length(gateway, body.text)
     internal = host_id(key.tenant_id, session_id)
-    _refuse_given_up(gateway, key.tenant_id, session_id)
+    # a session given up: the host raises SessionFailed (409), as for a send
     await gateway.ahost.steer(internal, body.text, tenant_id=key.tenant_id)
     return Response(status_code=204)
 

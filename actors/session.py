@@ -317,6 +317,8 @@ class AgentSession(pykka.ThreadingActor):
                 encoding=restored_encoding,
             )
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
+            if steering is None:  # a queue passed in is its owner's (a host restores it)
+                self.steering.requeue(_saved_steering(restored))
             self._turns = int(restored.get("turns", 0))
             self._metadata = dict(
                 metadata if metadata is not None else restored.get("metadata", {})
@@ -772,7 +774,7 @@ class AgentSession(pykka.ThreadingActor):
     def _state(self, *, with_messages: bool = True) -> dict[str, Any]:
         """The state (see ``state``); with ``with_messages=False`` its ``messages`` entry is
         ``None``, a place holder that keeps the order of the keys."""
-        return {
+        state: dict[str, Any] = {
             "session_id": self.session_id,
             "messages": [m.to_dict() for m in self._messages] if with_messages else None,
             "usage": self._usage.to_dict(),
@@ -783,6 +785,10 @@ class AgentSession(pykka.ThreadingActor):
             "provider_state": _copy_containers(self._provider_state),
             "turns": self._turns,
         }
+        waiting = self.steering.waiting()
+        if waiting:  # accepted steering outlives a stop or shutdown (none: no entry)
+            state["steering"] = waiting
+        return state
 
     def _plugin_states(self) -> dict[str, Any]:
         """Copies of the plugins' states as a checkpoint holds them: each live plugin's, in the
@@ -948,3 +954,17 @@ def _started_well(ref: pykka.ActorRef[Any], timeout: float) -> bool:
     if not actor._start_done.acquire(timeout=timeout):
         raise pykka.Timeout(f"{ref} did not finish its start within {timeout} s")
     return actor._start_ok
+
+
+def _saved_steering(restored: Mapping[str, Any]) -> list[str]:
+    """The steering a checkpoint's state saved as waiting (``state["steering"]``).
+
+    Raises:
+        TypeError: it is not a list of strings.
+    """
+    saved = restored.get("steering")
+    if saved is None:
+        return []
+    if not isinstance(saved, list) or not all(isinstance(text, str) for text in saved):
+        raise TypeError("state.steering must be a list of strings")
+    return list(saved)

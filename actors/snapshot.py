@@ -13,7 +13,8 @@ returns)::
 
     {"session_id": str, "messages": [Message.to_dict(), ...], "usage": Usage.to_dict(),
      "metadata": dict, "model": str, "instructions": str | None,
-     "plugins": {name: dict}, "provider_state": dict | None, "turns": int}
+     "plugins": {name: dict}, "provider_state": dict | None, "turns": int,
+     "steering": [str]}  # the last only while steering waits for a model call
 
 On naming: the seed exposes both a ``schema_version`` field and a
 ``schema_version()`` function. A dataclass cannot have a field and a method of
@@ -375,6 +376,27 @@ class Snapshot:
             return Usage.from_dict(raw)
         except InvalidMessage as exc:
             raise SnapshotDecodeError(f"state.usage: {exc}") from None
+
+    def steering(self) -> list[str]:
+        """Steering texts that were waiting for the session's next model call when this
+        checkpoint was taken (none when the state has no ``steering`` entry).
+
+        Raises:
+            SnapshotDecodeError: ``state["steering"]`` is not a list of strings.
+        """
+        raw = self.state.get("steering")
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise SnapshotDecodeError(
+                f"state.steering must be a list of strings, got {type(raw).__name__}"
+            )
+        for index, text in enumerate(raw):
+            if not isinstance(text, str):
+                raise SnapshotDecodeError(
+                    f"state.steering[{index}] must be a string, got {type(text).__name__}"
+                )
+        return list(raw)
 
     @property
     def provider_state(self) -> dict[str, Any] | None:

@@ -78,6 +78,17 @@ class SteeringQueue:
             if self._forward is target:
                 self._forward = None
 
+    def waiting(self) -> list[str]:
+        """A copy of every waiting message, oldest first; they stay queued.
+
+        What a checkpoint saves (``state["steering"]``), so steering accepted before a
+        ``stop_session`` or a host shutdown reaches the session's next resume.
+        """
+        if not self._items:
+            return []
+        with self._lock:
+            return list(self._items)
+
     def drain(self) -> list[str]:
         """Take every waiting message, oldest first."""
         if not self._items:  # a lock-free peek: list truthiness is atomic in CPython

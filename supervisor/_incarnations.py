@@ -457,6 +457,10 @@ class Incarnations:
         resume_from: Snapshot | None = None,
     ) -> str:
         """Record a new (or resumed) session and start its first incarnation; its id."""
+        # Steering accepted before the checkpoint (then a stop, shutdown or crash of the
+        # host) waits for this session's next model call again, in the record's new queue;
+        # a crash restart or reactivation keeps that queue and restores nothing.
+        waiting = [] if resume_from is None else resume_from.steering()
         self._table.await_stop(session_id, self.policy.call_timeout)
         record = self._table.create(
             session_id,
@@ -469,6 +473,7 @@ class Incarnations:
             hibernate_after_ms=self.policy.hibernate_after_ms,
             resume_from=resume_from,
         )
+        record.steering.requeue(waiting)
         return self.launch(record)
 
     def resume(  # noqa: PLR0917 (mirrors AgentHost.resume's parameters)

@@ -202,7 +202,7 @@ class AsyncAgentHost:
         return await asyncio.to_thread(self.host.hibernate_idle)
 
     async def resume_all(
-        self, template: AgentTemplate | Callable[[str], AgentTemplate]
+        self, template: AgentTemplate | Callable[[str], AgentTemplate | None]
     ) -> list[str]:
         """``AgentHost.resume_all``, on an executor thread (it reads the store and starts
         every session)."""

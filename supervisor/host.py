@@ -333,19 +333,24 @@ class AgentHost:
             session_id, template, checkpoint_id, tenant_id, api_key, dict(attrs)
         )
 
-    def resume_all(self, template: AgentTemplate | Callable[[str], AgentTemplate]) -> list[str]:
+    def resume_all(
+        self, template: AgentTemplate | Callable[[str], AgentTemplate | None]
+    ) -> list[str]:
         """Resume every session of the store that is not live here (after a host restart).
 
-        ``template`` is one template for all, or a function of the session id.
-        A session that fails to resume is logged and skipped; the ids resumed
-        are returned.
+        ``template`` is one template for all, or a function of the session id that
+        returns its template, or ``None`` to leave that session as it is. A session
+        that fails to resume (its function raising included) is logged and skipped,
+        and the others are still resumed; the ids resumed are returned.
         """
         resumed = []
         for session_id in self.store.sessions():
             if self._table.get(session_id) is not None:
                 continue
-            chosen = template(session_id) if callable(template) else template
             try:
+                chosen = template(session_id) if callable(template) else template
+                if chosen is None:
+                    continue
                 resumed.append(self.resume(session_id, chosen))
             except SessionOwnedElsewhere:
                 continue  # a live node of the cluster runs it
@@ -525,6 +530,9 @@ class AgentHost:
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
+            SessionOwnedElsewhere: (a cluster node) a live other node runs it; kill it there.
+            HostShutDown: the host is shut down.
+            TypeError: ``session_id`` is not a ``str``.
         """
         record = self._table.live(session_id, tenant_id)
         ref = self._sessions.serving_now(record)

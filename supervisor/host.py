@@ -407,7 +407,7 @@ class AgentHost:
             SessionNotFound: no such session (for ``tenant_id``).
             SessionFailed: it was given up after repeated crashes, as ``send`` raises: it
                 makes no model call the text would reach, and ``resume`` starts it
-                with an empty queue.
+                with only the steering its checkpoint saved.
             SteeringQueueFull: too many steering messages are waiting.
             TypeError, ValueError: ``text`` is not a ``str``, or holds a lone surrogate.
         """

@@ -23,15 +23,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from actors._ids import new_checkpoint_id
-from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore
+from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore, SnapshotTooNew
 from supervisor.errors import CheckpointNotFound
 
-__all__ = ["EVENT_SEQ", "Checkpoints", "SaveObserver", "event_seq"]
+__all__ = ["EVENT_SEQ", "Checkpoints", "SaveObserver", "SaveOrder", "event_seq"]
 
 logger = logging.getLogger("supervisor.host")
 
@@ -80,15 +81,34 @@ class Checkpoints:
         must not block; one that raises is logged and skipped."""
         self._observers = (*self._observers, observer)
 
-    def save(self, snapshot: Snapshot, events: EventBuffer | None = None) -> Snapshot:
+    def save(
+        self,
+        snapshot: Snapshot,
+        events: EventBuffer | None = None,
+        order: SaveOrder | None = None,
+        *,
+        newest_taken: bool = False,
+    ) -> Snapshot:
         """Save ``snapshot`` durably, marked with the last event of the session's stream
         ``events`` (if given: its ``mark``, which counts an event reserved to follow the
-        save); return what was saved.
+        save); return what was saved. With the session's ``order``, under its lock; and if
+        ``newest_taken`` (no snapshot of the session can be taken between ``snapshot``
+        and this save), given a later id if a copy of an older state was saved since it
+        was taken (see ``SaveOrder``).
 
         Raises:
             OwnershipLost: (a cluster node) another node owns the session now.
             Exception: what the store raised (the caller's operation fails).
         """
+        if order is None:
+            return self._save(snapshot, events)
+        with order.lock:
+            placed = order.place(snapshot) if newest_taken else snapshot
+            saved = self._save(placed, events)
+            order.saved(saved.checkpoint_id, copy=False)
+            return saved
+
+    def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
         if self.redact is not None:
             snapshot = self.redact(snapshot)
         if events is not None:
@@ -107,12 +127,17 @@ class Checkpoints:
                 logger.exception("checkpoint save observer %r failed", observer)
         return snapshot
 
-    def saver(self, events: EventBuffer) -> Callable[[Snapshot], Snapshot]:
-        """``save`` bound to one session's event stream, for its runtime."""
-        return functools.partial(self._save_marked, events)
+    def saver(
+        self, events: EventBuffer, order: SaveOrder | None = None
+    ) -> Callable[[Snapshot], Snapshot]:
+        """``save`` bound to one session's event stream and ``order`` (see ``SaveOrder``; one
+        of its own if none), for its runtime."""
+        chosen = SaveOrder() if order is None else order
+        return functools.partial(self._save_in_order, events, chosen)
 
-    def _save_marked(self, events: EventBuffer, snapshot: Snapshot) -> Snapshot:
-        return self.save(snapshot, events)
+    def _save_in_order(self, events: EventBuffer, order: SaveOrder, snapshot: Snapshot) -> Snapshot:
+        # A turn's snapshot: its session takes no other until this save returns.
+        return self.save(snapshot, events, order, newest_taken=True)
 
     def latest(self, session_id: str, events: EventBuffer | None = None) -> Snapshot | None:
         """The session's newest checkpoint that loads, or ``None`` if it has none.
@@ -122,8 +147,12 @@ class Checkpoints:
         if ``events`` (the session's stream) is given, a ``checkpoint_damaged``
         event with its ``checkpoint_id`` and the ``error``. The damaged
         checkpoint stays in the store for inspection; the next save supersedes it.
+        One a newer sessionvisor wrote (``SnapshotTooNew``) is no damage: it is
+        never skipped, since resuming from an older one would drop its turns.
 
         Raises:
+            SnapshotTooNew: the newest checkpoint that is not damaged is of a newer
+                sessionvisor; upgrade to resume the session.
             SnapshotDecodeError: every checkpoint of the session is damaged (the
                 newest one's error).
         """
@@ -131,6 +160,8 @@ class Checkpoints:
             return self.store.load(session_id)
         except CheckpointNotFound:
             return None
+        except SnapshotTooNew:
+            raise
         except SnapshotDecodeError as exc:
             newest_error = exc
         for info in self.store.list(session_id):
@@ -138,6 +169,8 @@ class Checkpoints:
                 snapshot = self.store.load(session_id, info.checkpoint_id)
             except CheckpointNotFound:  # pruned or deleted meanwhile
                 continue
+            except SnapshotTooNew:
+                raise
             except SnapshotDecodeError as exc:
                 logger.warning(
                     "session %r: checkpoint %r is damaged, trying the one before it: %s",
@@ -159,11 +192,24 @@ class Checkpoints:
         raise newest_error
 
     def relabel(
-        self, source: Snapshot, label: str | None, events: EventBuffer | None = None
+        self,
+        source: Snapshot,
+        label: str | None,
+        events: EventBuffer | None = None,
+        order: SaveOrder | None = None,
     ) -> Snapshot:
         """Save ``source``'s state again as the session's newest checkpoint, labelled ``label``
         (``checkpoint`` of a session not running; ``resume`` from an older checkpoint). Its
-        event mark is the newest the session had, so numbering never goes back."""
+        event mark is the newest the session had, so numbering never goes back. With the
+        session's ``order``: under its lock, and counted as a copy (see ``SaveOrder``)."""
+        if order is None:
+            return self._relabel(source, label, events)
+        with order.lock:
+            copy = self._relabel(source, label, events)
+            order.saved(copy.checkpoint_id, copy=True)
+            return copy
+
+    def _relabel(self, source: Snapshot, label: str | None, events: EventBuffer | None) -> Snapshot:
         latest = self.latest(source.session_id)
         newest = max(event_seq(source), event_seq(latest))
         snapshot = Snapshot.new(
@@ -177,4 +223,42 @@ class Checkpoints:
             # where ids need not sort by creation: this one must come after it.
             fresh = new_checkpoint_id(after=latest.checkpoint_id)
             snapshot = dataclasses.replace(snapshot, checkpoint_id=fresh)
-        return self.save(snapshot, events)
+        return self._save(snapshot, events)
+
+
+class SaveOrder:
+    """One session's saves in this host, in an order that keeps its newest state newest.
+    Thread-safe: every save of the session holds ``lock``.
+
+    Checkpoints sort by id, and an id is made when its snapshot is taken. A copy of the
+    session's latest checkpoint (``checkpoint()`` of a session no incarnation serves) is
+    made when it is saved, so it would sort after a snapshot of a newer state taken before
+    it and saved after it (a turn that ended meanwhile, waiting on ``lock``): the copy, the
+    older state, would be what the session comes back from. Such a snapshot, newer than
+    every real (not copied) state saved so far, is given an id after the copy instead,
+    if it is the newest its session took (``Checkpoints.save``'s ``newest_taken``: a
+    turn's, a hibernation's, a stop's); one taken by ``checkpoint()`` while turns went
+    on may be older than a turn's snapshot not saved yet, and keeps its id. One that is
+    older than a saved real state keeps its id: it is not the newest.
+    """
+
+    __slots__ = ("__weakref__", "_real", "_top", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._real = ""  # the highest id of a real state saved ("" sorts before any id)
+        self._top = ""  # the highest id saved, copies included
+
+    def place(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot``, with an id after the last copy if one of an older state sorts
+        after it. The caller holds ``lock``."""
+        taken = snapshot.checkpoint_id
+        if self._real < taken < self._top:
+            return dataclasses.replace(snapshot, checkpoint_id=new_checkpoint_id(after=self._top))
+        return snapshot
+
+    def saved(self, checkpoint_id: str, *, copy: bool) -> None:
+        """Count a save that succeeded. The caller holds ``lock``."""
+        if not copy:
+            self._real = max(self._real, checkpoint_id)
+        self._top = max(self._top, checkpoint_id)

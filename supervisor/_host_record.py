@@ -25,7 +25,7 @@ from actors import (
     SteeringQueue,
     Usage,
 )
-from supervisor._checkpoints import event_seq
+from supervisor._checkpoints import SaveOrder, event_seq
 from supervisor._gate import SessionGate
 
 __all__ = ["SessionInfo", "SessionRecord", "SessionStatus"]
@@ -89,6 +89,7 @@ class SessionRecord:
         "op_lock",
         "ref",
         "resume_from",
+        "save_order",
         "session_id",
         "status",
         "steering",
@@ -108,6 +109,7 @@ class SessionRecord:
         created_at: int,
         hibernate_after: float | None,
         resume_from: Snapshot | None = None,
+        save_order: SaveOrder | None = None,
     ) -> None:
         self.session_id = session_id
         self.template = template
@@ -123,6 +125,9 @@ class SessionRecord:
         self.failure: str | None = None  # the last crash, once given up
         self.last_active = 0.0
         self.op_lock = SessionGate()
+        # Every save of its checkpoints goes through it; shared with the other records of
+        # its id a caller may still hold (see SessionTable.create).
+        self.save_order = SaveOrder() if save_order is None else save_order
         # A resumed session's stream goes on after the events its checkpoint had seen.
         after = 0 if resume_from is None else event_seq(resume_from)
         self.events = EventBuffer(attrs.get("event_buffer_size") or 1000, after=after)

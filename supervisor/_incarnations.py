@@ -274,7 +274,7 @@ class Incarnations:
             metadata=_saved_metadata(record),
             steering=record.steering,
             events=record.events,
-            save=self._checkpoints.saver(record.events),
+            save=self._checkpoints.saver(record.events, record.save_order),
             timeout=self.policy.call_timeout,
             credentials=self._credentials.resolve(record.tenant_id),
             epoch=epoch,
@@ -535,15 +535,31 @@ class Incarnations:
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot(label))
         try:
             if snapshot is None:  # the newest that loads, as its next incarnation would
-                latest = self._checkpoints.latest(record.session_id, record.events)
-                if latest is not None:
-                    return self._checkpoints.relabel(latest, label, record.events)
+                copy = self._copy_latest(record, label)
+                if copy is not None:
+                    return copy
                 # restarting with none saved: its next incarnation's
                 snapshot = self.call(record, TakeSnapshot(label), self.policy.call_timeout)
-            return self._checkpoints.save(snapshot, record.events)
+            return self._checkpoints.save(snapshot, record.events, record.save_order)
         except OwnershipLost:
             self.lose(record)
             raise
+
+    def _copy_latest(self, record: SessionRecord, label: str | None) -> Snapshot | None:
+        """Save the session's newest checkpoint that loads again as its newest, labelled
+        ``label``; ``None`` if it has none. The read and the save hold the session's
+        ``SaveOrder`` lock: a turn's snapshot saved meanwhile is saved before the read, or
+        after the copy with an id after it (it holds the newer state)."""
+        # Outside the lock first: a damaged checkpoint's event reaches subscribers, who may
+        # call the session (a save of its turn would wait on this thread).
+        if self._checkpoints.latest(record.session_id, record.events) is None:
+            return None
+        order = record.save_order
+        with order.lock:
+            latest = self._checkpoints.latest(record.session_id)
+            if latest is None:
+                return None
+            return self._checkpoints.relabel(latest, label, record.events, order)
 
     def history(self, record: SessionRecord) -> list[Message]:
         """``AgentHost.history``: the running incarnation's, else the last checkpoint's; none
@@ -568,7 +584,10 @@ class Incarnations:
             if snapshot is None:
                 return False
             try:
-                self._checkpoints.save(snapshot, record.events)
+                # Taken under the op_lock: no turn of it ran since, nor can before this save.
+                self._checkpoints.save(
+                    snapshot, record.events, record.save_order, newest_taken=True
+                )
             except OwnershipLost:
                 self.lose(record)
                 return False
@@ -706,8 +725,8 @@ class Incarnations:
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot())
         if snapshot is None:
             logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
-        else:
-            self._checkpoints.save(snapshot, record.events)
+        else:  # a stop holds the op_lock, a shutdown refuses calls: no turn of it runs first
+            self._checkpoints.save(snapshot, record.events, record.save_order, newest_taken=True)
 
 
 def _reraise(err: ChildStartError) -> NoReturn:

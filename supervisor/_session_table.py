@@ -10,12 +10,14 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import pykka
 
 from actors import AgentTemplate, Event, Snapshot
+from supervisor._checkpoints import SaveOrder
 from supervisor._host_record import SessionRecord, SessionStatus
 from supervisor._session_attrs import validate
 from supervisor.errors import HostShutDown, SessionAlreadyExists, SessionNotFound
@@ -60,6 +62,11 @@ class SessionTable:
         self.closed = False
         self.on_missing: Callable[[str], SessionRecord | None] | None = None
         self._taps: tuple[Callable[[SessionRecord, Event], None], ...] = ()
+        # One per session id while any record of it lives: a call still holding a stopped
+        # record (a checkpoint() copying its latest) orders its save with the new record's.
+        self._save_orders: weakref.WeakValueDictionary[str, SaveOrder] = (
+            weakref.WeakValueDictionary()
+        )
 
     def tap(self, tap: Callable[[SessionRecord, Event], None]) -> None:
         """Call ``tap(record, event)`` for every event of every session, present and to
@@ -140,9 +147,18 @@ class SessionTable:
             created_at=int(time.time() * 1000),
             hibernate_after=None if own_limit is None else own_limit / 1000,
             resume_from=resume_from,
+            save_order=self._save_order(session_id),
         )
         self.add(record)
         return record
+
+    def _save_order(self, session_id: str) -> SaveOrder:
+        """The ``SaveOrder`` of ``session_id``'s records: a live one's, or a new one."""
+        with self._lock:
+            order = self._save_orders.get(session_id)
+            if order is None:
+                order = self._save_orders[session_id] = SaveOrder()
+            return order
 
     def get(self, session_id: str) -> SessionRecord | None:
         """The record of ``session_id``, stopped or not, or ``None``."""

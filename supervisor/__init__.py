@@ -35,6 +35,7 @@ from supervisor.aio import wait_future as wait_future
 from supervisor.checkpoint_store import DEFAULT_KEEP_LAST as DEFAULT_KEEP_LAST
 from supervisor.checkpoint_store import CheckpointInfo as CheckpointInfo
 from supervisor.checkpoint_store import CheckpointStore as CheckpointStore
+from supervisor.checkpoint_store import SnapshotTooNew as SnapshotTooNew
 from supervisor.child_spec import ChildCounts as ChildCounts
 from supervisor.child_spec import ChildInfo as ChildInfo
 from supervisor.child_spec import ChildSpec as ChildSpec
@@ -153,6 +154,7 @@ __all__ = [
     "SessionStatus",
     "SessionStore",
     "SnapshotTooLarge",
+    "SnapshotTooNew",
     "StoreBusy",
     "StoreCorrupted",
     "StoreEncrypted",

@@ -29,6 +29,13 @@ before this counted chunks, not appends, in that column; read as a count of
 appends it only makes the first merges take fewer or more chunks than the
 counter says, and any run of trailing chunks may merge.
 
+SQLite stores no value longer than its length limit (``SQLITE_LIMIT_LENGTH``, 10**9
+bytes by default; ``value_limit``). A merge takes only as many of its chunks, newest
+first, as fit in one value with the new bytes (none, when they alone fill it), and new
+bytes longer than a value are stored as several chunks; so a session whose log grows past
+the limit goes on saving (a merge that would have exceeded it failed that save, and every
+later one, which tried the same merge again).
+
 The PostgreSQL store follows the same rule (``merges``), merging on the server
 (``merge_log_chunks``, its schema version 4) after a save whose append carries.
 """
@@ -48,7 +55,16 @@ if TYPE_CHECKING:
     from supervisor._message_log import MessageBytes
     from supervisor._row_codec import RowCodec
 
-__all__ = ["FANOUT", "LOG_UPSERT", "LogRows", "LogUnreadable", "log_rows", "merges", "write_log"]
+__all__ = [
+    "FANOUT",
+    "LOG_UPSERT",
+    "LogRows",
+    "LogUnreadable",
+    "log_rows",
+    "merges",
+    "value_limit",
+    "write_log",
+]
 
 FANOUT = 8
 """The base of the counter by which a log's chunks merge (see the module docstring)."""
@@ -57,6 +73,16 @@ LOG_UPSERT = (
     " ON CONFLICT (session_id) DO UPDATE SET gen = excluded.gen, length = excluded.length,"
     " digest = excluded.digest, chunks = excluded.chunks"
 )
+
+
+_VALUE_SLACK = 1024
+"""Bytes kept free under SQLite's length limit for what an envelope adds to a chunk."""
+
+
+def value_limit(db: sqlite3.Connection) -> int:
+    """The most message bytes one chunk of ``db`` may hold: SQLite's length limit on the
+    connection, less room for an encryption envelope."""
+    return max(1, db.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) - _VALUE_SLACK)
 
 
 class LogUnreadable(Exception):
@@ -87,7 +113,8 @@ class LogRows:
 
     merge: int  # chunks before the new bytes that go into one chunk with them (0: none)
     chunk: tuple[Any, ...] | None  # the message_chunks row of the new bytes, if any (its
-    # stored data None when they are due to merge: ``write_log`` stores them either way)
+    # stored data None when they are due to merge or longer than one value: ``write_log``
+    # stores them either way)
     added: bytes | memoryview  # the new bytes (what a merge appends to the chunks it reads)
     log: tuple[Any, ...]  # the message_logs row: (session, gen, length, stored digest, appends)
     digest: bytes  # SHA-256 of the whole log
@@ -102,10 +129,12 @@ def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
     length: int,
     appends: int,
     hasher: Any,
+    largest: int,
 ) -> LogRows:
     """The log rows of a save whose messages extend generation ``gen`` of the log:
     ``length`` bytes so far, written by ``appends`` appends, with ``hasher`` at the state
-    after those bytes (a new generation: 0, 0 and an empty SHA-256)."""
+    after those bytes (a new generation: 0, 0 and an empty SHA-256); ``largest``: the
+    connection's ``value_limit``."""
     size = messages.length
     added = messages.after(length)
     hasher.update(added)
@@ -113,34 +142,100 @@ def log_rows(  # noqa: PLR0917 (private; both callers pass every part)
     if size > length:
         appends += 1
         merge = merges(appends)
-        data = None if merge else rows.chunk(sid, gen, length, bytes(added))
+        alone = not merge and len(added) <= largest
+        data = rows.chunk(sid, gen, length, bytes(added)) if alone else None
         chunk = (sid, gen, length, data)
     digest = hasher.digest()
     log = (sid, gen, size, rows.log_digest(sid, gen, size, digest), appends)
     return LogRows(merge, chunk, added, log, digest, hasher)
 
 
-def write_log(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> None:
-    """Write one save's ``LogRows`` (a save alone: a merge takes statements of its own).
+def write_log(db: sqlite3.Connection, rows: RowCodec, planned: LogRows, largest: int) -> None:
+    """Write one save's ``LogRows`` (a save alone: a merge, or new bytes longer than one
+    value, ``largest`` bytes, take statements of their own).
 
     Raises:
         LogUnreadable: the chunks to merge cannot be read back; nothing was written.
     """
     chunk = planned.chunk
     if chunk is not None:
-        if planned.merge:
-            chunk = _merged(db, rows, planned)
-        db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", chunk)
+        if chunk[3] is not None:
+            db.execute("INSERT INTO message_chunks VALUES (?, ?, ?, ?)", chunk)
+        else:
+            db.executemany(
+                "INSERT INTO message_chunks VALUES (?, ?, ?, ?)",
+                _new_chunks(db, rows, planned, largest),
+            )
     db.execute(f"INSERT INTO message_logs VALUES (?, ?, ?, ?, ?){LOG_UPSERT}", planned.log)
 
 
-def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[Any, ...]:
-    """Delete the ``planned.merge`` chunks before the new bytes and return the row of one
-    chunk holding them and the new bytes.
+def _new_chunks(
+    db: sqlite3.Connection, rows: RowCodec, planned: LogRows, largest: int
+) -> list[tuple[Any, ...]]:
+    """The chunk rows of the new bytes: one merged with as many of the ``planned.merge``
+    chunks before them as fit in ``largest`` bytes (those are deleted), or, when none do,
+    the new bytes alone in pieces of at most ``largest`` bytes.
 
     Raises:
-        LogUnreadable: those chunks cannot be read back whole (nothing deleted): the
-            damaged log stays as damaged as it was, for the loads that meet it.
+        LogUnreadable: the chunks to merge cannot be read back whole (nothing deleted):
+            the damaged log stays as damaged as it was, for the loads that meet it.
+    """
+    assert planned.chunk is not None
+    sid, gen, start = planned.chunk[:3]
+    added = planned.added
+    room = largest - len(added)
+    taken = _fitting(db, sid, gen, start, planned.merge, room) if planned.merge else 0
+    if taken:
+        return [_merged(db, rows, planned, taken)]
+    return [
+        (sid, gen, start + at, rows.chunk(sid, gen, start + at, bytes(added[at : at + largest])))
+        for at in range(0, len(added), largest)
+    ]
+
+
+def _fitting(  # noqa: PLR0917 (private; one caller)
+    db: sqlite3.Connection, sid: str, gen: int, end: int, merge: int, room: int
+) -> int:
+    """How many of the ``merge`` chunks before byte ``end``, newest first, hold ``room``
+    bytes at most together (a chunk's size is where the next one starts, less its own
+    start: no data is read).
+
+    Raises:
+        LogUnreadable: there are none (the log lost them) or SQLite finds their pages
+            damaged.
+    """
+    if room <= 0:
+        return 0
+    try:
+        starts = db.execute(
+            "SELECT start FROM message_chunks WHERE session_id = ? AND gen = ?"
+            " AND start < ? ORDER BY start DESC LIMIT ?",
+            (sid, gen, end, merge),
+        ).fetchall()
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        raise LogUnreadable(f"message log {gen} of session {sid!r}: {exc}", exc) from exc
+    if not starts or not all(isinstance(start, int) for (start,) in starts):
+        raise LogUnreadable(f"message log {gen} of session {sid!r} has damaged chunks")
+    taken = 0
+    for (start,) in starts:
+        if end - start > room:
+            break
+        room -= end - start
+        end = start
+        taken += 1
+    return taken
+
+
+def _merged(
+    db: sqlite3.Connection, rows: RowCodec, planned: LogRows, taken: int
+) -> tuple[Any, ...]:
+    """Delete the ``taken`` chunks before the new bytes and return the row of one chunk
+    holding them and the new bytes.
+
+    Raises:
+        LogUnreadable: those chunks cannot be read back whole (nothing deleted).
     """
     assert planned.chunk is not None
     sid, gen, start = planned.chunk[:3]
@@ -148,7 +243,7 @@ def _merged(db: sqlite3.Connection, rows: RowCodec, planned: LogRows) -> tuple[A
         found = db.execute(
             "SELECT start, data FROM message_chunks WHERE session_id = ? AND gen = ?"
             " AND start < ? ORDER BY start DESC LIMIT ?",
-            (sid, gen, start, planned.merge),
+            (sid, gen, start, taken),
         ).fetchall()
         pieces = _contiguous(db, rows, sid, gen, start, found[::-1])
     except sqlite3.DatabaseError as exc:

@@ -47,6 +47,7 @@ from actors._codec import array_header, check_keys, pack_plain
 from actors._history import EncodedMessages
 from actors.snapshot import encoded_messages, mark_checked
 from supervisor._state_parts import StatePart, put_parts, take_parts
+from supervisor.checkpoint_store import SnapshotTooNew
 
 __all__ = [
     "SEAL_KINDS",
@@ -56,6 +57,7 @@ __all__ = [
     "SplitSnapshot",
     "assemble",
     "check_identity",
+    "check_version",
     "digest",
     "in_checkpoint",
     "join",
@@ -382,9 +384,12 @@ def join(
     unless a migration ran, which may have changed them.
 
     Raises:
+        SnapshotTooNew: the body is of a snapshot schema newer than ``migrations`` reads.
         SnapshotDecodeError: anything malformed.
     """
     plain = decode_plain(body)
+    registry = SNAPSHOT_MIGRATIONS if migrations is None else migrations
+    check_version(plain, registry)
     if parts:
         put_parts(plain, parts)
     if messages is not None:
@@ -395,12 +400,28 @@ def join(
             raise SnapshotDecodeError("body has no message placeholder in its state")
         header: bytes = msgpack.Packer().pack_array_header(count)
         state["messages"] = decode_plain(header + messages)
-    registry = SNAPSHOT_MIGRATIONS if migrations is None else migrations
     current = isinstance(plain, dict) and plain.get("schema_version") == registry.current_version
     snapshot = Snapshot.from_dict(plain, migrations=migrations)
     if checked and current and messages is not None:
         mark_checked(snapshot, messages)
     return snapshot
+
+
+def check_version(plain: object, registry: MigrationRegistry) -> None:
+    """Refuse a decoded snapshot of a schema newer than ``registry`` reads, as
+    ``SnapshotTooNew`` (not damage: see there); anything else passes (``Snapshot.from_dict``
+    checks the rest).
+
+    Raises:
+        SnapshotTooNew: its ``schema_version`` is newer than ``registry.current_version``.
+    """
+    found = plain.get("schema_version") if isinstance(plain, dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found > registry.current_version:
+        raise SnapshotTooNew(
+            f"schema_version {found} is newer than the supported version "
+            f"{registry.current_version}: a newer sessionvisor wrote it; upgrade sessionvisor "
+            "to read it"
+        )
 
 
 def check_identity(snapshot: Snapshot, session_id: str, checkpoint_id: str) -> None:
@@ -419,7 +440,7 @@ def check_identity(snapshot: Snapshot, session_id: str, checkpoint_id: str) -> N
 def in_checkpoint(
     error: SnapshotDecodeError, session_id: str, checkpoint_id: str
 ) -> SnapshotDecodeError:
-    """``error`` again, naming the checkpoint it was found in (for ``load``'s caller)."""
-    return SnapshotDecodeError(
-        f"checkpoint {checkpoint_id!r} of session {session_id!r}: {error.reason}"
-    )
+    """``error`` again, naming the checkpoint it was found in (for ``load``'s caller); of
+    its class when that is ``SnapshotTooNew``."""
+    kind = SnapshotTooNew if isinstance(error, SnapshotTooNew) else SnapshotDecodeError
+    return kind(f"checkpoint {checkpoint_id!r} of session {session_id!r}: {error.reason}")

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from supervisor._log_chunks import LOG_UPSERT, LogRows, log_rows, merges
+from supervisor._log_chunks import LOG_UPSERT, LogRows, log_rows, merges, value_limit
 from supervisor._saved_at import micros
 
 if TYPE_CHECKING:
@@ -153,9 +153,10 @@ def write_together(
     if not chosen:
         return {}
     states = _states(db, [save.snapshot.session_id for save in chosen.values()], store)
+    largest = value_limit(db)
     planned = {}
     for index, save in chosen.items():
-        plan = _plan(store, save, states[save.snapshot.session_id])
+        plan = _plan(store, save, states[save.snapshot.session_id], largest)
         if plan is not None:
             planned[index] = plan
     plans = planned.values()
@@ -194,13 +195,18 @@ def _states(
     return states
 
 
-def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Planned | None:
-    """The rows of a usual save, or ``None`` for one that must run alone."""
+def _plan(
+    store: SavingStore, save: QueuedSave, state: tuple[Any, ...], largest: int
+) -> _Planned | None:
+    """The rows of a usual save, or ``None`` for one that must run alone (also one whose
+    new message bytes are longer than one value, ``largest``: they take several chunks)."""
     gen, length, stored_digest, appends, next_gen, *count = state
     prune = bool(count) and count[0] >= store.keep_last  # then this save goes past it
     cut, sid = save.cut, save.snapshot.session_id
     messages = cut.messages
     assert messages is not None  # chosen so
+    if messages.length - (length or 0) > largest:
+        return None
     if gen is None:
         if next_gen:  # an older generation is left to collect
             return None
@@ -216,7 +222,7 @@ def _plan(store: SavingStore, save: QueuedSave, state: tuple[Any, ...]) -> _Plan
         ):
             return None
         hasher = cached.hasher.copy()
-    logged = log_rows(store._rows, sid, messages, gen, length, appends, hasher)
+    logged = log_rows(store._rows, sid, messages, gen, length, appends, hasher, largest)
     ref = (gen, messages.length, cut.count, logged.digest)
     return _Planned(logged, checkpoint_row(store._rows, save.snapshot, cut, ref, save.refs), prune)
 

@@ -59,7 +59,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from supervisor._message_log import seal
-from supervisor.errors import StoreCorrupted, StoreFull, StoreUnavailable, SupervisorError
+from supervisor.errors import (
+    SnapshotTooLarge,
+    StoreBusy,
+    StoreCorrupted,
+    StoreFull,
+    StoreUnavailable,
+    SupervisorError,
+)
 
 __all__ = [
     "APPLICATION_ID",
@@ -70,11 +77,13 @@ __all__ = [
     "damaged",
     "file_identity",
     "is_damage",
+    "is_too_big",
     "lost_store",
     "open_database",
     "open_error",
     "reporting_store_errors",
     "stored_schema",
+    "too_long",
 ]
 
 SCHEMA_VERSION = 5
@@ -287,7 +296,7 @@ def open_database(
         StoreCorrupted: the file is not a store (see the module docstring).
         StoreUnavailable: it cannot be opened or created (e.g. a read-only directory).
         SupervisorError: the file's schema is newer than this code supports.
-        sqlite3.OperationalError: it stayed locked by another writer too long.
+        StoreBusy: it stayed locked by another writer past ``busy_timeout``.
     """
     name = os.fspath(path)
     if os.path.isdir(name):
@@ -379,11 +388,39 @@ def lost_store(path: str | os.PathLike[str]) -> StoreCorrupted | None:
     return StoreCorrupted(name, "is missing, but its marker file says a store was there", _RESTORE)
 
 
+class _Locked(StoreBusy):
+    """``StoreBusy`` for an SQLite store another connection kept locked past the store's
+    ``busy_timeout`` (``SQLITE_BUSY``). Its own message: ``StoreBusy``'s speaks of a
+    PostgreSQL server."""
+
+    def __init__(self, path: str, error: BaseException) -> None:
+        SupervisorError.__init__(
+            self,
+            f"checkpoint store {path!r} stayed locked by another connection for longer than "
+            f"the store's busy_timeout ({error}): another process writes the file, or holds "
+            "a long transaction (a tool, a backup, encrypt_existing); the transaction that "
+            "waited wrote nothing. Retry it; if this persists, find that process, or open "
+            "the store with a longer busy_timeout",
+        )
+        self.where = repr(path)
+        self.action = "a transaction"
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says another connection kept the database locked past the busy
+    timeout (``SQLITE_BUSY``: nothing was done, and a retry may succeed)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == sqlite3.SQLITE_BUSY
+    return "database is locked" in str(exc)
+
+
 @contextmanager
 def reporting_store_errors(path: str) -> Iterator[None]:
     """Raise damage SQLite finds in the store at ``path`` within as ``StoreCorrupted``
-    (``damaged``) and a full disk or database as ``StoreFull``, SQLite's error as the
-    cause; other errors pass unchanged."""
+    (``damaged``), a full disk or database as ``StoreFull`` and a lock held by another
+    connection past the busy timeout as ``StoreBusy``, SQLite's error as the cause;
+    other errors pass unchanged."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
@@ -391,6 +428,8 @@ def reporting_store_errors(path: str) -> Iterator[None]:
             raise damaged(path, exc) from exc
         if is_full(exc):
             raise StoreFull(repr(path), exc) from exc
+        if is_busy(exc):
+            raise _Locked(path, exc) from exc
         raise
 
 
@@ -403,6 +442,29 @@ def is_full(exc: sqlite3.Error) -> bool:
     return "database or disk is full" in str(exc)
 
 
+def is_too_big(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite refusing a value longer than its length limit."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == sqlite3.SQLITE_TOOBIG
+    return "too big" in str(exc)
+
+
+def too_long(sid: str, size: int, limit: int) -> SnapshotTooLarge:
+    """The error of a save one of whose values SQLite cannot store: the body (the state but
+    its messages), or a plugin's or the provider's state, is over ``limit`` bytes (the
+    message log is stored in pieces under it, so its length is no limit)."""
+    error = SnapshotTooLarge(sid, size, limit)
+    error.args = (
+        f"snapshot of session {sid!r} ({size} bytes) holds a value SQLite cannot store: its "
+        f"state apart from the messages, or one plugin's or the provider's state, is over "
+        f"the {limit} bytes SQLite stores in one value (SQLITE_LIMIT_LENGTH); nothing was "
+        "stored. Keep large data out of the session state (store it elsewhere and keep a "
+        "reference to it)",
+    )
+    return error
+
+
 def open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
     """The error to raise for an SQLite error while opening ``path``."""
     text = str(exc)
@@ -410,6 +472,8 @@ def open_error(path: str, exc: sqlite3.DatabaseError) -> Exception:
         return StoreCorrupted(path, f"is not a readable SQLite database ({text})", _RESTORE)
     if is_full(exc):
         return StoreFull(repr(path), exc)
+    if is_busy(exc):
+        return _Locked(path, exc)
     if "locked" in text or "busy" in text:
         return exc
     return StoreUnavailable(path, exc)  # unable to open, readonly, disk I/O error...

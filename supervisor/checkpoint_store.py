@@ -19,13 +19,14 @@ from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from actors import Snapshot
+from actors import Snapshot, SnapshotDecodeError
 
 __all__ = [
     "DEFAULT_KEEP_LAST",
     "CheckpointInfo",
     "CheckpointStore",
     "ClosingContext",
+    "SnapshotTooNew",
     "check_keep_last",
     "check_max_snapshot_bytes",
     "encodable",
@@ -52,6 +53,14 @@ class CheckpointInfo:
     saved_at: datetime
     label: str | None
     size: int
+
+
+class SnapshotTooNew(SnapshotDecodeError):
+    """A stored checkpoint is in a snapshot schema newer than this code reads: a newer
+    sessionvisor wrote it. Not damage: the checkpoint is intact, and only an upgrade reads
+    it, so a resume does not fall back past it to an older checkpoint (that would drop
+    the newer turns, and the resumed session's next save would supersede them).
+    ``reason`` names the versions and the checkpoint."""
 
 
 @runtime_checkable
@@ -86,6 +95,8 @@ class CheckpointStore(Protocol):
 
         Raises:
             CheckpointNotFound: no such checkpoint (or none at all for the session).
+            SnapshotTooNew: (a ``SnapshotDecodeError``) a newer sessionvisor wrote it, in
+                a snapshot schema this code does not read.
             actors.SnapshotDecodeError: it exists but its stored bytes cannot be
                 read; the message names the session and the checkpoint.
         """
@@ -199,5 +210,5 @@ def encodable(text: object) -> bool:
     return True
 
 
-for _cls in (CheckpointInfo, CheckpointStore):
+for _cls in (CheckpointInfo, CheckpointStore, SnapshotTooNew):
     _cls.__module__ = "supervisor"

@@ -7,8 +7,14 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC
 
-from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
-from supervisor._message_log import seal, verify
+from actors import (
+    SNAPSHOT_MIGRATIONS,
+    MigrationRegistry,
+    Snapshot,
+    SnapshotDecodeError,
+    decode_plain,
+)
+from supervisor._message_log import check_version, in_checkpoint, seal, verify
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
@@ -112,11 +118,12 @@ class MemoryCheckpointStore(ClosingContext):
             raise CheckpointNotFound(session_id, checkpoint_id)
         try:
             verify(entry.check, entry.data, _NO_LOG)
-            return Snapshot.deserialize(entry.data, migrations=self._migrations)
+            plain = decode_plain(entry.data)
+            registry = SNAPSHOT_MIGRATIONS if self._migrations is None else self._migrations
+            check_version(plain, registry)  # SnapshotTooNew: not damage
+            return Snapshot.from_dict(plain, migrations=self._migrations)
         except SnapshotDecodeError as exc:
-            raise SnapshotDecodeError(
-                f"checkpoint {entry.info.checkpoint_id!r} of session {session_id!r}: {exc.reason}"
-            ) from None
+            raise in_checkpoint(exc, session_id, entry.info.checkpoint_id) from None
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first (see ``CheckpointStore.list``)."""

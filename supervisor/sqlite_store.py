@@ -20,7 +20,7 @@ from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes
 from supervisor._group_commit import GroupCommit
-from supervisor._log_chunks import LogUnreadable, log_rows, write_log
+from supervisor._log_chunks import LogUnreadable, log_rows, value_limit, write_log
 from supervisor._message_log import (
     KnownLog,
     SplitSnapshot,
@@ -46,10 +46,12 @@ from supervisor._sqlite_schema import (
     SYNCHRONOUS_MODES,
     damaged,
     is_damage,
+    is_too_big,
     lost_store,
     open_database,
     reporting_store_errors,
     stored_schema,
+    too_long,
 )
 from supervisor._state_parts import checked, part_refs, read_refs
 from supervisor._store_encryption import encrypt_rows, open_rows, reencrypt_rows, scrub
@@ -180,7 +182,8 @@ class SQLiteCheckpointStore(ClosingContext):
     connections would linger in threads that never call close). Encoding and
     decoding run outside the lock. Several processes (or store instances) may
     open the same file: writes use ``BEGIN IMMEDIATE`` and wait up to
-    ``busy_timeout`` seconds for each other; readers never block writers.
+    ``busy_timeout`` seconds for each other (then ``StoreBusy``, nothing written);
+    readers never block writers.
     Do not share one instance across ``fork``; open a new one in the child.
 
     Group commit: saves that arrive together (many sessions finishing a turn
@@ -219,7 +222,10 @@ class SQLiteCheckpointStore(ClosingContext):
     small bodies: 1.2x the final snapshot's size once closed, 1.9x while open
     (WAL included), measured by ``benchmarks/bench_snapshot_store.py``.
     ``load`` reassembles, verifies the digest, and returns a snapshot equal
-    to the one saved.
+    to the one saved. SQLite stores no value over its length limit
+    (``SQLITE_LIMIT_LENGTH``, 10**9 bytes by default): log chunks stay under it
+    (``_log_chunks``), so a log may grow past it; a body or a state part over it
+    fails that save alone with ``SnapshotTooLarge``, nothing of it stored.
 
     Integrity: each checkpoint row carries a BLAKE2b-128 checksum of its body
     and its log reference, verified on every ``load``: a damaged or edited
@@ -294,6 +300,8 @@ class SQLiteCheckpointStore(ClosingContext):
         StoreCorrupted, StoreUnavailable: see "Identity" above (read-only: also
             ``StoreUnavailable`` when there is no file, nor a marker file).
         StoreReadOnly: (read-only) the file holds no store yet, or one of an older schema.
+        StoreBusy: another connection kept the file locked past ``busy_timeout`` (as any
+            method does then).
         ValueError: an argument is out of range, or ``path`` names no file (``""`` or
             ``":memory:"``, which SQLite takes for a database that vanishes on close).
     """
@@ -352,7 +360,10 @@ class SQLiteCheckpointStore(ClosingContext):
         self.path = os.fspath(path)
         self.max_snapshot_bytes = max_snapshot_bytes
         self._migrations = migrations
-        self.keep_last = check_keep_last(keep_last, allow_none=True)
+        keep = check_keep_last(keep_last, allow_none=True)
+        # no session holds more checkpoints than SQLite's largest integer, and SQLite binds
+        # no larger int: a larger keep_last (keep them all) is that one
+        self.keep_last = None if keep is None else min(keep, _SQLITE_INT_MAX)
         self.synchronous = synchronous.upper()
         self._lock = threading.Lock()
         self._logs = _LogCache(_LOG_CACHE_BYTES)
@@ -372,7 +383,8 @@ class SQLiteCheckpointStore(ClosingContext):
                 path, synchronous=self.synchronous, busy_timeout=busy_timeout
             )
             try:
-                self._rows = open_rows(self._conn, self.path, encryption)
+                with reporting_store_errors(self.path):
+                    self._rows = open_rows(self._conn, self.path, encryption)
             except BaseException:
                 self._conn.close()
                 raise
@@ -466,19 +478,28 @@ class SQLiteCheckpointStore(ClosingContext):
         refs: bytes | None,
         db: sqlite3.Connection,
     ) -> None:
-        """The rows of one save, inside the transaction of its batch (see ``GroupCommit``)."""
+        """The rows of one save, inside the transaction of its batch (see ``GroupCommit``).
+
+        Raises:
+            SnapshotTooLarge: a value of it is longer than SQLite stores (``too_long``).
+        """
         sid = snapshot.session_id
         log: tuple[Any, ...] = (None, None, None, None)
         before: int | None = None  # the session's checkpoints before this one, if counted
-        if cut.messages is not None:
-            gen, length, log_digest, before = self._append(db, sid, cut, cached)
-            log = (gen, length, cut.count, log_digest)
-        self._put_parts(db, sid, snapshot.checkpoint_id, cut)
-        db.execute(
-            f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES"
-            f" (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){CHECKPOINT_UPSERT}",
-            checkpoint_row(self._rows, snapshot, cut, log, refs),
-        )
+        try:
+            if cut.messages is not None:
+                gen, length, log_digest, before = self._append(db, sid, cut, cached)
+                log = (gen, length, cut.count, log_digest)
+            self._put_parts(db, sid, snapshot.checkpoint_id, cut)
+            db.execute(
+                f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES"
+                f" (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){CHECKPOINT_UPSERT}",
+                checkpoint_row(self._rows, snapshot, cut, log, refs),
+            )
+        except sqlite3.DataError as exc:
+            if not is_too_big(exc):
+                raise
+            raise too_long(sid, cut.size, db.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)) from exc
         if self.keep_last is not None and (before is None or before >= self.keep_last):
             with self._cleaning(sid) as clean:
                 if clean:
@@ -532,6 +553,7 @@ class SQLiteCheckpointStore(ClosingContext):
             _LOG_STATE_COUNTED if counted else _LOG_STATE, (sid,)
         ).fetchone()
         before: int | None = count[0] if counted else None
+        largest = value_limit(db)
         if gen is not None:
             hasher: Any = None
             if (
@@ -548,17 +570,17 @@ class SQLiteCheckpointStore(ClosingContext):
             if hasher is not None and (sid, gen) in self._damaged_logs:
                 hasher = None  # a save met damage in it: the messages go to a new log
             if hasher is not None:  # the log is a prefix: append the rest
-                planned = log_rows(rows, sid, messages, gen, length, appends, hasher)
+                planned = log_rows(rows, sid, messages, gen, length, appends, hasher, largest)
                 try:
-                    write_log(db, rows, planned)
+                    write_log(db, rows, planned, largest)
                 except LogUnreadable as exc:
                     self._log_unreadable(sid, gen, exc)  # raises SQLite's damage
                 else:
                     self._remember(sid, cut, gen, planned.log[3], hasher)
                     return gen, size, planned.digest, before
         # no log yet, or the messages do not extend it (or it is damaged): a new generation
-        planned = log_rows(rows, sid, messages, next_gen, 0, 0, hashlib.sha256())
-        write_log(db, rows, planned)
+        planned = log_rows(rows, sid, messages, next_gen, 0, 0, hashlib.sha256(), largest)
+        write_log(db, rows, planned, largest)
         if next_gen:  # an older generation exists: it may be unused now
             with self._cleaning(sid) as clean:
                 if clean:

@@ -308,11 +308,16 @@ def test_a_worker_dying_under_a_call_fails_it_and_the_queued_ones_go_on(
     assert [t for t, _ in pairs(host.store.load(sid).messages())] == ["queued"]
 
 
+STUCK_AFTER = 1.5
+"""The test host's ``worker_call_timeout``: long enough for a fresh worker to load the
+template on a busy machine (0.3 s was not), short enough to wait out."""
+
+
 @pytest.mark.parametrize("mode", ["process"])
 def test_a_worker_past_its_call_timeout_is_killed_from_the_timer(
     fifo: Fifo, make_host: HostFactory
 ) -> None:
-    host = make_host(worker_call_timeout=0.3)
+    host = make_host(worker_call_timeout=STUCK_AFTER)
     sid = held_session(host, fifo)
     deaths = host.worker_deaths
     failed = host.futures.send(sid, "stuck", timeout=WAIT)

@@ -50,7 +50,7 @@ def test_a_turn_saved_during_checkpoint_of_an_idle_session_stays_the_newest(
     host.send(sid, "one")
     assert host.hibernate(sid)
 
-    answers: list[str] = []
+    answers: list[str | None] = []
     sender = threading.Thread(target=lambda: answers.append(host.send(sid, "two").content))
 
     def race_a_turn() -> None:  # the copy has read the latest; a turn saves meanwhile
@@ -88,7 +88,7 @@ def test_a_turn_of_the_resumed_session_stays_newer_than_a_copy_for_its_stopped_r
     host.send(sid, "one")
     assert host.hibernate(sid)
 
-    answers: list[str] = []
+    answers: list[str | None] = []
     sender = threading.Thread(target=lambda: answers.append(host.send(sid, "two").content))
 
     def renew_and_race_a_turn() -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "PLAIN_SCALARS",
     "STRIPPED_KEY",
     "LiveResource",
+    "first_live",
     "is_stripped_marker",
     "strip_live",
 ]
@@ -206,6 +207,33 @@ class _Walker:
                 out.append(walk(child, join_path(path, index)))
         self._active.discard(id(value))
         return out
+
+
+def first_live(value: object, root: str = "") -> tuple[str, object] | None:
+    """The path (below ``root``) and the value of the first live value in ``value``, walked
+    as ``strip_live`` walks it, or ``None``; a marker is plain data, not a live value.
+
+    For state that must hold no live value, since nothing rebuilds it on resume (a model's
+    provider state). Raises ``RecursionError`` for a cycle, as a copy of it would.
+    """
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return None
+    if kind is not dict and kind is not list and isinstance(value, LIVE_TYPES):
+        return root, value
+    if isinstance(value, Mapping):
+        items: Any = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    else:
+        return None  # not plain: strict serialization refuses it, naming the path
+    for key, child in items:
+        found = first_live(child, join_path(root, key))
+        if found is not None:
+            return found
+    return None
 
 
 def strip_live(value: object, *, strip: bool = True, root: str = "") -> tuple[Any, tuple[str, ...]]:

@@ -86,8 +86,10 @@ class ToolDefinitionError(ActorsError, TypeError):
 class TurnLimitExceeded(ActorsError, RuntimeError):
     """A turn needed more model calls than ``max_steps``; the model keeps calling tools.
 
-    Like any failed turn it is rolled back: the history is as before ``send``
-    (usage still counts the tokens spent). Raise ``max_steps`` or fix the tool loop.
+    The tools the last allowed model call asked for are not run: no model call is left
+    to read their results. Like any failed turn it is rolled back: the history is as
+    before ``send`` (usage still counts the tokens spent). Raise ``max_steps`` or fix
+    the tool loop.
     """
 
     def __init__(self, max_steps: int) -> None:

@@ -53,7 +53,9 @@ class ModelResponse:
         provider_state: Plain data the provider wants back on the next call
             (for example a server-side conversation id); ``None`` keeps the
             session's current provider state. Persisted in snapshots, and
-            handed back as ``ModelRequest.provider_state``.
+            handed back as ``ModelRequest.provider_state``. One a checkpoint cannot
+            hold, or holding a live value (a lock, a client), fails the turn with
+            ``SnapshotEncodeError`` naming the path.
         stop_reason: Why the model stopped, if it says: ``stop`` (it answered),
             ``tool_calls``, ``length`` (the output limit), ``content_filter``,
             or the provider's own word for anything else. Published with the

@@ -29,7 +29,7 @@ from actors._prompt import PromptView
 from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
 from actors._storable import check_response, storable_message, storable_text, user_text
-from actors._strip import strip_live
+from actors._strip import first_live, strip_live
 from actors.errors import (
     ModelCallAborted,
     PluginError,
@@ -123,11 +123,14 @@ class _Undo:
     def restore(self, contexts: Mapping[str, Any]) -> None:
         """Put every recorded container's items back, and each plugin's ``ctx.state`` dict."""
         for container, items in self.contents:
-            if type(container) is list:
-                container[:] = items
-            else:  # a dict or a set
-                container.clear()
-                container.update(items)
+            try:
+                if isinstance(container, list):
+                    container[:] = items
+                else:  # a dict or a set (a subclass's own methods: an OrderedDict keeps order)
+                    container.clear()
+                    container.update(items)
+            except Exception:  # an immutable subclass: the turn could not change it either
+                continue
         for name, state in self.states.items():
             ctx = contexts.get(name)
             if ctx is not None:
@@ -136,30 +139,32 @@ class _Undo:
 
 def _record_containers(value: Any, contents: list[tuple[Any, Any]], seen: set[int]) -> None:
     """Add every dict, list and set under ``value`` (itself included, tuples walked) to
-    ``contents`` with a shallow copy of its items, once each; leaves are not copied."""
-    kind = type(value)
-    if kind is not dict and kind is not list and kind is not set and kind is not tuple:
+    ``contents`` with a shallow copy of its items, once each; leaves are not copied.
+
+    Subclasses too (a ``Counter``, ``defaultdict`` or ``OrderedDict`` a plugin counts in):
+    recording only the exact types left what a failed turn wrote into those in place."""
+    if not isinstance(value, _WALKED):
         return
     if id(value) in seen:
         return
     seen.add(id(value))
-    if kind is dict:
+    if isinstance(value, dict):
         contents.append((value, dict(value)))
         children: Any = value.values()
-    elif kind is list:
+    elif isinstance(value, list):
         contents.append((value, list(value)))
         children = value
-    elif kind is set:
+    elif isinstance(value, set):
         contents.append((value, set(value)))
         return
     else:
         children = value
     for child in children:
-        if type(child) in _WALKED:
+        if isinstance(child, _WALKED):
             _record_containers(child, contents, seen)
 
 
-_WALKED = frozenset((dict, list, set, tuple))
+_WALKED = (dict, list, set, tuple)
 
 
 def _copy_containers(value: Any) -> Any:
@@ -235,7 +240,8 @@ class AgentSession(pykka.ThreadingActor):
             plugin sees those under ``plugins.<name>.`` in ``ctx.stripped``.
         model: A live model to use instead of resolving ``template.model``.
         providers: Resolves model strings; defaults to a registry with ``echo``.
-        max_steps: Most model calls in one turn.
+        max_steps: Most model calls in one turn (``TurnLimitExceeded`` when the last one
+            still asks for tools, which are then not run).
         max_steering_queue: Most steering messages waiting at once.
         event_buffer_size: Most events retained.
         metadata: Plain user data kept in the state.
@@ -496,7 +502,8 @@ class AgentSession(pykka.ThreadingActor):
         checkpoint. Not rolled back: ``usage`` (the tokens were spent), events
         already published, the side effects of plugin hooks (``after_turn``
         included when the checkpoint failed), and changes made inside a value
-        of a plugin's state that is not a dict, list, tuple or set.
+        of a plugin's state that is not a dict, list, tuple or set (or a subclass
+        of one: a ``Counter``, a ``defaultdict``).
 
         A turn's ``turn_finished`` event is published last, once its checkpoint is
         saved (and the checks above passed): a failed turn publishes its ``error``
@@ -615,12 +622,15 @@ class AgentSession(pykka.ThreadingActor):
         are copied and stripped in full every time, as ``Snapshot.new`` does.
 
         Raises:
-            SnapshotEncodeError: as ``state``.
+            SnapshotEncodeError: as ``state``; or the provider state holds a live value
+                (see ``_refuse_live_provider_state``).
         """
         try:
             state = self._state(with_messages=False)
         except RecursionError:
             raise self._too_deep_error() from None
+        if self._provider_state is not None:
+            self._refuse_live_provider_state()
         restored = self._restored
         if not len(self._history) and len(restored) and restored.canonical:
             # The first snapshot: the checkpoint's own dicts (and bytes, when the store kept them).
@@ -747,8 +757,27 @@ class AgentSession(pykka.ThreadingActor):
                 self._provider_state,
                 "it holds a cycle or nests deeper than a checkpoint can hold",
             ) from None
+        self._refuse_live_provider_state()
         stripped, _ = strip_live(state)
         encode_plain(stripped, root="state.provider_state")
+
+    def _refuse_live_provider_state(self) -> None:
+        """Raise ``SnapshotEncodeError`` (naming the path) if the provider state holds a live
+        value (``actors._strip``). A snapshot would strip it to a marker, as it strips a
+        plugin's, but a model has no ``session_start`` to rebuild it in: it got the live
+        object while the session ran and the marker after a resume, failing far from the
+        cause. A marker restored from a checkpoint is plain data."""
+        found = first_live(self._provider_state, "state.provider_state")
+        if found is not None:
+            path, value = found
+            kind = type(value)
+            raise SnapshotEncodeError(
+                path,
+                value,
+                f"a live {kind.__module__}.{kind.__qualname__}; a model's provider state must "
+                "be plain data, which the model gets back after a resume too: keep live "
+                "objects on the model itself",
+            )
 
     def _too_deep_error(self) -> SnapshotEncodeError:
         part, value = self._too_deep()
@@ -839,6 +868,10 @@ class AgentSession(pykka.ThreadingActor):
             message, refused = self._record(response, seconds)
             if not message.tool_calls:
                 return message
+            if step == self.max_steps:
+                # No model call is left to read these calls' results: running them only
+                # did their side effects for a turn that fails (and a retry repeats them).
+                break
             for index, call in enumerate(message.tool_calls):
                 self._call_tool(call, refused.get(index))
         raise TurnLimitExceeded(self.max_steps)

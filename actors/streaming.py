@@ -118,10 +118,10 @@ class StreamAssembler:
         call = self._calls.get(delta.index)
         if call is None:
             call = self._calls[delta.index] = _Call()
-        if call.id is None:
-            call.id = delta.id
-        if call.name is None:
-            call.name = delta.name
+        if not call.id:  # an empty id or name is none (a server's later deltas may repeat "")
+            call.id = delta.id or None
+        if not call.name:
+            call.name = delta.name or None
         if delta.arguments:
             call.arguments.append(delta.arguments)
 

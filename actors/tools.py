@@ -37,7 +37,8 @@ _SCALARS: dict[object, dict[str, Any]] = {
 class Tool:
     """A callable the model may ask for, with its name, description and JSON schema.
 
-    Immutable; calling it is as thread-safe as the wrapped function.
+    Immutable; calling it is as thread-safe as the wrapped function. Built by hand (a
+    dynamic tool), its fields are checked (``ToolDefinitionError`` naming the wrong one).
 
     Attributes:
         name: What the model calls it.
@@ -51,13 +52,69 @@ class Tool:
     parameters: Mapping[str, Any]
     fn: Callable[..., Any] = field(repr=False, compare=False)
 
-    def __call__(self, **arguments: Any) -> Any:
-        """Run the tool with keyword ``arguments``."""
-        return self.fn(**arguments)
+    def __post_init__(self) -> None:
+        """Refuse a field of the wrong type where the tool is built (a tool made by hand):
+        taken, it failed every model call of its sessions, in the adapter, naming neither
+        the tool nor the field (``parameters=None``: "'NoneType' object is not iterable").
+
+        Raises:
+            ToolDefinitionError: naming the field.
+        """
+        if not isinstance(self.name, str) or not self.name:
+            raise ToolDefinitionError(f"a tool's name must be a non-empty str, got {self.name!r}")
+        where = f"tool {self.name!r}"
+        if not isinstance(self.description, str):
+            raise ToolDefinitionError(
+                f"{where}: description must be a str, got {type(self.description).__name__}"
+            )
+        if not isinstance(self.parameters, Mapping):
+            raise ToolDefinitionError(
+                f"{where}: parameters must be a JSON schema as a mapping "
+                f"({{'type': 'object', 'properties': ...}}), got "
+                f"{type(self.parameters).__name__} {self.parameters!r:.60}"
+            )
+        if not callable(self.fn):
+            raise ToolDefinitionError(f"{where}: fn must be callable, got {self.fn!r:.60}")
+
+    def __call__(self, /, **arguments: Any) -> Any:
+        """Run the tool with keyword ``arguments`` (``self`` among them: an MCP tool may
+        take one) and return what it returned.
+
+        Raises:
+            TypeError: the function returned a coroutine or a generator, so its body never
+                ran (a session neither awaits nor iterates a tool's result); it is closed,
+                and the model reads the error instead of an object's ``repr`` as a result.
+        """
+        result = self.fn(**arguments)
+        if isinstance(result, _UNRUN):
+            raise _unrun(self.name, result)
+        return result
 
     def schema(self) -> dict[str, Any]:
         """The tool in the function-calling shape most model APIs accept."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+_UNRUN = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
+"""Results whose code has not run: what a tool returned instead of doing its work."""
+
+
+def _unrun(name: str, result: Any) -> TypeError:
+    """The error for tool ``name`` that returned ``result``, one of ``_UNRUN``, closed now
+    (an unclosed coroutine warns "never awaited" when it is collected)."""
+    if isinstance(result, types.AsyncGeneratorType):
+        what, fix = "an async generator", "define it with def and return a list"
+    else:
+        result.close()
+        if isinstance(result, types.CoroutineType):
+            what = "a coroutine"
+            fix = "define it with def (run what it awaits with asyncio.run, or a loop of your own)"
+        else:
+            what, fix = "a generator", "return a list instead of yielding"
+    return TypeError(
+        f"tool {name!r} returned {what}, which the session never awaited or iterated, so "
+        f"the tool did not run: {fix}"
+    )
 
 
 def _type_schema(hint: Any, where: str) -> dict[str, Any]:
@@ -146,6 +203,28 @@ def _annotated(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call if call is not None else fn
 
 
+def _check_runs(fn: Callable[..., Any], where: str) -> None:
+    """Refuse ``fn`` if calling it would not run its body: an ``async def`` function (or an
+    object whose ``__call__`` is one) returns a coroutine, a generator function a generator.
+    Tools run on the session's thread and their result is taken as it is: such a tool never
+    ran, and the model got ``<coroutine object ...>`` as its result (``Tool.__call__`` fails
+    such a result too, for a wrapper this cannot see through)."""
+    code = _annotated(fn)
+    for candidate in (fn, code):
+        if inspect.iscoroutinefunction(candidate) or inspect.isasyncgenfunction(candidate):
+            raise ToolDefinitionError(
+                f"{where}: an async def function cannot be a tool, since tools are called on "
+                "the session's thread and never awaited; define it with def (and run what it "
+                "awaits with asyncio.run, or a loop of your own)"
+            )
+        if inspect.isgeneratorfunction(candidate):
+            raise ToolDefinitionError(
+                f"{where}: a generator function (a def with yield) cannot be a tool, since "
+                "the session never iterates a tool's result, so its body would never run; "
+                "return a list instead"
+            )
+
+
 def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> Tool:
     tool_name = name or getattr(fn, "__name__", None)
     if not isinstance(tool_name, str) or not tool_name:
@@ -154,14 +233,7 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None) ->
             "functools.partial): pass one, tool(name=...)(fn)"
         )
     where = f"tool {tool_name!r}"
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        # Tools run on the session's thread and their result is taken as it is: an async
-        # one never ran, and the model got ``<coroutine object ...>`` as its result.
-        raise ToolDefinitionError(
-            f"{where}: an async def function cannot be a tool, since tools are called on the "
-            "session's thread and never awaited; define it with def (and run what it awaits "
-            "with asyncio.run, or a loop of your own)"
-        )
+    _check_runs(fn, where)
     try:
         hints = typing.get_type_hints(_annotated(fn))
     except Exception as exc:  # a forward reference that cannot be resolved
@@ -215,8 +287,10 @@ def tool(
             ``Args:`` section describes each parameter.
 
     Raises:
-        ToolDefinitionError: ``fn`` is an ``async def`` function, or a parameter has no
-            hint, an unsupported hint, or is ``*args``/``**kwargs``/positional-only.
+        ToolDefinitionError: ``fn`` is an ``async def`` function (or an object whose
+            ``__call__`` is one) or a generator function, whose body a call would not run;
+            or a parameter has no hint, an unsupported hint, or is
+            ``*args``/``**kwargs``/positional-only.
     """
     if fn is not None:
         return _build(fn, name, description)

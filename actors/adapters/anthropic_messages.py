@@ -26,6 +26,10 @@ them in the provider state (``{"thinking": [blocks], "before": <first call id>}`
 and puts them back before the tool calls of that assistant message; thinking of
 earlier answers is not sent (the API ignores it).
 
+A streamed ``tool_use`` block's arguments are its ``input_json_delta`` pieces, or, when
+none comes (some Anthropic-compatible servers), the ``input`` its start held. An
+``input`` given as JSON text (a proxy's) is read as the other adapters read arguments.
+
 ``max_tokens`` is required by the API: 4096 unless the settings say otherwise.
 A stream cut off halfway raises ``anthropic.APIConnectionError``, and one that
 stalls past ``timeout`` ``anthropic.APITimeoutError``, as the same failures do
@@ -34,6 +38,7 @@ outside a stream.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,7 +51,7 @@ from actors.errors import ProviderError
 from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
 from actors.request import Credentials, ModelRequest
-from actors.streaming import INVALID_ARGUMENTS, TextDelta, ToolCallDelta
+from actors.streaming import INVALID_ARGUMENTS, TextDelta, ToolCallDelta, parse_tool_arguments
 from actors.tools import Tool
 
 __all__ = ["DEFAULT_MAX_TOKENS", "AnthropicModel", "anthropic_messages", "anthropic_tools"]
@@ -157,6 +162,18 @@ def _state_after(
     return {} if _thinking_of(request.provider_state) is not None else None
 
 
+def _input_of(value: object) -> dict[str, Any]:
+    """A ``tool_use`` block's ``input`` as a call's arguments: an object as it is; JSON text
+    (what a proxy converting another API's answer may pass on) read as the other adapters
+    read arguments (``parse_tool_arguments``: no JSON object is refused to the model);
+    anything else as none. The text read as ``{}`` and the tool ran with no arguments."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, str):
+        return parse_tool_arguments(value)
+    return {}
+
+
 def anthropic_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
     """``@tool`` schemas as Messages API tools."""
     return [
@@ -247,8 +264,7 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
             if block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use":
-                arguments = block.input if isinstance(block.input, dict) else {}
-                calls.append(ToolCall(block.id, block.name, dict(arguments)))
+                calls.append(ToolCall(block.id, block.name, _input_of(block.input)))
             elif block.type in _THINKING:
                 thinking.append(block.model_dump(mode="json", exclude_none=True))
         return ModelResponse(
@@ -286,13 +302,31 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
 
 
 class _StreamRead:
-    """What one Messages stream said so far; emits its deltas. Used on one thread."""
+    """What one Messages stream said so far; emits its deltas. Used on one thread.
 
-    __slots__ = ("calls", "finished", "last", "request", "started", "stop", "thinking", "thoughts")
+    A ``tool_use`` block's arguments are its ``input_json_delta`` pieces. Anthropic opens
+    the block with ``input: {}``; some compatible servers (Ollama's, proxies converting
+    another API's whole calls) put the whole input there and send no piece. That input
+    is emitted as the call's arguments when its block ends without a piece (``inputs``):
+    dropped, the tool ran with no arguments at all.
+    """
+
+    __slots__ = (
+        "calls",
+        "finished",
+        "inputs",
+        "last",
+        "request",
+        "started",
+        "stop",
+        "thinking",
+        "thoughts",
+    )
 
     def __init__(self, request: ModelRequest) -> None:
         self.request = request
         self.calls: dict[int, int] = {}  # content block index -> the call's index
+        self.inputs: dict[int, str] = {}  # content block index -> its start's input, as JSON
         self.thoughts: dict[int, dict[str, Any]] = {}  # content block index -> thinking block
         self.thinking: list[dict[str, Any]] = []  # the thinking blocks, in order
         self.started: Any = None  # message_start's usage
@@ -309,6 +343,7 @@ class _StreamRead:
                 self.request.emit(TextDelta(delta.text))
             elif delta.type == "input_json_delta" and event.index in self.calls:
                 index = self.calls[event.index]
+                self.inputs.pop(event.index, None)  # the pieces are the arguments
                 self.request.emit(ToolCallDelta(index, arguments=delta.partial_json))
             elif delta.type == "thinking_delta" and event.index in self.thoughts:
                 self.thoughts[event.index]["thinking"] += delta.thinking
@@ -317,7 +352,13 @@ class _StreamRead:
         elif kind == "content_block_start" and event.content_block.type == "tool_use":
             block = event.content_block
             index = self.calls[event.index] = len(self.calls)
+            if isinstance(block.input, str) and block.input.strip():
+                self.inputs[event.index] = block.input  # JSON text (see ``_input_of``)
+            elif isinstance(block.input, dict) and block.input:
+                self.inputs[event.index] = json.dumps(block.input, ensure_ascii=False)
             self.request.emit(ToolCallDelta(index, block.id, block.name))
+        elif kind == "content_block_stop":
+            self._whole_input(event.index)
         elif kind == "content_block_start" and event.content_block.type in _THINKING:
             block = event.content_block.model_dump(mode="json", exclude_none=True)
             if block["type"] == "thinking":
@@ -331,4 +372,12 @@ class _StreamRead:
             self.last = event.usage
             self.stop = event.delta.stop_reason or self.stop
         elif kind == "message_stop":
+            for block_index in list(self.inputs):  # a block whose stop never came
+                self._whole_input(block_index)
             self.finished = True
+
+    def _whole_input(self, block_index: int) -> None:
+        """Emit the input a ``tool_use`` block's start held, if no piece of it came since."""
+        arguments = self.inputs.pop(block_index, None)
+        if arguments is not None:
+            self.request.emit(ToolCallDelta(self.calls[block_index], arguments=arguments))

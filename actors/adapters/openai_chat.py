@@ -16,10 +16,16 @@ Mapping, both ways:
 - ``finish_reason`` as the stop reason (``function_call`` reads as ``tool_calls``); a
   refusal is the answer's text, with the stop reason ``content_filter``.
 
-Streaming asks for usage in the last chunk (``stream_options.include_usage``). It
+Streaming asks for usage in the last chunk (``stream_options.include_usage``), unless
+``options`` set ``stream_options`` (``None`` leaves it out, for servers that refuse it:
+Mistral's API, Databricks, older Azure API versions). It
 takes what OpenAI-compatible servers send besides: chunks without ``choices``
-(usage or filter results alone), and tool-call deltas without an ``index`` (a new
-call id then opens the next call).
+(usage or filter results alone), chunks whose choice has no ``index`` or a wrong
+one (one choice is asked for, unless ``options`` set ``n``), tool-call deltas
+without an ``index`` (a new call id then opens the next call), and later deltas
+of a call that repeat its id and name as empty strings (read as absent). A whole
+answer's tool call counts when it has a ``function``, whatever its ``type`` (some
+servers leave it out, or send null).
 """
 
 from __future__ import annotations
@@ -121,7 +127,8 @@ class OpenAIChatModel(OpenAIAdapter):
         **settings: ``AdapterSettings``: ``base_url``, ``api_key``,
             ``max_retries``, ``timeout``, ``stream``, ``default_headers``,
             ``end_user`` (sent as ``safety_identifier``), ``max_tokens`` (sent as
-            ``max_completion_tokens``), ``options``.
+            ``max_completion_tokens``), ``options`` (``stream_options``: ``None`` sends
+            none, for a server that refuses them; by default usage is asked for).
     """
 
     provider = "openai"
@@ -143,15 +150,20 @@ class OpenAIChatModel(OpenAIAdapter):
 
     def _once(self, client: openai.OpenAI, request: ModelRequest) -> ModelResponse:
         create: Any = client.chat.completions.create
-        completion = create(**self._arguments(request))
+        arguments = self._arguments(request)
+        arguments.pop("stream_options", None)  # options' (for streams): refused without one
+        completion = create(**arguments)
         if not completion.choices:
             raise ProviderError(f"{self.model_string} answered without a choice")
         choice = completion.choices[0]
         answer = choice.message
+        # A call with a ``function``, whatever its ``type`` says: vLLM, Ollama and Mistral
+        # models on Azure may leave ``"type": "function"`` out, or send null, and such
+        # calls were dropped (the turn ended with an empty answer). A ``custom`` call has none.
         calls = tuple(
-            ToolCall(call.id, call.function.name, parse_tool_arguments(call.function.arguments))
+            ToolCall(call.id, function.name, parse_tool_arguments(function.arguments))
             for call in answer.tool_calls or ()
-            if call.type == "function"
+            if (function := getattr(call, "function", None)) is not None
         )
         text = answer.content if answer.content is not None else answer.refusal
         stop = normalized_stop(choice.finish_reason, _STOP)
@@ -165,17 +177,26 @@ class OpenAIChatModel(OpenAIAdapter):
         create: Any = client.chat.completions.create
         arguments = self._arguments(request)
         arguments["stream"] = True
-        arguments["stream_options"] = {"include_usage": True}
+        # Usage in the last chunk, unless ``options`` say otherwise: ``None`` leaves
+        # stream_options out, for servers that refuse it (Mistral's API, Databricks).
+        if "stream_options" not in arguments:
+            arguments["stream_options"] = {"include_usage": True}
+        elif arguments["stream_options"] is None:
+            del arguments["stream_options"]
         finish: str | None = None
         refused = False
         usage: Any = None
         calls = _CallIndexes()
+        # One choice unless the options ask for more (``n``): then only the first is read.
+        # Of one, every chunk is read whatever its index says: some servers leave it out,
+        # or count it up chunk by chunk, and their whole answer was skipped.
+        several = self.settings.options.get("n", 1) not in (1, None)
         with create(**arguments) as chunks:
             for chunk in chunks:
                 if chunk.usage is not None:
                     usage = chunk.usage
                 for choice in chunk.choices or ():  # None: a chunk of usage or filter results
-                    if choice.index != 0:
+                    if several and choice.index not in (0, None):
                         continue
                     delta = choice.delta
                     refused = refused or bool(delta.refusal)
@@ -183,12 +204,15 @@ class OpenAIChatModel(OpenAIAdapter):
                     if text:
                         request.emit(TextDelta(text))
                     for call in delta.tool_calls or ():
+                        # An empty id or name is none: some servers (DashScope, DeepSeek)
+                        # repeat both as "" on every later delta of a call.
                         function = call.function
+                        call_id = call.id or None
                         request.emit(
                             ToolCallDelta(
-                                calls.index(call.index, call.id),
-                                call.id,
-                                None if function is None else function.name,
+                                calls.index(call.index, call_id),
+                                call_id,
+                                None if function is None else function.name or None,
                                 "" if function is None else function.arguments or "",
                             )
                         )

@@ -28,6 +28,11 @@ Mapping, both ways:
 - stop reason: ``tool_calls`` when it called tools, ``content_filter`` when it
   refused, else ``stop``; an incomplete response's reason (``max_output_tokens``
   reads as ``length``).
+
+A streamed function call's arguments are its ``function_call_arguments.delta``
+pieces or, when none comes (some compatible servers), the whole arguments an event
+of its item carries (``output_item.added``, ``function_call_arguments.done``,
+``output_item.done``), taken once.
 """
 
 from __future__ import annotations
@@ -251,7 +256,7 @@ class OpenAIResponsesModel(OpenAIAdapter):
         create: Any = client.responses.create
         arguments, conversation = self._arguments(request)
         arguments["stream"] = True
-        calls: dict[int, int] = {}  # output index -> the call's index in the message
+        calls = _StreamedCalls(request)
         final: Any = None
         with create(**arguments) as events:
             for event in events:
@@ -259,20 +264,21 @@ class OpenAIResponsesModel(OpenAIAdapter):
                 if kind in ("response.output_text.delta", "response.refusal.delta"):
                     request.emit(TextDelta(event.delta))
                 elif kind == "response.function_call_arguments.delta":
-                    index = calls.setdefault(event.output_index, len(calls))
-                    request.emit(ToolCallDelta(index, arguments=event.delta))
+                    calls.piece(event.output_index, event.delta)
                 elif kind == "response.output_item.added" and event.item.type == "function_call":
-                    index = calls.setdefault(event.output_index, len(calls))
                     item = event.item
-                    request.emit(
-                        ToolCallDelta(index, item.call_id, item.name, item.arguments or "")
-                    )
+                    calls.opened(event.output_index, item.call_id, item.name, item.arguments)
+                elif kind == "response.function_call_arguments.done":
+                    calls.whole(event.output_index, event.arguments)
+                elif kind == "response.output_item.done" and event.item.type == "function_call":
+                    calls.whole(event.output_index, event.item.arguments)
                 elif kind in ("response.completed", "response.incomplete", "response.failed"):
                     final = event.response
                 elif kind == "error":
                     raise ProviderError(
                         f"{self.model_string} streamed an error ({event.code}: {event.message})"
                     )
+        calls.finish()
         if final is None:
             raise ProviderError(
                 f"the stream of {self.model_string} ended before the response was complete: "
@@ -283,3 +289,54 @@ class OpenAIResponsesModel(OpenAIAdapter):
         else:
             message = _message_of(final, self.model_string)
         return self._answer(final, message, conversation)
+
+
+class _StreamedCalls:
+    """Emits the deltas of a stream's function calls, each call's arguments once. Used on
+    one thread.
+
+    A call's arguments are its ``function_call_arguments.delta`` pieces (OpenAI opens the
+    item with empty ``arguments``). Some compatible servers send no piece: the arguments
+    come whole, in the item's ``output_item.added`` or only in its
+    ``function_call_arguments.done`` or ``output_item.done``; they are emitted once, when
+    the item is done (or the stream ends), unless pieces came. Ignored, the tool ran
+    without its arguments; taken besides the pieces, the two copies made no JSON object.
+    """
+
+    __slots__ = ("_indexes", "_pending", "_pieces", "_request")
+
+    def __init__(self, request: ModelRequest) -> None:
+        self._request = request
+        self._indexes: dict[int, int] = {}  # output index -> the call's index in the message
+        self._pending: dict[int, str] = {}  # output index -> whole arguments not yet emitted
+        self._pieces: set[int] = set()  # output indexes whose arguments came as pieces
+
+    def _index(self, output_index: int) -> int:
+        return self._indexes.setdefault(output_index, len(self._indexes))
+
+    def opened(self, output_index: int, call_id: str, name: str, arguments: str | None) -> None:
+        """An ``output_item.added`` of a function call (its arguments, if any, held back)."""
+        self._request.emit(ToolCallDelta(self._index(output_index), call_id, name))
+        if arguments and output_index not in self._pieces:
+            self._pending[output_index] = arguments
+
+    def piece(self, output_index: int, arguments: str) -> None:
+        """A ``function_call_arguments.delta``: the arguments come as pieces."""
+        self._pieces.add(output_index)
+        self._pending.pop(output_index, None)
+        self._request.emit(ToolCallDelta(self._index(output_index), arguments=arguments))
+
+    def whole(self, output_index: int, arguments: str | None) -> None:
+        """The item's whole arguments (its ``.done`` events): emitted unless pieces came."""
+        if output_index in self._pieces:
+            return
+        held = self._pending.pop(output_index, None)
+        text = arguments or held
+        if text:
+            self._pieces.add(output_index)  # emitted now: not again at the item's next .done
+            self._request.emit(ToolCallDelta(self._index(output_index), arguments=text))
+
+    def finish(self) -> None:
+        """The stream ended: emit the arguments still held back (no ``.done`` came)."""
+        for output_index in list(self._pending):
+            self.whole(output_index, None)

@@ -9,6 +9,7 @@ buffer are the two parts shared with other threads, and both are thread-safe.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -955,7 +956,9 @@ class AgentSession(pykka.ThreadingActor):
             output = f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}"
         else:
             try:
-                result = tool(**call.arguments)
+                # Copies: the call is in the history (encoded once, as appended), and a
+                # tool changing an argument in place changed the model's call there.
+                result = tool(**copy.deepcopy(call.arguments))
             except BaseException as exc:  # CancelledError & co.: the tool failed, no more
                 if ends_session(exc):
                     raise  # they keep their meaning: stop the process, end the session

@@ -325,8 +325,8 @@ class Usage:
         for name in _USAGE_COUNTS:
             value = getattr(self, name)
             if type(value) is int:
-                if value < 0:
-                    raise ValueError(f"Usage.{name} must be a non-negative int, got {value!r}")
+                if value < 0 or value > MAX_TOKEN_COUNT:
+                    raise _count_error(name, value)
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(
@@ -334,8 +334,8 @@ class Usage:
                     f"({type(value).__name__})"
                 )
             count = int(value)  # an int subclass (an IntEnum...): kept as a plain int
-            if count < 0:
-                raise ValueError(f"Usage.{name} must be a non-negative int, got {count!r}")
+            if count < 0 or count > MAX_TOKEN_COUNT:
+                raise _count_error(name, count)
             object.__setattr__(self, name, count)
 
     @property
@@ -346,11 +346,13 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
             return NotImplemented
-        return _made_usage(  # sums of checked counts: nothing to check again
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
+        # Sums of checked counts, held at MAX_TOKEN_COUNT: a session's usage is never rolled
+        # back, and one past what a checkpoint stores would fail every later checkpoint.
+        return _made_usage(
+            min(self.input_tokens + other.input_tokens, MAX_TOKEN_COUNT),
+            min(self.output_tokens + other.output_tokens, MAX_TOKEN_COUNT),
+            min(self.cached_input_tokens + other.cached_input_tokens, MAX_TOKEN_COUNT),
+            min(self.reasoning_tokens + other.reasoning_tokens, MAX_TOKEN_COUNT),
         )
 
     def to_dict(self) -> dict[str, int]:
@@ -403,6 +405,17 @@ class Usage:
 _USAGE_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
 
 _SET_COUNTS = tuple(Usage.__dict__[name].__set__ for name in _USAGE_COUNTS)
+
+
+MAX_TOKEN_COUNT = 2**63 - 1
+"""The largest count a ``Usage`` holds: far past any real one, and every count (and the
+total of two) stays one a checkpoint's msgpack stores (64 bits)."""
+
+
+def _count_error(name: str, value: int) -> ValueError:
+    return ValueError(
+        f"Usage.{name} must be a non-negative int of at most 2**63 - 1, got {_shown(value)}"
+    )
 
 
 def _made_usage(i: int, o: int, c: int, r: int) -> Usage:

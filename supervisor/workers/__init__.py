@@ -10,10 +10,10 @@ checkpoints on a live worker.
 
 from supervisor.workers._client import WorkerClient as WorkerClient
 from supervisor.workers._io import IO_CHOICES as IO_CHOICES
+from supervisor.workers._memory_limit import MEMORY_EXIT as MEMORY_EXIT
 from supervisor.workers._pool import WorkerPool as WorkerPool
 from supervisor.workers._proxy import WorkerSession as WorkerSession
 from supervisor.workers._runtime import WorkerRuntime as WorkerRuntime
-from supervisor.workers._worker import MEMORY_EXIT as MEMORY_EXIT
 
 __all__ = [
     "IO_CHOICES",

@@ -46,8 +46,9 @@ from typing import Any
 from supervisor.errors import WorkerCrashed
 from supervisor.workers._frames import read_frame, write_frame
 from supervisor.workers._io import DEFAULT, PipeIO
+from supervisor.workers._memory_limit import MEMORY_EXIT
 from supervisor.workers._protocol import POKE, decode_error, pack, unpack
-from supervisor.workers._worker import MEMORY_EXIT, WorkerSetup, worker_main
+from supervisor.workers._worker_process import WorkerSetup, worker_main
 
 __all__ = ["LoadedTemplate", "Reply", "WorkerClient", "describe_exit"]
 
@@ -211,7 +212,12 @@ class WorkerClient:
         self._on_push = on_push
         self._on_death = on_death
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()  # guards _futures, _dead and writes to the pipe
+        self._lock = threading.Lock()  # guards _futures and _dead; never held while writing
+        # Writes to the pipe, one frame at a time. Apart from ``_lock``: a request larger
+        # than the socket's buffer is written only as fast as the worker reads, and the
+        # worker may be waiting for this process to read (its own write blocked): the
+        # thread reading the pipe must be able to hand replies over meanwhile.
+        self._write_lock = threading.Lock()
         self._futures: dict[int, Reply] = {}
         self._dead = False
         self._closing = False
@@ -230,16 +236,36 @@ class WorkerClient:
         # The reader thread's wait: pipe and sentinel. With a shared backend a caller
         # pauses the pipe in it while the caller reads.
         self._io = io
-        self._epoll = io.poller(parent_conn.fileno(), process.sentinel)
-        # The holding thread's own wait (a caller's, or the reader thread's when a callback
-        # it runs while delivering calls the worker again): a blocking ``read`` on the
-        # socket itself, bounded by its receive timeout (see ``_read_until``).
-        self._sock = socket.socket(fileno=os.dup(self._fd))  # a socket pair (POSIX)
         self._read_timeout = -1.0  # the socket's SO_RCVTIMEO, in seconds (0: none)
-        self._reader = threading.Thread(
-            target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
-        )
-        self._reader.start()
+        try:
+            self._epoll = io.poller(parent_conn.fileno(), process.sentinel)
+            # The holding thread's own wait (a caller's, or the reader thread's when a
+            # callback it runs while delivering calls the worker again): a blocking ``read``
+            # on the socket itself, bounded by its receive timeout (see ``_read_until``).
+            self._sock = socket.socket(fileno=os.dup(self._fd))  # a socket pair (POSIX)
+            self._reader = threading.Thread(
+                target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
+            )
+            self._reader.start()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Undo a start whose reading side could not be set up (no file descriptor or thread
+        left): kill and reap the worker, close what was opened for it. Left running, it
+        would wait on its pipe for ever, which stayed open here."""
+        self.kill()
+        with contextlib.suppress(Exception):
+            self.process.join(_JOIN_TIMEOUT)
+        for opened in ("_epoll", "_sock"):
+            resource = getattr(self, opened, None)
+            if resource is not None:
+                with contextlib.suppress(OSError):
+                    resource.close()
+        self._conn.close()
+        with contextlib.suppress(ValueError):  # still running after the kill (not expected)
+            self.process.close()
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait until the worker serves (True) or died first (False; ``exit_status`` says how).
@@ -313,14 +339,17 @@ class WorkerClient:
             dead = self._dead
             if not dead:
                 self._futures[call_id] = future
-                # A broken pipe means the worker died: the reader fails this future
-                # with its exit status when it buries it (it takes this lock first).
-                try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per request)
-                    write_frame(self._conn, data)
-                except OSError:
-                    pass
         if dead:  # settled outside the lock: its ``on_done`` may submit again
             future._settle(None, self._crashed())
+            return future
+        with self._write_lock:
+            # A broken pipe means the worker died: the reader fails this future with its
+            # exit status when it buries it; once buried, the closed connection raises
+            # here (``_bury`` closes it under this lock: no write goes to a reused fd).
+            try:  # noqa: SIM105 (contextlib.suppress costs three Python calls per request)
+                write_frame(self._conn, data)
+            except OSError:
+                pass
         return future
 
     def call(
@@ -444,6 +473,11 @@ class WorkerClient:
                 try:
                     if not self._read_one():
                         break
+                except BlockingIOError:
+                    # A caller took the pipe between this thread's wake-up and its read, and
+                    # read the frame that woke it; the receive timeout it left ended this
+                    # read. Nothing is wrong: wait for the next frame.
+                    pass
                 finally:
                     with self._pipe:
                         self._holder, self._depth = None, 0
@@ -582,13 +616,13 @@ class WorkerClient:
 
     def _poke_back(self) -> None:
         """Answer the worker's ``poke``: the frame ends a session's read of its pipe."""
-        with self._lock:
-            if self._dead:
-                return
+        if self._dead:
+            return
+        with self._write_lock:
             try:  # noqa: SIM105 (as in ``_write``)
                 write_frame(self._conn, _POKE)
             except OSError:
-                pass  # the worker died: the reader buries it
+                pass  # the worker died (the reader buries it), or was buried
 
     def _push(self, frame: dict[str, Any]) -> None:
         try:
@@ -610,7 +644,10 @@ class WorkerClient:
         for future in futures.values():
             future._settle(None, self._crashed())
         self._settled.set()
-        self._conn.close()
+        with contextlib.suppress(OSError):  # a write blocked on a pipe that a child of the
+            self._sock.shutdown(socket.SHUT_RDWR)  # worker keeps open fails now
+        with self._write_lock:  # no write is under way, and none starts on its fd again
+            self._conn.close()
         self._epoll.close()
         self._sock.close()
         with contextlib.suppress(ValueError):

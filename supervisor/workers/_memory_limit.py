@@ -8,17 +8,25 @@ a malloc arena of 64 MiB for itself, up to eight arenas per core: on two cores a
 limit of 512 MiB held five sessions. A limited worker therefore keeps two arenas
 (``M_ARENA_MAX``; threads share them, as glibc's ``MALLOC_ARENA_MAX=2`` makes them
 share), and a thread that still cannot start fails the start with a message saying
-which limit ran out and what to do.
+which limit ran out and what to do. A ``MemoryError`` in a tool ends the whole worker
+with ``MEMORY_EXIT`` (``fatal_on_memory_error``): past its memory limit a process is in
+no state to go on, and the parent resumes its sessions elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["apply_memory_limit", "explained"]
+__all__ = ["MEMORY_EXIT", "apply_memory_limit", "explained", "fatal_on_memory_error"]
+
+MEMORY_EXIT = 75
+"""Exit code of a worker that ran out of memory (a tool raised ``MemoryError``)."""
 
 _M_ARENA_MAX = -8
 """``mallopt``'s parameter number of ``M_ARENA_MAX`` (glibc's ``malloc.h``)."""
@@ -57,6 +65,20 @@ def explained(error: BaseException, limit: int | None) -> BaseException:
     )
     better.__cause__ = error
     return better
+
+
+def fatal_on_memory_error(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a tool's function), ending the worker process with ``MEMORY_EXIT`` if it
+    raises ``MemoryError``: the parent reports the worker's death as out of memory."""
+
+    @functools.wraps(fn)
+    def run(**arguments: Any) -> Any:
+        try:
+            return fn(**arguments)
+        except MemoryError:
+            os._exit(MEMORY_EXIT)
+
+    return run
 
 
 def _glibc() -> bool:

@@ -55,7 +55,7 @@ from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartEr
 from supervisor.intensity import RestartIntensity
 from supervisor.workers._client import LoadedTemplate, WorkerClient
 from supervisor.workers._io import named as io_named
-from supervisor.workers._worker import WorkerSetup
+from supervisor.workers._worker_process import WorkerSetup
 
 __all__ = ["WorkerPool"]
 
@@ -112,7 +112,7 @@ def _preload_modules() -> list[str]:
     code (and run its module-level side effects) in the forkserver, the
     process every worker is forked from, so it is not done.
     """
-    return ["__main__", "supervisor.workers._worker"]
+    return ["__main__", "supervisor.workers._worker_process"]
 
 
 def _unimportable_main() -> str | None:

@@ -537,11 +537,29 @@ def _call_start(
             raise _StartKilled(exc) from exc
 
 
+def _await_serving(client: WorkerClient, timeout: float) -> None:
+    """Return once ``client``'s worker serves. A replacement placed on at once may still be
+    starting (importing the host's modules, running ``worker_initializer``): the start's
+    requests are written, and timed by ``worker_call_timeout``, only then; before, a
+    replacement slower to start than that timeout was killed for it, each of its own
+    replacements too, and the session was given up.
+
+    Raises:
+        WorkerCrashed: the worker exited before it served (the start is tried elsewhere).
+        TimeoutError: it did not serve within ``timeout`` seconds.
+    """
+    if client.ready:
+        return
+    if not client.wait_ready(timeout):
+        raise WorkerCrashed(client.pid, client.exit_status or "it exited before serving")
+
+
 def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
     session_id, snapshot = launch.session_id, launch.snapshot
     client = pool.place(session_id, launch.events, launch.timeout)
     forward = _Steer(client, session_id, launch.steering)
     try:
+        _await_serving(client, launch.timeout)
         load = functools.partial(_call_start, pool, client, "load_template")
         key = pool.load_template(client, launch.template, launch.model, session_id, load)
         queued = forward.start(launch.events)

@@ -25,6 +25,7 @@ import pytest
 
 from actors import AgentTemplate, PluginError, SteeringQueueFull, TurnLimitExceeded
 from supervisor import AgentHost, MemoryCheckpointStore, RemoteError
+from supervisor.workers._hosted_session import down_reply
 from supervisor.workers._protocol import (
     RemoteTraceback,
     SessionDown,
@@ -33,7 +34,6 @@ from supervisor.workers._protocol import (
     pack,
     unpack,
 )
-from supervisor.workers._worker import _down_reply
 from tests.supervisor.host_helpers import MODES, host_options
 from tests.supervisor.workers.worker_tools import (
     RATE_LIMIT_BODY,
@@ -199,7 +199,7 @@ def test_a_plugin_error_keeps_its_plugin_and_the_plugins_own_error() -> None:
 
 def test_a_session_down_reply_is_session_down() -> None:
     for started in (True, False):
-        error = unpack(pack(_down_reply(1, "it crashed", started=started)))["error"]
+        error = unpack(pack(down_reply(1, "it crashed", started=started)))["error"]
 
         down = decode_error(error)
 

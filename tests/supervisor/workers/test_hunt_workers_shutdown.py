@@ -16,7 +16,8 @@ from pathlib import Path
 
 from actors import AgentTemplate
 from supervisor import AgentHost, MemoryCheckpointStore
-from supervisor.workers._worker import _EXIT_GRACE, _STOP_TIMEOUT
+from supervisor.workers._worker_process import EXIT_GRACE
+from supervisor.workers._worker_server import STOP_TIMEOUT
 from tests.supervisor.host_helpers import WAIT, process_ended_within
 from tests.supervisor.workers.worker_tools import HangingEnd
 
@@ -87,8 +88,8 @@ def test_a_killed_hosts_worker_exits_though_its_sessions_will_not_stop(tmp_path:
     assert answers == ["echo: hi", "echo: hi"]
     pid = int(pid_text)
     try:
-        # Both stops are waited for together (_STOP_TIMEOUT), then the threads briefly.
-        bound = _STOP_TIMEOUT + _EXIT_GRACE + WAIT
+        # Both stops are waited for together (STOP_TIMEOUT), then the threads briefly.
+        bound = STOP_TIMEOUT + EXIT_GRACE + WAIT
         assert process_ended_within(pid, bound), f"worker pid {pid} outlived its killed host"
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -28,7 +28,7 @@ from actors import (
     tool,
 )
 from supervisor import AgentHost, SessionNotFound
-from supervisor.workers._worker import SLOW_STEP
+from supervisor.workers._remote_session import SLOW_STEP
 from tests.supervisor.host_helpers import WAIT, EventWaiter, poll_until, watch_events
 
 __all__ = [

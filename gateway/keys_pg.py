@@ -53,6 +53,16 @@ _SCHEMA = (
 _TENANT_LOCK = "SELECT pg_advisory_xact_lock(hashtext('sessionvisor.tenant:' || %s || ':' || %s))"
 """Taken by ``reserve_session``: its count and insert, one tenant's at a time cluster-wide."""
 _COLUMNS = "key_id, tenant_id, created_at, revoked_at"
+_UNOWNED = (
+    " AND NOT EXISTS (SELECT 1 FROM {s}.sessions s JOIN {s}.nodes n"
+    " ON n.node_id = s.owner_node AND n.incarnation = s.owner_incarnation"
+    " WHERE s.session_id = g.session_id"
+    " AND n.heartbeat IS NOT NULL AND n.heartbeat >= clock_timestamp() - n.ttl"
+    " AND (s.owner_node, s.owner_incarnation) IS DISTINCT FROM (%s::text, %s::bigint))"
+)
+"""``forget_session``'s guard: no live node other than this store's own (``member``) owns
+the session. Such a node runs it: it was created there anew, after this node's delete
+stopped it, or this node's create lost the race to claim the id to that node's."""
 
 
 class PostgresKeyStore:
@@ -116,7 +126,7 @@ class PostgresKeyStore:
                 " ORDER BY created_at, session_id",
                 "session": "SELECT session_id, tenant_id, template, metadata, created_at"
                 " FROM {s}.gateway_sessions WHERE session_id = %s",
-                "forget": "DELETE FROM {s}.gateway_sessions WHERE session_id = %s",
+                "forget": f"DELETE FROM {{s}}.gateway_sessions g WHERE g.session_id = %s{_UNOWNED}",
             }.items()
         }
 
@@ -243,10 +253,17 @@ class PostgresKeyStore:
 
     def forget_session(self, session_id: str) -> None:
         """Drop a deleted session's record (none for an id holding a NUL: see
-        ``session_row``)."""
+        ``session_row``), unless a live node other than this store's own node runs the
+        session now: in a cluster, two nodes' requests for one id are not ordered by their
+        gateways' per-id locks, so this node's failed create (its claim lost to another
+        node's create of the id) or delete (the id created anew on another node once this
+        one stopped it) would otherwise drop the record of the session that runs, its
+        template with it: listed without it, and taken over by no node when its owner
+        dies. The claim in the database decided which session runs; its record stays."""
         if _NUL in session_id:
             return
-        self._rows("forgetting a session", "forget", (session_id,))
+        node_id, incarnation = self._store.member or (None, None)
+        self._rows("forgetting a session", "forget", (session_id, node_id, incarnation))
 
     def close(self) -> None:
         """Nothing to release: the connections are the store's (its owner closes it)."""

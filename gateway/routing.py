@@ -9,6 +9,7 @@ The route of a request naming a session (``/v1/sessions/{id}...``) on a node::
               unreachable before it answered ── drop the cache, again (then 503)
         no live owner ── resumed here on its template (a claim) ───────▶ served here
               the claim lost a race ── again: the winner is now the live owner
+              no checkpoint ── nothing claimed (a create may be in flight) ──▶ here (404)
         never claimed ───────────────────────────────────────────────▶ served here (404)
 
 ``GET /v1/sessions`` (not forwarded) is answered here too, with the tenant's
@@ -28,7 +29,8 @@ the node that served it in ``X-Sessionvisor-Node`` (as does every other answer).
 While a forwarded request waits for its answer (or a streamed answer for its
 next bytes) the owner's row is read again every ``ttl / 3``; an owner that lost
 its lease (dead, frozen, drained) ends the wait with a retryable 503 (or, in a
-stream, an ``error`` frame), never a hang.
+stream, an ``error`` frame), never a hang. A read the database fails does not end
+it, unless such reads go on failing for longer than the TTL.
 """
 
 from __future__ import annotations
@@ -395,12 +397,18 @@ class ClusterRouting:
         template = None if row is None else self.templates.get(row.template)
         if template is None:
             return None  # the host's own take-over rules answer
+        if not await asyncio.to_thread(self.host.store.list, internal):
+            # Nothing to resume, so nothing to claim: a create of the id in flight on
+            # another node (recorded, not yet claimed) would lose its claim to this one,
+            # and answer 409, for as long as this node lived.
+            return None  # the app answers (404)
         try:
             await asyncio.to_thread(self.host.resume, internal, template)
         except SessionAlreadyExists:
             pass  # taken over here by a concurrent request
         except (CheckpointNotFound, SessionNotFound):
-            pass  # nothing to resume: the app answers
+            # deleted since: give up the claim the resume made, or the id stays ours
+            await asyncio.to_thread(self.node.release, internal, stopped=True)
         except SessionOwnedElsewhere:
             return await self._look_up_live(internal)
         return None
@@ -566,14 +574,30 @@ class ClusterRouting:
 
     async def _watched(self, awaitable: Awaitable[T], internal: str, route: Route) -> T:
         """``awaitable``'s result; ``_OwnerMoved`` (the awaitable cancelled) once the owner no
-        longer holds ``route``'s lease, read again every ``watch_every`` seconds."""
+        longer holds ``route``'s lease, read again every ``watch_every`` seconds.
+
+        A read the database fails (unreachable, busy) says nothing about the owner, which
+        may be answering: the wait goes on. It used to escape the relay, cutting a live
+        owner's stream mid-body (or answering a bare 500). Only reads failing for longer
+        than the TTL end it (as ``_OwnerMoved``): the owner could not have renewed its
+        lease meanwhile either, and the wait must not last as long as the outage."""
         task = asyncio.ensure_future(awaitable)
+        loop = asyncio.get_running_loop()
+        blind_since: float | None = None  # loop time of the first failed read in a row
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.watch_every)
                 if done:
                     return task.result()
-                owner = await asyncio.to_thread(self.node.owner, internal)
+                try:
+                    owner = await asyncio.to_thread(self.node.owner, internal)
+                except _STORE_DOWN as exc:
+                    blind_since = loop.time() if blind_since is None else blind_since
+                    if loop.time() - blind_since <= self.node.config.ttl:
+                        logger.info("watching the owner of %r: %s", internal, exc)
+                        continue
+                    raise _OwnerMoved(internal) from exc
+                blind_since = None
                 if (
                     owner is None
                     or not owner.live

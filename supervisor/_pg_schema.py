@@ -16,7 +16,8 @@ is told otherwise), so one database can hold several independent stores:
   finds the row adds one (a save of an existing checkpoint too), deletes leave
   it, and a prune that finds nothing to delete sets it to the true count.
 * ``nodes``: the cluster's nodes (``node_id``, ``incarnation``, ``address``,
-  ``ttl``, ``heartbeat`` on the database clock; ``heartbeat`` NULL once drained).
+  ``ttl``, ``heartbeat`` on the database clock; ``heartbeat`` NULL once drained;
+  ``holder`` (version 6), the registering process's token, ``cluster._holder``).
 * ``sessions``: who owns each session (``owner_node``, ``owner_incarnation``),
   its ``epoch`` (bumped by every claim) and its ``state`` (``active``,
   ``hibernated``, ``stopped``: what a sweeper may resume eagerly).
@@ -486,12 +487,19 @@ _V5 = (
     'ALTER TABLE {s}.checkpoints ALTER COLUMN checkpoint_id TYPE text COLLATE "C"',
 )
 
+_V6 = (
+    # The process that registered the node (``cluster._holder``): a node restarted under
+    # the same id takes its lease over at once when that process is provably gone.
+    "ALTER TABLE {s}.nodes ADD COLUMN holder text",
+)
+
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
     (5, _V5),
+    (6, _V6),
 )
 """Per schema version, in order, the statements that bring the version before it to it
 (``{s}`` is the quoted schema name)."""

@@ -121,7 +121,11 @@ _SESSIONS = (
 )
 """Sorted by code point (bytes), as ``sorted`` and the other stores do, whatever the
 database's collation (``en_US.UTF-8`` would put ``"a"`` before ``"B"``)."""
-_DELETE_ALL = "DELETE FROM {s}.checkpoints WHERE session_id = %s"
+_DELETE_ALL = (
+    "WITH mark AS (DELETE FROM {s}.event_marks WHERE session_id = %s)"
+    " DELETE FROM {s}.checkpoints WHERE session_id = %s"
+)
+"""Every checkpoint of the session, and its event mark (see ``delete``)."""
 _DELETE_ONE = "DELETE FROM {s}.checkpoints WHERE session_id = %s AND checkpoint_id = %s"
 _PRUNE = (
     "DELETE FROM {s}.checkpoints WHERE session_id = %s AND checkpoint_id IN"
@@ -278,7 +282,8 @@ def _heard_within(
 @functools.cache
 def _connection_class() -> type[psycopg.Connection[tuple[Any, ...]]]:
     """psycopg's ``Connection`` whose waits for the server are bounded (``_heard_within``)
-    when its ``silence_limit`` is set: the store's pooled connections."""
+    when its ``silence_limit`` is set: every connection of the store's (``connect``, and
+    the pool's)."""
     import psycopg  # noqa: PLC0415 (present: a store opened, see _driver)
 
     class _StoreConnection(psycopg.Connection[tuple[Any, ...]]):
@@ -379,6 +384,9 @@ class PostgresCheckpointStore(ClosingContext):
     stale owner's fast clock cannot make its checkpoint the latest. Within
     one epoch there is one writer, whose checkpoint ids increase.
     ``delete`` and ``prune`` are not fenced (they are administration).
+    ``member`` names the node (id and incarnation) that runs on this store, once it
+    registered: code sharing the store (the gateway's key store) tells its own node's
+    sessions from the other nodes' by it.
 
     Not supported here (unlike the SQLite store): encryption at rest.
 
@@ -431,6 +439,10 @@ class PostgresCheckpointStore(ClosingContext):
         SupervisorError: the schema is newer than this code supports.
         ImportError: psycopg or psycopg-pool is not installed.
     """
+
+    member: tuple[str, int] | None = None
+    """``(node_id, incarnation)`` of the cluster node running on this store (set by
+    ``ClusterNode`` when it registers), or ``None``."""
 
     def __init__(
         self,
@@ -544,18 +556,30 @@ class PostgresCheckpointStore(ClosingContext):
 
     # --- connections ----------------------------------------------------------------------
 
+    @property
+    def silence_limit(self) -> float:
+        """Seconds a store connection waits on a server that owes an answer and stays silent
+        before it is closed (``2 * transaction_timeout + connect_timeout``)."""
+        return self._silence_limit
+
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         """A new connection of its own (autocommit, the store's timeouts), outside the pool:
-        for a node's heartbeat, which must not wait behind saves. The caller closes it.
-        Its waits are not bounded as the pooled connections' are (a listener waits for
-        notifications); the server's ``statement_timeout`` and the TCP settings apply.
+        for a node's heartbeat, which must not wait behind saves, and its event fan-out.
+        The caller closes it. Its waits for the server are bounded as the pooled
+        connections' are (``silence_limit``; see ``_heard_within``): on a server gone
+        silent without a reset (a partition, a hung server, a connection a middlebox
+        dropped) a heartbeat used to wait without end, its thread stuck and the node
+        fenced, where a new connection would have been answered. A listener, whose waits
+        for notifications owe no answer, sets the connection's ``silence_limit`` to
+        ``None`` around them.
 
         Raises:
             psycopg.OperationalError: it cannot be made.
         """
-        conn: psycopg.Connection[tuple[Any, ...]] = self._psycopg.connect(
+        conn: psycopg.Connection[tuple[Any, ...]] = _connection_class().connect(
             self.conninfo, **self._connect_kwargs
         )
+        self._configure(conn)
         return conn
 
     def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -893,12 +917,18 @@ class PostgresCheckpointStore(ClosingContext):
     # --- delete ---------------------------------------------------------------------------
 
     def delete(self, session_id: str, checkpoint_id: str | None = None) -> int:
-        """Remove one or all of the session's checkpoints; returns how many (not fenced)."""
+        """Remove one or all of the session's checkpoints; returns how many (not fenced).
+
+        Removing all of them also drops the session's event mark (the cluster's
+        ``event_marks`` row): its life is over, and a session created anew under its id
+        numbers its events from its own, not above the old life's (a new owner used to
+        number on above that mark, and a follower was told of events missed that never
+        were). A live owner that goes on publishing raises a new mark from its own."""
         if not self._findable(session_id, checkpoint_id):
             return 0
         params: tuple[str, ...]
         if checkpoint_id is None:
-            statement, params = self._q_delete_all, (session_id,)
+            statement, params = self._q_delete_all, (session_id, session_id)
         else:
             statement, params = self._q_delete_one, (session_id, checkpoint_id)
         removed = self.run(

@@ -5,6 +5,9 @@ the database's clock (``clock_timestamp()``), never on a node's:
 
 * a node is *live* while its ``heartbeat`` is no older than its own ``ttl``;
   a drained node has no heartbeat;
+* a node id is registered anew (a new incarnation) when its lease is not live,
+  or when the process holding it is provably gone (``_holder``: this machine's
+  own previous run of the node, killed without draining);
 * a claim succeeds when the session has no owner, when its owner is not live
   (or is an older incarnation of its node id), or when the claimer owns it
   already; it makes the claimer the owner and bumps the epoch (except for a
@@ -25,6 +28,7 @@ caller's own connection (a heartbeat must not queue behind saves).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -44,14 +48,25 @@ __all__ = ["LeaseTable", "Owner"]
 _LIVE = "n.heartbeat IS NOT NULL AND n.heartbeat >= clock_timestamp() - n.ttl"
 
 _REGISTER = (
-    "INSERT INTO {s}.nodes AS n VALUES (%s, 1, %s, %s, clock_timestamp(), clock_timestamp())"
+    "INSERT INTO {s}.nodes AS n"
+    " VALUES (%s, 1, %s, %s, clock_timestamp(), clock_timestamp(), %s)"
     " ON CONFLICT (node_id) DO UPDATE SET incarnation = n.incarnation + 1,"
     " address = EXCLUDED.address, ttl = EXCLUDED.ttl, heartbeat = clock_timestamp(),"
-    " started_at = clock_timestamp()"
+    " started_at = clock_timestamp(), holder = EXCLUDED.holder"
     f" WHERE NOT ({_LIVE})"
     " RETURNING incarnation"
 )
-_NODE = "SELECT address, extract(epoch FROM ttl) FROM {s}.nodes WHERE node_id = %s"
+_NODE = (
+    "SELECT address, extract(epoch FROM ttl), incarnation, holder FROM {s}.nodes WHERE node_id = %s"
+)
+_TAKE_OVER = (
+    "UPDATE {s}.nodes SET incarnation = incarnation + 1, address = %s, ttl = %s,"
+    " heartbeat = clock_timestamp(), started_at = clock_timestamp(), holder = %s"
+    " WHERE node_id = %s AND incarnation = %s AND holder = %s"
+    " RETURNING incarnation"
+)
+"""A registration over a live lease whose holder process is gone: only that holder's
+(its incarnation and token as read), so a registration between the read and this wins."""
 _RENEW = (
     "UPDATE {s}.nodes SET heartbeat = clock_timestamp()"
     " WHERE node_id = %s AND incarnation = %s AND heartbeat IS NOT NULL"
@@ -163,6 +178,7 @@ class LeaseTable:
         q = functools.partial(qualify, schema=store.schema)
         self._register = q(_REGISTER)
         self._node = q(_NODE)
+        self._take_over = q(_TAKE_OVER)
         self._renew = q(_RENEW)
         self._claim = q(_CLAIM)
         self._owner = q(_OWNER)
@@ -177,17 +193,40 @@ class LeaseTable:
         self._event_mark = q(_EVENT_MARK)
         self._advance_marks = q(_ADVANCE_MARKS)
 
-    def register(self, node_id: str, address: str, ttl: float) -> int | tuple[str, float]:
-        """Register (or re-register) ``node_id``; its new incarnation, or the live holder's
-        ``(address, ttl)`` when another process holds the id."""
+    def register(
+        self,
+        node_id: str,
+        address: str,
+        ttl: float,
+        holder: str | None = None,
+        gone: Callable[[str | None], bool] = lambda _token: False,
+    ) -> int | tuple[str, float]:
+        """Register (or re-register) ``node_id`` as ``holder`` (this registration's token,
+        ``cluster._holder.new_holder``); its new incarnation, or the live holder's
+        ``(address, ttl)`` when another process holds the id. A live lease whose holder
+        ``gone`` says has ended (this node's own previous run, killed) is taken over at
+        once: that process can run no turn and, its incarnation replaced, make no save.
+        Idempotent for one ``holder`` (``store.run`` may send it twice)."""
+        lease = timedelta(seconds=ttl)
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int | tuple[str, float]:
-            row = conn.execute(self._register, (node_id, address, timedelta(seconds=ttl)))
-            found = row.fetchone()
+            found = conn.execute(self._register, (node_id, address, lease, holder)).fetchone()
             if found is not None:
                 return int(found[0])
-            holder = conn.execute(self._node, (node_id,)).fetchone()
-            return ("", ttl) if holder is None else (str(holder[0]), float(holder[1]))
+            held = conn.execute(self._node, (node_id,)).fetchone()
+            if held is None:
+                return ("", ttl)
+            held_address, held_ttl, incarnation, token = held
+            if holder is not None and token == holder:
+                # This registration's own row: its first try committed, then its connection
+                # broke, and ``store.run`` sent it again (which must not find it in use).
+                return int(incarnation)
+            if token is not None and gone(str(token)):
+                params = (address, lease, holder, node_id, incarnation, token)
+                taken = conn.execute(self._take_over, params).fetchone()
+                if taken is not None:
+                    return int(taken[0])
+            return (str(held_address), float(held_ttl))
 
         return self.store.run("registering a node", work)
 

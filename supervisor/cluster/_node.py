@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors import AgentTemplate, Snapshot
 from supervisor.checkpoint_store import CheckpointInfo
+from supervisor.cluster import _holder as holder
 from supervisor.cluster._config import NodeConfig
 from supervisor.cluster._events import ClusterEvents
 from supervisor.cluster._leases import LeaseTable, Owner
@@ -76,6 +77,11 @@ class ClusterNode:
     call ``renew`` and ``sweep`` yourself. ``events`` is its event fan-out
     (``ClusterEvents``, unless ``config.events`` is ``None``), closed by ``drain``.
 
+    A process restarted under a node id whose previous run was killed (its lease
+    still live) takes the id over at once when it can prove that run is gone (same
+    machine boot and PID namespace, the PID no longer that process: ``_holder``);
+    else it raises ``NodeIdInUse`` until that lease lapses.
+
     Raises:
         NodeIdInUse: another live process is registered under ``config.node_id``.
         StoreUnreachable: the database cannot be reached.
@@ -101,12 +107,15 @@ class ClusterNode:
         # Before registering: a transport that cannot be had (no redis library) fails here.
         transport = None if config.events is None else transport_for(store, config.events)
         sent = self._clock()
-        registered = self._table.register(config.node_id, config.address, config.ttl)
+        registered = self._table.register(
+            config.node_id, config.address, config.ttl, holder.new_holder(), holder.gone
+        )
         if not isinstance(registered, int):
             if transport is not None:
                 transport.close()
             raise NodeIdInUse(config.node_id, *registered)
         self.incarnation = registered
+        store.member = (config.node_id, registered)  # (the gateway's key store reads it)
         self._deadline = sent + config.fence_after
         self.events: ClusterEvents | None = None
         if transport is not None:
@@ -336,7 +345,8 @@ class ClusterNode:
 
     def locate(self, session_id: str) -> AgentTemplate | None:
         """For a session this host does not run: the template to take it over on here, or
-        ``None`` (no template configured, or it was stopped).
+        ``None`` (no template configured, or it was stopped, or no node ever claimed it
+        and it has no checkpoint).
 
         Raises:
             SessionOwnedElsewhere: a live other node owns it.
@@ -348,7 +358,13 @@ class ClusterNode:
                 raise SessionOwnedElsewhere(session_id, owner.node_id, owner.address)
         if owner is not None and owner.state == "stopped":
             return None
-        return self.config.template_for(session_id)
+        template = self.config.template_for(session_id)
+        if template is not None and owner is None and not self.store.list(session_id):
+            # Never claimed, nothing saved: nothing to take over. Claiming it (to find no
+            # checkpoint) would take the id from a create of it in flight on another node,
+            # which then answered 409 for a session that existed nowhere.
+            return None
+        return template
 
     # -- background work -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +40,7 @@ NOTIFY_LIMIT = 8000
 
 _RETRY = 0.5  # seconds between two attempts to listen again after an error
 _POLL = 0.2  # seconds a listener waits for a payload before it checks whether to stop
+_PING = 5.0  # seconds at most between two round trips on a quiet LISTEN connection
 
 
 _DATABASE = "SELECT current_database()"
@@ -144,14 +146,48 @@ class PgNotify:
                     conn.execute(f"LISTEN {self.channel}".encode())
                     self.problem = None
                     ready.set()
-                    while not stopping.is_set():
-                        for notice in conn.notifies(timeout=_POLL):
-                            deliver(notice.payload)
+                    self._hear(conn, deliver, stopping)
             except psycopg.Error as exc:
                 ready.clear()
                 self.problem = f"listening on PostgreSQL failed: {exc}"
                 logger.warning("event fan-out: %s", self.problem)
                 stopping.wait(_RETRY)
+
+    def _hear(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        deliver: Callable[[str], None],
+        stopping: threading.Event,
+    ) -> None:
+        """Deliver the notifications arriving on ``conn`` until ``stopping``; one ``SELECT 1``
+        every ``min(_PING, silence_limit)`` seconds, which the server must answer within the
+        connection's ``silence_limit`` (else ``psycopg.OperationalError``). Without it, a
+        server gone silent without a reset (a partition, a hung server) left the listener
+        waiting for notifications without end, its node deaf to the others' events and
+        its followers told nothing was missed."""
+        limit = getattr(conn, "silence_limit", None)
+        every = _PING if limit is None else min(_PING, limit)
+        due = time.monotonic() + every
+
+        def hear(notice: psycopg.Notify) -> None:
+            deliver(notice.payload)
+
+        while not stopping.is_set():
+            conn.silence_limit = None  # type: ignore[attr-defined]  # (nothing owed here)
+            try:
+                for notice in conn.notifies(timeout=_POLL):
+                    deliver(notice.payload)
+            finally:
+                conn.silence_limit = limit  # type: ignore[attr-defined]
+            if time.monotonic() >= due:
+                # What arrives during the ping goes to ``deliver`` through a handler: psycopg
+                # before 3.2 keeps no backlog for the next ``notifies``, and would lose it.
+                conn.add_notify_handler(hear)
+                try:
+                    conn.execute("SELECT 1")
+                finally:
+                    conn.remove_notify_handler(hear)
+                due = time.monotonic() + every
 
     def close(self) -> None:
         pass

@@ -8,7 +8,9 @@ read them apply, so ``doctor`` never passes a directory ``serve`` refuses.
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
+from contextlib import closing
 from pathlib import Path
 
 from supervisor import FINGERPRINT_KEY_FILE, SupervisorError, check_fingerprint_key
@@ -18,6 +20,8 @@ __all__ = ["check_files"]
 GATEWAY_SECRET = "gateway.secret"
 """The gateway's key-fingerprint secret (``gateway.keys.SECRET_FILE``; not imported, so
 that ``doctor`` runs without the ``server`` extra)."""
+GATEWAY_KEYS_DB = "gateway.sqlite3"
+"""The gateway's key database (``gateway.keys.DB_FILE``)."""
 _GATEWAY_SECRET_BYTES = 32
 """The fewest bytes ``gateway.keys.read_or_create_secret`` accepts."""
 _PRIVATE = stat.S_IRWXG | stat.S_IRWXO
@@ -51,10 +55,32 @@ def _permissions(data_dir: Path, problems: list[str]) -> None:
             )
 
 
+def _lost_secret(data_dir: Path, secret: Path, problems: list[str]) -> None:
+    """A missing ``gateway.secret`` beside a key database holding API keys, which serve
+    refuses (``gateway.keys.SecretUnusable``): the keys were made under the lost secret.
+    Read through a connection that neither creates the database nor leaves a file."""
+    db = data_dir / GATEWAY_KEYS_DB
+    if not db.is_file():
+        return
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True)) as conn:
+            conn.execute("PRAGMA query_only=ON")
+            found = conn.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone()
+    except sqlite3.Error:  # no key table (a damaged database is a problem found elsewhere)
+        return
+    if found is not None:
+        problems.append(
+            f"{secret} is missing, but {db} holds API keys made under it: restore it from "
+            f"the backup of this directory; or, to start anew, remove {db} and create new "
+            "keys (every client then needs one)"
+        )
+
+
 def _secrets(data_dir: Path, problems: list[str]) -> None:
     """``fingerprint.key`` as a host reads it (mode and size; a host refuses to start
     otherwise), and ``gateway.secret`` by the same mode rule and the size the gateway
-    needs. A missing secret is no problem: the first host or server creates it."""
+    needs. A missing secret is no problem (the first host or server creates it), but for
+    a ``gateway.secret`` the key database's API keys were made under (``_lost_secret``)."""
     key = data_dir / FINGERPRINT_KEY_FILE
     if key.exists():  # read only if there: the library's reader never creates one
         try:
@@ -65,6 +91,7 @@ def _secrets(data_dir: Path, problems: list[str]) -> None:
             problems.append(f"{key} cannot be read ({exc.strerror}): check its owner")
     secret = data_dir / GATEWAY_SECRET
     if not secret.exists():
+        _lost_secret(data_dir, secret, problems)
         return
     found = secret.stat()
     if not stat.S_ISREG(found.st_mode):  # a directory, say: serve cannot read it

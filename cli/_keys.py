@@ -34,6 +34,9 @@ __all__ = ["keys"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+STORE_OPTIONS = "'--postgres' / '--postgres-schema'"
+"""The options an unusable connection string or schema name is a usage error of."""
+
 
 def _postgres_option(func: F) -> F:
     """``--postgres``, ``--postgres-schema``: the keys of the cluster on that database."""
@@ -100,7 +103,11 @@ def _key_store(
         from gateway.keys_pg import PostgresKeyStore  # noqa: PLC0415 (psycopg, only here)
         from supervisor import PostgresCheckpointStore  # noqa: PLC0415
 
-        with PostgresCheckpointStore(dsn, schema=schema, pool_size=1) as checkpoints:
+        try:
+            opened = PostgresCheckpointStore(dsn, schema=schema, pool_size=1)
+        except (TypeError, ValueError) as exc:  # refused before it connects
+            raise click.BadParameter(str(exc), param_hint=STORE_OPTIONS) from None
+        with opened as checkpoints:
             yield _opened(
                 lambda d: PostgresKeyStore(checkpoints, d, create_secret=create), data_dir
             )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -143,19 +145,11 @@ def serve(  # noqa: PLR0917 (the command's options)
     in flight, checkpoints every session (a cluster node then releases them to
     the other nodes) and exits 0."""
     try:
-        from gateway.server import ClusterOptions, bind  # noqa: PLC0415  (the server extra)
+        from gateway.keys import SecretUnusable  # noqa: PLC0415  (the server extra)
+        from gateway.server import ClusterOptions, ClusterStoreOptionsError, bind  # noqa: PLC0415
         from gateway.server import serve as run  # noqa: PLC0415
     except ImportError as exc:
         fail(f"serve needs the server extra ({exc}): pip install 'sessionvisor[server]'")
-    if dsn is not None:
-        if node_id is None:
-            raise click.UsageError("--postgres (cluster mode) needs --node-id")
-        _check_node(node_id, ttl, advertise)
-    elif node_id is not None or advertise is not None:
-        raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
-    _importable(app_dir)
-    loaded = load(templates)
-    metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
 
     def cluster_at(advertised: str) -> ClusterOptions:
         assert dsn is not None
@@ -164,11 +158,20 @@ def serve(  # noqa: PLR0917 (the command's options)
             return ClusterOptions(
                 dsn=dsn, node_id=node_id, advertise=advertised, ttl=ttl, schema=schema
             )
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+        except ValueError as exc:  # the advertised address is no URL
+            raise click.BadParameter(str(exc), param_hint="'--advertise'") from None
 
-    if dsn is not None and advertise is not None:
-        cluster_at(advertise)  # a bad URL is a usage error before anything listens
+    if dsn is not None:
+        if node_id is None:
+            raise click.UsageError("--postgres (cluster mode) needs --node-id")
+        _check_node(node_id, ttl, advertise)
+        if advertise is not None:  # a bad URL is a usage error before any startup work
+            cluster_at(advertise)
+    elif node_id is not None or advertise is not None:
+        raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
+    _importable(app_dir)
+    loaded = load(templates)
+    metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
     make_data_dir(data_dir)
     configure_logging(log_format, log_level)
     tune_interpreter(switch_interval)  # before the host starts: its workers take it too
@@ -181,7 +184,11 @@ def serve(  # noqa: PLR0917 (the command's options)
         cluster = None
         if dsn is not None:  # by default, the address this node listens at
             cluster = cluster_at(advertise or f"http://{host}:{sock.getsockname()[1]}")
-        with data_dir_errors(data_dir):
+        with (
+            data_dir_errors(data_dir),
+            _secret_errors(SecretUnusable),
+            _store_option_errors(ClusterStoreOptionsError),
+        ):
             run(
                 data_dir,
                 loaded,
@@ -196,14 +203,16 @@ def serve(  # noqa: PLR0917 (the command's options)
 
 
 _OPTION_OF = {"node_id": "--node-id", "ttl": "--ttl", "address": "--advertise"}
-"""``NodeConfig``'s field named first in its error -> the option that sets it."""
+"""The ``NodeConfig`` field a ``NodeConfigError`` names (its ``field``) -> the option that
+sets it."""
 
 
 def _check_node(node_id: str, ttl: float, advertise: str | None) -> None:
     """Refuse, as a usage error naming the option (exit 2), a node id, TTL or advertised
     address no cluster node can use: by ``NodeConfig``'s own rules, before the templates
     are imported and the data directory, the socket and the host are made (the node is
-    built last, and would only fail then).
+    built last, and would only fail then). The option is the one that sets the field the
+    error names (its ``field``), whatever its message says.
 
     Raises:
         click.BadParameter: ``NodeConfig`` refuses it; its message says what to do.
@@ -211,10 +220,36 @@ def _check_node(node_id: str, ttl: float, advertise: str | None) -> None:
     try:
         NodeConfig(node_id=node_id, address=advertise or "", ttl=ttl, events=None)
     except (TypeError, ValueError) as exc:
-        field = str(exc).split(" ", 1)[0]
-        raise click.BadParameter(
-            str(exc), param_hint=f"'{_OPTION_OF.get(field, '--node-id')}'"
-        ) from None
+        refused = getattr(exc, "field", None)  # a NodeConfigError's field
+        option = _OPTION_OF.get(refused, "--node-id") if isinstance(refused, str) else "--node-id"
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
+
+
+@contextlib.contextmanager
+def _secret_errors(error: type[Exception]) -> Iterator[None]:
+    """Exit 1 with its message for an ``error`` (``gateway.keys.SecretUnusable``, imported
+    with the server extra): the key store's secret file cannot be used, which the server
+    finds as it starts (a traceback before)."""
+    try:
+        yield
+    except error as exc:
+        fail(str(exc))
+
+
+STORE_OPTIONS = "'--postgres' / '--postgres-schema'"
+"""The options an unusable connection string or schema name is a usage error of."""
+
+
+@contextlib.contextmanager
+def _store_option_errors(error: type[Exception]) -> Iterator[None]:
+    """A usage error (exit 2) for an ``error`` (``gateway.server.ClusterStoreOptionsError``):
+    ``--postgres`` is no connection string, or ``--postgres-schema`` no schema name (its
+    message says which); the store refuses them before it connects (a traceback before).
+    """
+    try:
+        yield
+    except error as exc:
+        raise click.BadParameter(str(exc), param_hint=STORE_OPTIONS) from None
 
 
 def _importable(app_dir: Path) -> None:

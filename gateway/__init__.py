@@ -10,6 +10,7 @@ from gateway.keys import ApiKey as ApiKey
 from gateway.keys import KeyNotFound as KeyNotFound
 from gateway.keys import KeyStore as KeyStore
 from gateway.keys import NewKey as NewKey
+from gateway.keys import SecretUnusable as SecretUnusable
 from gateway.limits import Limits as Limits
 from gateway.templates import TemplateFactoryError as TemplateFactoryError
 from gateway.templates import TemplateLoadError as TemplateLoadError
@@ -22,6 +23,7 @@ __all__ = [
     "KeyStore",
     "Limits",
     "NewKey",
+    "SecretUnusable",
     "TemplateFactoryError",
     "TemplateLoadError",
     "create_app",

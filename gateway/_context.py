@@ -20,7 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from actors import AgentTemplate
 from gateway.keys import ApiKey, ApiKeys
 from gateway.limits import Limits
-from gateway.problems import Problem, ProblemError, not_found
+from gateway.problems import Problem, ProblemError, not_found, unauthorized
 from gateway.schemas import MAX_SESSION_ID
 from supervisor import AsyncAgentHost, EventStream, SessionInfo, SessionNotFound
 from supervisor.metrics import HostMetrics
@@ -184,13 +184,11 @@ async def caller(
         ProblemError: 401, no bearer token, or one that is unknown or revoked.
     """
     if credentials is None:
-        detail = "send an API key as 'Authorization: Bearer sv_...'"
-        raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
+        raise ProblemError(unauthorized("send an API key as 'Authorization: Bearer sv_...'"))
     checked = request.scope.get("state", {}).get(AUTHENTICATED)
     key = checked if checked is not None else gateway.keys.authenticate(credentials.credentials)
     if key is None:
-        detail = "the API key is unknown or revoked"
-        raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
+        raise ProblemError(unauthorized("the API key is unknown or revoked", invalid=True))
     return key
 
 

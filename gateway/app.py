@@ -130,7 +130,7 @@ async def _handle_not_found(request: Request, error: Exception) -> JSONResponse:
         token = _bearer(request.scope)
         problem = await asyncio.to_thread(gateway.unserved, token, session_id)
         if problem is not None:
-            return problem_response(problem, request.url.path)
+            return problem_response(problem, request.scope.get("path"))
     return await handle_problem(request, error)
 
 

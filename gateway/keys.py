@@ -11,6 +11,7 @@ commands may change them while a server reads them.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import hmac
 import os
@@ -35,6 +36,7 @@ __all__ = [
     "NewKey",
     "RememberedSession",
     "Reservation",
+    "SecretUnusable",
 ]
 
 KEY_PREFIX: Final = "sv_"
@@ -60,6 +62,13 @@ CREATE TABLE IF NOT EXISTS gateway_sessions (
 );
 CREATE INDEX IF NOT EXISTS gateway_sessions_tenant ON gateway_sessions (tenant_id);
 """
+
+
+class SecretUnusable(ValueError):
+    """The data directory's ``gateway.secret`` cannot key the API-key fingerprints: it is
+    damaged, others may read it, or it is missing while the key database holds keys made
+    under it. The message says what to do (``sessionvisor serve`` and the ``keys``
+    commands print it as their one error line)."""
 
 
 class KeyNotFound(LookupError):
@@ -212,7 +221,7 @@ def read_or_create_secret(path: Path, *, create: bool = True) -> bytes:
 
     Raises:
         FileNotFoundError: ``create`` is false and there is no file.
-        ValueError: the file is damaged, or others may read it (with it and the key
+        SecretUnusable: the file is damaged, or others may read it (with it and the key
             database, API keys of any tenant could be made): the message says what to do.
     """
     if create:
@@ -235,14 +244,38 @@ def _read_secret(path: Path) -> bytes:
     secret = path.read_bytes()
     mode = path.stat().st_mode
     if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(
+        raise SecretUnusable(
             f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}); it keys "
             f"the API-key fingerprints: run 'chmod 600 {path}'"
         )
     if len(secret) < 32:
         msg = f"{path} is damaged (fewer than 32 bytes); every key must be created anew"
-        raise ValueError(msg)
+        raise SecretUnusable(msg)
     return secret
+
+
+def _refuse_lost_secret(db: Path, secret: Path) -> None:
+    """Refuse a missing ``secret`` beside a key database ``db`` that holds keys: they were
+    fingerprinted under the lost secret, and a new one would make every one of them
+    unknown (401) without a word (a data directory restored without its secret file).
+
+    Raises:
+        SecretUnusable: ``db`` holds API keys.
+    """
+    try:
+        # mode=rw, never creating it, and query_only: a read-only connection would leave
+        # the -wal and -shm files it makes behind (it cannot remove them on closing)
+        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True)) as c:
+            c.execute("PRAGMA query_only=ON")
+            found = c.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone()
+    except sqlite3.Error:  # no table yet (or no database): no key to lose
+        return
+    if found is not None:
+        raise SecretUnusable(
+            f"{secret} is missing, but {db} holds API keys made under it: restore it from "
+            f"the backup of this directory; or, to start anew, remove {db} and create new "
+            "keys (every client then needs one)"
+        )
 
 
 _CACHE_MAX = 10_000
@@ -270,6 +303,8 @@ class KeyStore:
 
     Raises:
         ValueError: ``cache_seconds`` is negative.
+        SecretUnusable: the data directory's secret file is damaged or readable by others,
+            or missing while the key database there holds keys.
     """
 
     def __init__(
@@ -287,7 +322,10 @@ class KeyStore:
         directory = Path(data_dir)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
         self.path = directory / DB_FILE
-        self._secret = read_or_create_secret(directory / SECRET_FILE)
+        secret = directory / SECRET_FILE
+        if not secret.exists() and self.path.exists():
+            _refuse_lost_secret(self.path, secret)
+        self._secret = read_or_create_secret(secret)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,6 +20,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors import (
@@ -59,16 +62,30 @@ __all__ = [
     "Problem",
     "ProblemError",
     "UnexpectedErrors",
+    "instance_of",
     "problem_data",
     "problem_for",
     "problem_response",
     "problem_responses",
+    "shown",
+    "unauthorized",
 ]
 
 PROBLEM_JSON: Final = "application/problem+json"
 _SHOWN_ID: Final = 40
 """Characters of an over-long session id a 404's detail shows."""
 RETRY_AFTER_S: Final = 1
+_SHOWN_TEXT: Final = 100
+"""Characters of a name the client sent (a field, a template) an answer echoes (``shown``)."""
+_SHOWN_MESSAGE: Final = 500
+"""Characters of a validation message (which may quote what was sent) an answer shows."""
+MAX_INSTANCE: Final = 512
+"""Longest ``instance`` a problem answers with (the request's path, percent-encoded): a
+longer path (any client may send one of kilobytes) is left out rather than echoed."""
+_METHODS: Final = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+"""The methods a 405 may name as allowed (``Allow``): those a route may take."""
+_PATH_SAFE: Final = "/!$&'()*+,;=:@-._~"
+"""What a path segment may hold unescaped besides letters and digits (RFC 3986 ``pchar``)."""
 
 logger = logging.getLogger("gateway")
 
@@ -84,6 +101,7 @@ class Problem:
         detail: This occurrence, for a human.
         retry_after: Seconds for ``Retry-After`` (retryable problems), else ``None``.
         extra: More members of the body (e.g. validation ``errors``).
+        headers: More headers of the answer (a 401's ``WWW-Authenticate``).
     """
 
     status: int
@@ -92,6 +110,7 @@ class Problem:
     detail: str
     retry_after: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class ProblemError(Exception):
@@ -102,8 +121,24 @@ class ProblemError(Exception):
         self.problem = problem
 
 
-def problem_response(problem: Problem, instance: str | None = None) -> JSONResponse:
-    """``problem`` as a JSON response with ``application/problem+json``."""
+def instance_of(path: str | None) -> str | None:
+    """The ``instance`` member for a request to ``path`` (its decoded path, as ASGI's
+    ``scope["path"]`` and ``Request.url.path`` have it): the path percent-encoded, so that
+    it is a URI reference whose ``?`` and ``#`` (sent as ``%3F``, ``%23``) are no query or
+    fragment, and whose control characters are escaped; ``None`` (left out) when there is
+    none, or it is longer than ``MAX_INSTANCE`` characters."""
+    if not path:
+        return None
+    encoded = urllib.parse.quote(path, safe=_PATH_SAFE, errors="replace")
+    return encoded if len(encoded) <= MAX_INSTANCE else None
+
+
+def problem_response(
+    problem: Problem, path: str | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """``problem`` as a JSON response with ``application/problem+json`` and ``headers``;
+    its ``instance`` is the request's ``path``, as ``instance_of`` makes it (nothing but
+    the path, bounded)."""
     body: dict[str, Any] = {
         "type": f"/problems/{problem.slug}",
         "title": problem.title,
@@ -112,12 +147,13 @@ def problem_response(problem: Problem, instance: str | None = None) -> JSONRespo
         "retryable": problem.retry_after is not None,
         **problem.extra,
     }
+    instance = instance_of(path)
     if instance is not None:
         body["instance"] = instance
-    headers = {}
+    sent = {**problem.headers, **(headers or {})}
     if problem.retry_after is not None:
-        headers["Retry-After"] = str(problem.retry_after)
-    return JSONResponse(body, status_code=problem.status, headers=headers, media_type=PROBLEM_JSON)
+        sent["Retry-After"] = str(problem.retry_after)
+    return JSONResponse(body, status_code=problem.status, headers=sent, media_type=PROBLEM_JSON)
 
 
 def problem_data(problem: Problem) -> dict[str, Any]:
@@ -145,6 +181,16 @@ def problem_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str,
         status: {"description": description, "content": {PROBLEM_JSON: {"schema": schema}}}
         for status, description in descriptions.items()
     }
+
+
+def unauthorized(detail: str, *, realm: str = "sessionvisor", invalid: bool = False) -> Problem:
+    """A 401 with the ``WWW-Authenticate`` challenge a 401 must carry (RFC 9110), of the
+    bearer scheme (RFC 6750): ``error="invalid_token"`` when a token was sent but is not
+    valid (``invalid``), none when none was sent."""
+    challenge = f'Bearer realm="{realm}"' + (', error="invalid_token"' if invalid else "")
+    return Problem(
+        401, "unauthorized", "Unauthorized", detail, headers={"WWW-Authenticate": challenge}
+    )
 
 
 def _retry(status: int, slug: str, title: str, detail: str) -> Problem:
@@ -278,10 +324,24 @@ def _unreadable(error: SnapshotDecodeError, session_id: str | None) -> Problem:
     return Problem(500, "checkpoint-unreadable", "A checkpoint cannot be used", detail)
 
 
+def shown(text: str, limit: int = _SHOWN_TEXT) -> str:
+    """``text`` as an answer echoes what the client sent: whole up to ``limit`` characters,
+    else its start and its length (a body of a megabyte came back whole, twice)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
 def validation_problem(error: RequestValidationError) -> Problem:
-    """Malformed JSON answers 400; a body or parameter of the wrong shape 422."""
+    """Malformed JSON answers 400; a body or parameter of the wrong shape 422. What the
+    errors echo of the request (an unknown field's name in ``loc``, a value quoted in
+    ``msg``) is shortened (``shown``)."""
     errors = [
-        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type"))}
+        {
+            "loc": [p if isinstance(p, int) else shown(str(p)) for p in e.get("loc", ())],
+            "msg": shown(str(e.get("msg", "")), _SHOWN_MESSAGE),
+            "type": str(e.get("type")),
+        }
         for e in error.errors()
     ]
     if any(e["type"] == "json_invalid" for e in errors):
@@ -300,13 +360,13 @@ def validation_problem(error: RequestValidationError) -> Problem:
 async def handle_problem(request: Request, error: Exception) -> JSONResponse:
     """Exception handler for every error a route raises."""
     session_id = request.path_params.get("session_id")
-    return problem_response(problem_for(error, session_id), request.url.path)
+    return problem_response(problem_for(error, session_id), request.scope.get("path"))
 
 
 async def handle_validation(request: Request, error: Exception) -> JSONResponse:
     """Exception handler for FastAPI's request validation."""
     assert isinstance(error, RequestValidationError)
-    return problem_response(validation_problem(error), request.url.path)
+    return problem_response(validation_problem(error), request.scope.get("path"))
 
 
 async def handle_http(request: Request, error: Exception) -> JSONResponse:
@@ -317,10 +377,32 @@ async def handle_http(request: Request, error: Exception) -> JSONResponse:
         # what the parser takes (json's own errors answer through handle_validation)
         detail = "the body is not valid JSON: UTF-8 text, nested a few hundred levels at most"
         problem = Problem(400, "malformed-json", "Malformed JSON", detail)
-        return problem_response(problem, request.url.path)
-    slug = {404: "not-found", 405: "method-not-allowed"}.get(error.status_code, "http-error")
+        return problem_response(problem, request.scope.get("path"))
+    if error.status_code == 405:
+        return _method_not_allowed(request)
+    slug = {404: "not-found"}.get(error.status_code, "http-error")
     problem = Problem(error.status_code, slug, str(error.detail), str(error.detail))
-    return problem_response(problem, request.url.path)
+    return problem_response(problem, request.scope.get("path"))
+
+
+def _method_not_allowed(request: Request) -> JSONResponse:
+    """A 405 naming the methods the path allows, in its detail and in ``Allow``, which
+    a 405 must carry (RFC 9110): each method some route takes on the path (asked of the
+    routes themselves), where Starlette's own ``Allow`` named the first route's methods
+    only (``GET`` for ``/v1/sessions/{id}``, which takes ``DELETE`` too), and this
+    handler dropped even that."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+    listed = ", ".join(allowed)
+    detail = f"{request.method[:20]!r} is not allowed here; this path allows {listed}"
+    problem = Problem(405, "method-not-allowed", "Method Not Allowed", detail)
+    return problem_response(problem, request.scope.get("path"), headers={"Allow": listed})
 
 
 class UnexpectedErrors:

@@ -17,7 +17,14 @@ from fastapi.responses import StreamingResponse
 
 from gateway._context import SESSION_PATH, Caller, Gateway, GatewayDep, host_id
 from gateway.problems import Problem, ProblemError
-from gateway.sse import HEARTBEAT, SSE_MEDIA_TYPE, frame, frame_event, with_heartbeats
+from gateway.sse import (
+    HEARTBEAT,
+    SSE_HEADERS,
+    SSE_MEDIA_TYPE,
+    frame,
+    frame_event,
+    with_heartbeats,
+)
 from supervisor import EventStream
 
 __all__ = ["router"]
@@ -61,7 +68,9 @@ async def events(
     internal = host_id(key.tenant_id, session_id)
     stream = gateway.ahost.events(internal, since=cursor, tenant_id=key.tenant_id)
     await gateway.follow(stream)  # a stopping server ends it (``Gateway.end_streams``)
-    return StreamingResponse(_frames(gateway, stream), media_type=SSE_MEDIA_TYPE)
+    return StreamingResponse(
+        _frames(gateway, stream), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS
+    )
 
 
 async def _frames(gateway: Gateway, stream: EventStream) -> AsyncIterator[str]:

@@ -1,5 +1,5 @@
-"""``/healthz`` (the process answers), ``/readyz`` (its workers all serve) and
-``/metrics`` (the host's Prometheus metrics, ``supervisor.metrics``)."""
+"""``/healthz`` (the process answers), ``/readyz`` (its workers all serve), both to GET and
+HEAD, and ``/metrics`` (the host's Prometheus metrics, ``supervisor.metrics``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway._context import GatewayDep
 from gateway.limits import _bearer
-from gateway.problems import Problem, ProblemError
+from gateway.problems import Problem, ProblemError, unauthorized
 
 __all__ = ["router"]
 
@@ -39,6 +39,13 @@ async def readyz(gateway: GatewayDep) -> dict[str, bool]:
     return {"ready": True}
 
 
+# The probes answer HEAD as GET (headers and status, no body): uptime monitors and some
+# load balancers probe with HEAD, and got 405, so a healthy server was reported down.
+# Kept out of the OpenAPI document, which would list each as a second operation.
+router.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
+
+
 @router.get(
     "/metrics",
     summary="Prometheus metrics",
@@ -53,6 +60,7 @@ async def metrics(request: Request, gateway: GatewayDep) -> Response:
         given = _bearer(request.scope) or ""
         if not hmac.compare_digest(given.encode(), expected.encode()):
             detail = "send the server's metrics token as 'Authorization: Bearer <token>'"
-            raise ProblemError(Problem(401, "unauthorized", "Unauthorized", detail))
+            problem = unauthorized(detail, realm="sessionvisor metrics", invalid=bool(given))
+            raise ProblemError(problem)
     body = generate_latest(gateway.metrics.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -36,7 +36,7 @@ from gateway.schemas import (
     SteerMessage,
     message_out,
 )
-from gateway.sse import HEARTBEAT, SSE_MEDIA_TYPE, frame, frame_event
+from gateway.sse import HEARTBEAT, SSE_HEADERS, SSE_MEDIA_TYPE, frame, frame_event
 from supervisor import SessionFailed, SessionNotFound, wait_future
 
 __all__ = ["router"]
@@ -106,7 +106,7 @@ async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, 
     own = OwnTurn()
     future = gateway.ahost.host.futures.send(internal, body.text, tenant_id=tenant, tag=own.tag)
     frames = _turn_frames(gateway, internal, tenant, start, own, wait_future(future))
-    return StreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
+    return StreamingResponse(frames, media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS)
 
 
 async def _answer(gateway: Gateway, internal: str, text: str, tenant: str) -> Message:

@@ -21,7 +21,7 @@ from gateway._context import (
     public_id,
 )
 from gateway.keys import RememberedSession, now_ms
-from gateway.problems import Problem, ProblemError
+from gateway.problems import Problem, ProblemError, shown
 from gateway.schemas import (
     JSON_BODY_RESPONSES,
     CreateSession,
@@ -77,7 +77,7 @@ async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) 
     template = gateway.templates.get(body.template)
     if template is None:
         names = ", ".join(sorted(gateway.templates))
-        detail = f"no template {body.template!r}; this server has: {names}"
+        detail = f"no template {shown(body.template)!r}; this server has: {names}"
         raise ProblemError(Problem(422, "unknown-template", "Unknown template", detail))
     tenant = key.tenant_id
     session_id = body.session_id or uuid.uuid4().hex

@@ -175,7 +175,11 @@ class ProblemOut(BaseModel):
     status: int
     detail: str = Field(description="This occurrence, for a human")
     retryable: bool = Field(description="Sending the same request again may succeed")
-    instance: str | None = Field(default=None, description="The request's path")
+    instance: str | None = Field(
+        default=None,
+        description="The request's path, percent-encoded (no query); left out when over 512 "
+        "characters",
+    )
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -36,11 +36,25 @@ from gateway.keys import ApiKeys, KeyStore
 from gateway.limits import Limits
 from supervisor import AgentHost, AsyncAgentHost
 
-__all__ = ["ClusterOptions", "bind", "cluster_host", "resume_sessions", "serve", "serving_line"]
+__all__ = [
+    "ClusterOptions",
+    "ClusterStoreOptionsError",
+    "bind",
+    "cluster_host",
+    "resume_sessions",
+    "serve",
+    "serving_line",
+]
 
 logger = logging.getLogger("gateway")
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class ClusterStoreOptionsError(ValueError):
+    """``ClusterOptions.dsn`` is no connection string, or ``schema`` no schema name the
+    store can use: found before anything connects. The message says which, and what
+    to give (it never quotes the connection string, which may hold a password)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +97,7 @@ def cluster_host(
     template it was created from, which the shared key store records.
 
     Raises:
+        ClusterStoreOptionsError: ``options.dsn`` or ``options.schema`` cannot be used.
         StoreUnreachable: the database cannot be reached.
         NodeIdInUse: another live process runs as ``options.node_id``.
     """
@@ -90,7 +105,10 @@ def cluster_host(
     from supervisor import PostgresCheckpointStore  # noqa: PLC0415
     from supervisor.cluster import NodeConfig  # noqa: PLC0415
 
-    store = PostgresCheckpointStore(options.dsn, schema=options.schema)
+    try:
+        store = PostgresCheckpointStore(options.dsn, schema=options.schema)
+    except (TypeError, ValueError) as exc:  # checked before it connects
+        raise ClusterStoreOptionsError(str(exc)) from exc
     try:
         keys = PostgresKeyStore(store, data_dir)
 

@@ -11,9 +11,21 @@ from typing import Any, Final, TypeVar
 
 from actors import Event
 
-__all__ = ["HEARTBEAT", "SSE_MEDIA_TYPE", "frame", "frame_event", "with_heartbeats"]
+__all__ = [
+    "HEARTBEAT",
+    "SSE_HEADERS",
+    "SSE_MEDIA_TYPE",
+    "frame",
+    "frame_event",
+    "with_heartbeats",
+]
 
 SSE_MEDIA_TYPE = "text/event-stream"
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""The headers of every SSE answer: no cache keeps or replays a stream (what the WHATWG
+``text/event-stream`` spec recommends), and nginx, the usual reverse proxy, passes each
+frame on at once (it buffers an answer by default: frames came in bursts, or only
+when the turn ended)."""
 HEARTBEAT: Final = ": keep-alive\n\n"
 """An SSE comment, which clients ignore: what a silent stream sends now and then
 (``Limits.heartbeat_s``), so that a client that went away is noticed at the write."""

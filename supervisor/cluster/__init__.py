@@ -12,6 +12,8 @@ over a ``_transports`` channel) and are read there with an ``EventFollower``.
 from supervisor.cluster._config import MAX_TTL as MAX_TTL
 from supervisor.cluster._config import MIN_TTL as MIN_TTL
 from supervisor.cluster._config import NodeConfig as NodeConfig
+from supervisor.cluster._config import NodeConfigError as NodeConfigError
+from supervisor.cluster._config import NodeConfigTypeError as NodeConfigTypeError
 from supervisor.cluster._config import TemplateChoice as TemplateChoice
 from supervisor.cluster._events import ELIDED as ELIDED
 from supervisor.cluster._events import ClusterEvents as ClusterEvents
@@ -29,6 +31,8 @@ __all__ = [
     "EventFollower",
     "LeaseTable",
     "NodeConfig",
+    "NodeConfigError",
+    "NodeConfigTypeError",
     "Owner",
     "TemplateChoice",
 ]

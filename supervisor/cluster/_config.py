@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from actors import AgentTemplate
 
-__all__ = ["MAX_TTL", "MIN_TTL", "NodeConfig", "TemplateChoice"]
+__all__ = ["MAX_TTL", "MIN_TTL", "NodeConfig", "NodeConfigError", "TemplateChoice"]
 
 MIN_TTL = 0.1
 """The shortest ``NodeConfig.ttl`` (seconds): a heartbeat is a database round trip."""
@@ -23,6 +23,31 @@ _NODE_ID = re.compile(r"[!-~]{1,255}")
 TemplateChoice = AgentTemplate | Callable[[str], AgentTemplate | None]
 """One template for every session, or a function of the session id returning one (or
 ``None``: this node does not take that session over by itself)."""
+
+
+class NodeConfigError(ValueError):
+    """A ``NodeConfig`` field holds what no cluster node can use; the message says what
+    is wrong and what to give instead.
+
+    A ``ValueError`` (a field of the wrong type raises ``NodeConfigTypeError``, a
+    ``TypeError`` too), so code catching those goes on working; ``field`` names the
+    field, so a caller (``sessionvisor serve``) can point at the option that set it
+    without reading the message.
+
+    Attributes:
+        field: The ``NodeConfig`` field refused (``"node_id"``, ``"ttl"``, ...).
+    """
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+    def __reduce__(self) -> tuple[type[NodeConfigError], tuple[str, str]]:
+        return type(self), (self.field, str(self))  # pickled with its field
+
+
+class NodeConfigTypeError(NodeConfigError, TypeError):
+    """A ``NodeConfig`` field of the wrong type (``NodeConfigError`` says which)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,63 +94,81 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_id, str) or not self.node_id:
-            raise ValueError(f"node_id must be a non-empty str, got {self.node_id!r}")
+            raise NodeConfigError(
+                "node_id", f"node_id must be a non-empty str, got {self.node_id!r}"
+            )
         if not isinstance(self.address, str):
-            raise TypeError(f"address must be a str, got {type(self.address).__name__}")
+            raise NodeConfigTypeError(
+                "address", f"address must be a str, got {type(self.address).__name__}"
+            )
         if not _positive(self.ttl):
-            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl!r}")
+            raise NodeConfigError(
+                "ttl", f"ttl must be a positive number of seconds, got {self.ttl!r}"
+            )
         if not MIN_TTL <= self.ttl <= MAX_TTL:
             # Shorter: a heartbeat (a database round trip) every ttl / 3 cannot keep up, and
             # the nodes fence themselves. Longer: a dead node's sessions wait that long for
             # a new owner, and the waits overflow the platform's timeouts.
-            raise ValueError(
+            raise NodeConfigError(
+                "ttl",
                 f"ttl must be between {MIN_TTL:g} and {MAX_TTL:g} seconds, got {self.ttl!r}: "
                 "a node renews every ttl / 3 and a dead node's sessions move after ttl; "
-                "a few seconds to a minute suits most clusters"
+                "a few seconds to a minute suits most clusters",
             )
         if self.margin is not None and not (_positive(self.margin) and self.margin < self.ttl):
-            raise ValueError(f"margin must be > 0 and < ttl ({self.ttl}), got {self.margin!r}")
+            raise NodeConfigError(
+                "margin", f"margin must be > 0 and < ttl ({self.ttl}), got {self.margin!r}"
+            )
         if self.fence_after <= self.heartbeat_interval:
             # Else the node fences itself (refusing turns) between two heartbeats, every time.
-            raise ValueError(
+            raise NodeConfigError(
+                "margin",
                 f"margin must be < 2/3 of ttl ({self.ttl * 2 / 3:g} s for ttl {self.ttl}), got "
                 f"{self.margin!r}: the node fences itself ttl - margin seconds after its last "
                 f"renewal and renews every ttl / 3 ({self.heartbeat_interval:g} s), so a larger "
-                "margin fences it between every two heartbeats"
+                "margin fences it between every two heartbeats",
             )
         for name, text in (("node_id", self.node_id), ("address", self.address)):
             if "\x00" in text:  # PostgreSQL text cannot store it
-                raise ValueError(f"{name} must not hold a NUL character ('\\x00'), got {text!r}")
+                raise NodeConfigError(
+                    name, f"{name} must not hold a NUL character ('\\x00'), got {text!r}"
+                )
         if not _NODE_ID.fullmatch(self.node_id):
             # Gateways send it in HTTP headers (ASCII; a line break would end the header).
-            raise ValueError(
+            raise NodeConfigError(
+                "node_id",
                 "node_id must be 1 to 255 printable ASCII characters without spaces (it is "
                 f"sent in HTTP headers between nodes), got {self.node_id[:80]!r}; e.g. "
-                "node-1, or the host name"
+                "node-1, or the host name",
             )
         interval = self.sweep_interval
         if interval is not None and not (_positive(interval) and interval <= MAX_TTL):
-            raise ValueError(
-                f"sweep_interval must be > 0 and at most {MAX_TTL:g} seconds, got {interval!r}"
+            raise NodeConfigError(
+                "sweep_interval",
+                f"sweep_interval must be > 0 and at most {MAX_TTL:g} seconds, got {interval!r}",
             )
         batch = self.sweep_batch
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= _INT4_MAX:
             # It is the LIMIT of the sweep's statement; below 1 nothing would be taken over.
-            raise ValueError(
+            raise NodeConfigError(
+                "sweep_batch",
                 f"sweep_batch must be an int >= 1 and at most {_INT4_MAX} (the sessions one "
-                f"sweep statement claims), got {batch!r}"
+                f"sweep statement claims), got {batch!r}",
             )
         events = self.events
         if events is not None and not (
             events == "postgres"
             or (isinstance(events, str) and events.startswith(("redis://", "rediss://")))
         ):
-            raise ValueError(f"events must be 'postgres', a redis:// URL or None, got {events!r}")
+            raise NodeConfigError(
+                "events", f"events must be 'postgres', a redis:// URL or None, got {events!r}"
+            )
         template = self.template
         if template is not None and not (isinstance(template, AgentTemplate) or callable(template)):
-            raise TypeError(
+            raise NodeConfigTypeError(
+                "template",
                 "template must be an AgentTemplate or a function of the session id, got "
-                f"{type(template).__name__}"
+                f"{type(template).__name__}",
             )
 
     @property
@@ -160,4 +203,5 @@ def _positive(value: object) -> bool:
     )
 
 
-NodeConfig.__module__ = "supervisor.cluster"
+for _cls in (NodeConfig, NodeConfigError, NodeConfigTypeError):
+    _cls.__module__ = "supervisor.cluster"

@@ -105,7 +105,7 @@ class Checkpoints:
         with order.lock:
             placed = order.place(snapshot) if newest_taken else snapshot
             saved = self._save(placed, events)
-            order.saved(saved.checkpoint_id, copy=False)
+            order.saved(saved.checkpoint_id, copy=False, mark=event_seq(saved))
             return saved
 
     def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
@@ -206,12 +206,16 @@ class Checkpoints:
             return self._relabel(source, label, events)
         with order.lock:
             copy = self._relabel(source, label, events)
-            order.saved(copy.checkpoint_id, copy=True)
+            order.saved(copy.checkpoint_id, copy=True, mark=event_seq(copy))
             return copy
 
     def _relabel(self, source: Snapshot, label: str | None, events: EventBuffer | None) -> Snapshot:
         latest = self.latest(source.session_id)
         newest = max(event_seq(source), event_seq(latest))
+        if events is not None:
+            # Never below the newest's: ``events`` may be the stream of a record stopped
+            # while this call went on (a newer record's checkpoint is the latest now).
+            newest = max(newest, events.mark)
         snapshot = Snapshot.new(
             session_id=source.session_id,
             state=source.state,
@@ -223,7 +227,35 @@ class Checkpoints:
             # where ids need not sort by creation: this one must come after it.
             fresh = new_checkpoint_id(after=latest.checkpoint_id)
             snapshot = dataclasses.replace(snapshot, checkpoint_id=fresh)
-        return self._save(snapshot, events)
+        return self._save(snapshot, None)  # (marked above)
+
+    def cover_events(self, session_id: str, events: EventBuffer, order: SaveOrder) -> None:
+        """Save the session's newest checkpoint that loads again, unchanged but marked with
+        its stream ``events``' current mark, if that stream went past the mark it has.
+
+        For a session stopped (``stop_session``, shutdown) while no incarnation serves it
+        (being restarted, given up), or killed as it was stopped: its next life numbers
+        its events on from its latest checkpoint's mark, so events published after that
+        save (``crashed``, ``resumed``, ``given_up``) would see their seqs handed out
+        again, and a follower holding such a cursor would skip the new events. Nothing is
+        saved when the mark covers them (the usual case, known from ``order`` without
+        reading the store) or the session has no checkpoint. Under ``order``'s lock, as
+        a copy (a turn of a killed incarnation saved meanwhile still comes out newest).
+
+        Raises:
+            OwnershipLost: (a cluster node) another node owns the session now.
+            Exception: what the store raised.
+        """
+        if order.mark >= events.mark:  # the usual case, without reading the store
+            return
+        latest = self.latest(session_id)
+        if latest is None or event_seq(latest) >= events.mark:
+            return
+        with order.lock:
+            latest = self.latest(session_id)
+            if latest is None or event_seq(latest) >= events.mark:
+                return
+            self.relabel(latest, latest.label, events, order)
 
 
 class SaveOrder:
@@ -242,12 +274,13 @@ class SaveOrder:
     older than a saved real state keeps its id: it is not the newest.
     """
 
-    __slots__ = ("__weakref__", "_real", "_top", "lock")
+    __slots__ = ("__weakref__", "_real", "_top", "lock", "mark")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._real = ""  # the highest id of a real state saved ("" sorts before any id)
         self._top = ""  # the highest id saved, copies included
+        self.mark = 0  # the event mark of the newest (highest id) saved (``cover_events``)
 
     def place(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot``, with an id after the last copy if one of an older state sorts
@@ -257,8 +290,11 @@ class SaveOrder:
             return dataclasses.replace(snapshot, checkpoint_id=new_checkpoint_id(after=self._top))
         return snapshot
 
-    def saved(self, checkpoint_id: str, *, copy: bool) -> None:
-        """Count a save that succeeded. The caller holds ``lock``."""
+    def saved(self, checkpoint_id: str, *, copy: bool, mark: int = 0) -> None:
+        """Count a save that succeeded, of a checkpoint with event ``mark``. The caller holds
+        ``lock``."""
+        if checkpoint_id >= self._top:  # the newest of them: the one a next life starts from
+            self.mark = mark
         if not copy:
             self._real = max(self._real, checkpoint_id)
         self._top = max(self._top, checkpoint_id)

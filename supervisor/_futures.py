@@ -177,7 +177,9 @@ class HostFutures:
             return self._calls.ask_running(
                 record,
                 TakeSnapshot(label),
-                answered=lambda snapshot: checkpoints.save(snapshot, record.events),
+                answered=lambda snapshot: checkpoints.save(
+                    snapshot, record.events, record.save_order
+                ),
                 otherwise=lambda: sessions.checkpoint(record, label),  # on a helper thread
             )
 

@@ -579,43 +579,51 @@ class Incarnations:
         holds the session or no incarnation was serving."""
         if not record.op_lock.acquire(blocking=False):
             return False
+        # Every checkpoint saved from here on counts ``hibernated`` (published once the
+        # hibernation's is saved) in its event mark: its own, and one of a checkpoint()
+        # whose snapshot, taken after it, is saved first (the session's newest then). A
+        # stop of the hibernated session leaves that as its last, and the next life
+        # numbers its events after it (else after the mark, reusing that seq).
+        record.events.reserve()
         try:
             snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot("hibernate"))
-            if snapshot is None:
-                return False
-            try:
-                # Taken under the op_lock: no turn of it ran since, nor can before this save.
-                self._checkpoints.save(
-                    snapshot, record.events, record.save_order, newest_taken=True
-                )
-            except OwnershipLost:
-                self.lose(record)
-                return False
-            self._table.set(record, "hibernated", None)
-            self.ownership.hibernated(record.session_id, True)
-            try:
-                self.supervisors.of(record.session_id).terminate_child(
-                    record.session_id, shutdown=self.policy.call_timeout
-                )
-            except ChildNotFound:
-                # Given up after its snapshot (crashes past its restart intensity): failed
-                # it stays, as the give-up announced, until it is resumed.
-                self._table.set(record, "failed", None)
-                self.ownership.hibernated(record.session_id, False)
-                return False
-            except pykka.ActorDeadError as exc:  # its supervisor stopped: the host shut down
-                raise HostShutDown from exc
-            if record.status in ("active", "restarting"):
-                # Killed after its snapshot: the restart registered while this waited for
-                # the supervisor (set it active), and the terminate then ended that
-                # incarnation (set it restarting). Hibernated stands: nothing runs, and the
-                # checkpoint just saved is the session's newest.
-                self._table.set(record, "hibernated", None)
-                self.ownership.hibernated(record.session_id, True)  # as the restart left it
-            record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
-            return True
+            return False if snapshot is None else self._hibernate(record, snapshot)
         finally:
+            record.events.unreserve()
             record.op_lock.release()
+
+    def _hibernate(self, record: SessionRecord, snapshot: Snapshot) -> bool:
+        """Save a hibernation's ``snapshot``, stop the incarnation and announce it; False if
+        it was not hibernated after all (moved, given up). The caller holds the op_lock."""
+        try:
+            # Taken under the op_lock: no turn of it ran since, nor can before this save.
+            self._checkpoints.save(snapshot, record.events, record.save_order, newest_taken=True)
+        except OwnershipLost:
+            self.lose(record)
+            return False
+        self._table.set(record, "hibernated", None)
+        self.ownership.hibernated(record.session_id, True)
+        try:
+            self.supervisors.of(record.session_id).terminate_child(
+                record.session_id, shutdown=self.policy.call_timeout
+            )
+        except ChildNotFound:
+            # Given up after its snapshot (crashes past its restart intensity): failed
+            # it stays, as the give-up announced, until it is resumed.
+            self._table.set(record, "failed", None)
+            self.ownership.hibernated(record.session_id, False)
+            return False
+        except pykka.ActorDeadError as exc:  # its supervisor stopped: the host shut down
+            raise HostShutDown from exc
+        if record.status in ("active", "restarting"):
+            # Killed after its snapshot: the restart registered while this waited for
+            # the supervisor (set it active), and the terminate then ended that
+            # incarnation (set it restarting). Hibernated stands: nothing runs, and the
+            # checkpoint just saved is the session's newest.
+            self._table.set(record, "hibernated", None)
+            self.ownership.hibernated(record.session_id, True)  # as the restart left it
+        record.events.publish("hibernated", checkpoint_id=snapshot.checkpoint_id)
+        return True
 
     def hibernate_idle(self) -> list[str]:
         """Hibernate every active session idle for longer than its limit; their ids."""
@@ -644,9 +652,25 @@ class Incarnations:
                 record.session_id, shutdown=self.policy.call_timeout
             )
         try:
+            if checkpoint:
+                self._cover_late_events(record)
             self.ownership.release(record.session_id, stopped=True)
         finally:  # last: a new session of its id waits for this (``await_stop``)
             self._table.forget(record)
+
+    def _cover_late_events(self, record: SessionRecord) -> None:
+        """Once a stopped session's incarnation is gone, have its last checkpoint's event
+        mark cover what its stream published after its final checkpoint (a kill racing
+        the stop: ``crashed``), so its next life numbers on after them. The stop is done
+        whatever happens: a failure is logged, and that life may repeat those seqs."""
+        try:
+            self._checkpoints.cover_events(record.session_id, record.events, record.save_order)
+        except Exception:
+            logger.exception(
+                "session %r: saving the event mark of its stop failed; events after its final "
+                "checkpoint may be numbered again when it is resumed",
+                record.session_id,
+            )
 
     def lose(self, record: SessionRecord) -> None:
         """Stop a session another node owns now, here, for good: no final checkpoint (it
@@ -721,10 +745,15 @@ class Incarnations:
 
     def final_checkpoint(self, record: SessionRecord) -> None:
         """Checkpoint a session that is being stopped, if an incarnation serves. One being
-        restarted (or killed just now) is left as it is: its last checkpoint stands."""
+        restarted (or killed just now), hibernated or given up keeps its last checkpoint's
+        state, saved again only if its stream published events past that checkpoint's
+        mark (``Checkpoints.cover_events``): its next life numbers on after them."""
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot())
         if snapshot is None:
             logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
+            # With the event mark of what its stream published since (a crash's events):
+            # its next life numbers its events after them, not again.
+            self._checkpoints.cover_events(record.session_id, record.events, record.save_order)
         else:  # a stop holds the op_lock, a shutdown refuses calls: no turn of it runs first
             self._checkpoints.save(snapshot, record.events, record.save_order, newest_taken=True)
 

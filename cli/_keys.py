@@ -77,19 +77,32 @@ def _key_store(
     """The data directory's keys, or the cluster's on ``dsn``; closed on exit. The
     directory must exist (the caller creates it first where that is wanted).
 
-    Without ``create`` (``list``, ``revoke``), a data directory holding no key database
-    yet yields ``None``: opening one would make ``gateway.secret`` and the database
-    there, so that a command that only reads keys would write into a directory (one a
-    later ``serve`` then uses, or a cluster node's before its secret is copied in).
+    Without ``create`` (``list``, ``revoke``), a data directory holding no secret and no
+    key (no key database yet, or one without keys) yields ``None``: opening the store
+    would make ``gateway.secret`` (and the database) there, so that a command that only
+    reads keys would write into a directory (one a later ``serve`` then uses, or a cluster
+    node's before its secret is copied in).
     For the same reason the cluster's key store is then opened without making the
     secret: listing and revoking need none (the keys are in the database).
     """
     require_data_dir(data_dir)
     try:
-        from gateway.keys import DB_FILE, KeyStore  # noqa: PLC0415 (the server extra, only here)
+        from gateway.keys import (  # noqa: PLC0415 (the server extra, only here)
+            DB_FILE,
+            SECRET_FILE,
+            KeyStore,
+            holds_keys,
+        )
     except ImportError as exc:
         fail(f"the keys commands need the server extra ({exc}): pip install 'sessionvisor[server]'")
-    if dsn is None and not create and not (data_dir / DB_FILE).exists():
+    db = data_dir / DB_FILE
+    if (
+        dsn is None
+        and not create
+        # without a secret, opening the store would make one; with keys in the database,
+        # it refuses the lost secret instead (below), as ``serve`` does
+        and (not db.exists() or (not (data_dir / SECRET_FILE).exists() and not holds_keys(db)))
+    ):
         yield None
         return
     with data_dir_errors(data_dir, "the key store"):

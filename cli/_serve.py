@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Final, TextIO
 
 import click
 
@@ -22,6 +22,16 @@ from supervisor.log_format import JsonLogFormatter
 __all__ = ["configure_logging", "serve"]
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+LIMIT_DEFAULTS: Final = {
+    "max_body_bytes": 1 << 20,
+    "max_message_chars": 32_000,
+    "max_sessions_per_tenant": 100,
+    "max_concurrent_per_key": 16,
+}
+"""The defaults of the ``--max-*`` options: ``gateway.limits.Limits``'s own (stated here,
+as the gateway, the server extra, is imported only once ``serve`` runs; a test checks
+they agree)."""
 
 
 def configure_logging(log_format: str, level: str, stream: TextIO | None = None) -> None:
@@ -120,6 +130,34 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     show_default=True,
     help="Cluster mode: the PostgreSQL schema of the cluster's tables",
 )
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1),
+    default=LIMIT_DEFAULTS["max_body_bytes"],
+    show_default=True,
+    help="Largest request body, in bytes (413 beyond it)",
+)
+@click.option(
+    "--max-message-chars",
+    type=click.IntRange(min=1),
+    default=LIMIT_DEFAULTS["max_message_chars"],
+    show_default=True,
+    help="Longest message or steering text, in characters (422 beyond it)",
+)
+@click.option(
+    "--max-sessions-per-tenant",
+    type=click.IntRange(min=1),
+    default=LIMIT_DEFAULTS["max_sessions_per_tenant"],
+    show_default=True,
+    help="Sessions a tenant may have at once (409 beyond it)",
+)
+@click.option(
+    "--max-concurrent-per-key",
+    type=click.IntRange(min=1),
+    default=LIMIT_DEFAULTS["max_concurrent_per_key"],
+    show_default=True,
+    help="Requests in flight per API key, open event streams included (429 beyond it)",
+)
 def serve(  # noqa: PLR0917 (the command's options)
     data_dir: Path,
     templates: tuple[str, ...],
@@ -136,6 +174,10 @@ def serve(  # noqa: PLR0917 (the command's options)
     switch_interval: float,
     metrics_token_file: Path | None,
     schema: str,
+    max_body_bytes: int,
+    max_message_chars: int,
+    max_sessions_per_tenant: int,
+    max_concurrent_per_key: int,
 ) -> None:
     """Serve the sessions of DATA_DIR over HTTP until SIGINT or SIGTERM; with --postgres,
     as one node of a cluster sharing that database (any node answers for any session).
@@ -143,9 +185,13 @@ def serve(  # noqa: PLR0917 (the command's options)
     Prints one line, ``serving on http://HOST:PORT``, once it listens (with
     ``--port 0``, the port picked); on SIGINT/SIGTERM it finishes the requests
     in flight, checkpoints every session (a cluster node then releases them to
-    the other nodes) and exits 0."""
+    the other nodes) and exits 0.
+
+    The --max-* options set what one caller may ask; a request past one answers
+    its problem (413, 422, 409 or 429)."""
     try:
         from gateway.keys import SecretUnusable  # noqa: PLC0415  (the server extra)
+        from gateway.limits import Limits  # noqa: PLC0415
         from gateway.server import ClusterOptions, ClusterStoreOptionsError, bind  # noqa: PLC0415
         from gateway.server import serve as run  # noqa: PLC0415
     except ImportError as exc:
@@ -169,6 +215,12 @@ def serve(  # noqa: PLR0917 (the command's options)
             cluster_at(advertise)
     elif node_id is not None or advertise is not None:
         raise click.UsageError("--node-id and --advertise need --postgres (cluster mode)")
+    limits = Limits(
+        max_body_bytes=max_body_bytes,
+        max_message_chars=max_message_chars,
+        max_sessions_per_tenant=max_sessions_per_tenant,
+        max_concurrent_per_key=max_concurrent_per_key,
+    )
     _importable(app_dir)
     loaded = load(templates)
     metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
@@ -193,6 +245,7 @@ def serve(  # noqa: PLR0917 (the command's options)
                 data_dir,
                 loaded,
                 workers=workers,
+                limits=limits,
                 sock=sock,
                 announce=click.echo,
                 cluster=cluster,

@@ -60,6 +60,11 @@ def api_app(limits: Limits | None = None) -> FastAPI:
         # preflight; every /v1 operation with a body asks for an API key in Authorization,
         # which a browser sends only after a preflight.
         strict_content_type=False,
+        # no redirect for a path with a trailing slash (``/v1/sessions/``): Starlette's
+        # 307 carried an absolute ``http://`` Location, wrong behind a TLS proxy, and a
+        # client that follows it re-sends its key and body. The path is not the API's: its
+        # 404 problem answers, as for any unknown path, and says so.
+        redirect_slashes=False,
     )
     for router in (
         routes_sessions.router,

@@ -37,6 +37,8 @@ __all__ = [
     "RememberedSession",
     "Reservation",
     "SecretUnusable",
+    "holds_keys",
+    "lost_secret",
 ]
 
 KEY_PREFIX: Final = "sv_"
@@ -254,6 +256,20 @@ def _read_secret(path: Path) -> bytes:
     return secret
 
 
+def holds_keys(db: Path) -> bool:
+    """Whether the key database ``db`` holds any API key (revoked ones too); read without
+    writing anything (no database: ``False``, and none is made)."""
+    try:
+        # mode=rw, never creating it, and query_only: a read-only connection would leave
+        # the -wal and -shm files it makes behind (it cannot remove them on closing)
+        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True)) as c:
+            c.execute("PRAGMA query_only=ON")
+            found = c.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone()
+    except sqlite3.Error:  # no table yet (or no database): no key
+        return False
+    return found is not None
+
+
 def _refuse_lost_secret(db: Path, secret: Path) -> None:
     """Refuse a missing ``secret`` beside a key database ``db`` that holds keys: they were
     fingerprinted under the lost secret, and a new one would make every one of them
@@ -262,20 +278,21 @@ def _refuse_lost_secret(db: Path, secret: Path) -> None:
     Raises:
         SecretUnusable: ``db`` holds API keys.
     """
-    try:
-        # mode=rw, never creating it, and query_only: a read-only connection would leave
-        # the -wal and -shm files it makes behind (it cannot remove them on closing)
-        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True)) as c:
-            c.execute("PRAGMA query_only=ON")
-            found = c.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone()
-    except sqlite3.Error:  # no table yet (or no database): no key to lose
-        return
-    if found is not None:
-        raise SecretUnusable(
-            f"{secret} is missing, but {db} holds API keys made under it: restore it from "
-            f"the backup of this directory; or, to start anew, remove {db} and create new "
-            "keys (every client then needs one)"
+    if holds_keys(db):
+        raise lost_secret(
+            secret,
+            str(db),
+            f"restore it from the backup of this directory; or, to start anew, remove {db} "
+            "and create new keys (every client then needs one)",
         )
+
+
+def lost_secret(secret: Path, where: str, remedy: str) -> SecretUnusable:
+    """The error for a missing ``secret`` while ``where`` (a key database) holds keys made
+    under it; ``remedy`` says what to do."""
+    return SecretUnusable(
+        f"{secret} is missing, but {where} holds API keys made under it: {remedy}"
+    )
 
 
 _CACHE_MAX = 10_000

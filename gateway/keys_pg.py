@@ -28,6 +28,7 @@ from gateway.keys import (
     RememberedSession,
     Reservation,
     key_fingerprint,
+    lost_secret,
     mint_key,
     now_ms,
     read_or_create_secret,
@@ -82,8 +83,10 @@ class PostgresKeyStore:
 
     Raises:
         StoreUnreachable: the database cannot be reached.
-        ValueError: the secret file is damaged (with ``create_secret``; without it,
-            raised when the secret is first needed).
+        SecretUnusable: (a ``ValueError``) with ``create_secret``, the secret file is
+            damaged or readable by others, or missing while the database holds keys (made
+            under the cluster's secret: copy it in); without ``create_secret``, a damaged
+            file is raised when the secret is first needed.
     """
 
     def __init__(
@@ -96,9 +99,6 @@ class PostgresKeyStore:
         directory = Path(data_dir)
         self._secret_path = directory / SECRET_FILE
         self._secret: bytes | None = None
-        if create_secret:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
-            self._secret = read_or_create_secret(self._secret_path)
         self._store = store
         self._sql = {
             name: store.in_schema(text)
@@ -108,6 +108,7 @@ class PostgresKeyStore:
                 "authenticate": f"SELECT {_COLUMNS} FROM {{s}}.gateway_api_keys"
                 " WHERE fingerprint = %s AND revoked_at IS NULL",
                 "list": f"SELECT {_COLUMNS} FROM {{s}}.gateway_api_keys",
+                "any_key": "SELECT 1 FROM {s}.gateway_api_keys LIMIT 1",
                 "revoke": "UPDATE {s}.gateway_api_keys SET revoked_at = %s"
                 " WHERE key_id = %s AND revoked_at IS NULL",
                 "key": f"SELECT {_COLUMNS} FROM {{s}}.gateway_api_keys WHERE key_id = %s",
@@ -137,6 +138,29 @@ class PostgresKeyStore:
                     conn.execute(store.in_schema(statement))
 
         store.run("creating the gateway's tables", create_tables)
+        if create_secret:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # private when made here
+            self._secret = self._open_secret()
+
+    def _open_secret(self) -> bytes:
+        """The secret file, created if missing, unless the cluster's database holds keys
+        already: they were made under the cluster's secret, which a new one would not
+        match, so every key would be unknown (401) on this node without a word (a node
+        whose ``gateway.secret`` was not copied in).
+
+        Raises:
+            SecretUnusable: the file is missing while the database holds keys, or it is
+                damaged or readable by others.
+        """
+        path = self._secret_path
+        if not path.exists() and self._rows("reading API keys", "any_key", ()):
+            raise lost_secret(
+                path,
+                f"the cluster's database (schema {self._store.schema!r})",
+                f"copy gateway.secret from another node of the cluster into {path.parent} "
+                "(mode 0600; the same file on every node)",
+            )
+        return read_or_create_secret(path)
 
     def _rows(self, action: str, name: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         statement = self._sql[name]

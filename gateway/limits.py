@@ -35,6 +35,10 @@ class Limits:
             silent before a comment line (``: keep-alive``) is sent, which clients
             ignore: a client that went away is noticed at that write and its request
             slot freed, and proxies do not close the idle connection.
+        key_check_s: Seconds between checks of an open event stream's (``/events``) API
+            key: once the key is revoked, the stream ends with an ``error`` frame (the
+            401 problem) within this, plus the key store's own cache time (``KeyStore``'s
+            ``cache_seconds``, for a key revoked by another process).
     """
 
     max_body_bytes: int = 1 << 20
@@ -43,13 +47,15 @@ class Limits:
     max_concurrent_per_key: int = 16
     retry_after_s: int = 1
     heartbeat_s: float = 15.0
+    key_check_s: float = 5.0
 
     def __post_init__(self) -> None:
-        heartbeat = self.heartbeat_s
-        if isinstance(heartbeat, bool) or not isinstance(heartbeat, int | float):
-            raise ValueError(f"Limits.heartbeat_s must be a number of seconds, got {heartbeat!r}")
-        if not 0 < heartbeat < math.inf:
-            raise ValueError(f"Limits.heartbeat_s must be > 0 and finite, got {heartbeat!r}")
+        for seconds in ("heartbeat_s", "key_check_s"):
+            value = getattr(self, seconds)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"Limits.{seconds} must be a number of seconds, got {value!r}")
+            if not 0 < value < math.inf:
+                raise ValueError(f"Limits.{seconds} must be > 0 and finite, got {value!r}")
         for name in (
             "max_body_bytes",
             "max_message_chars",

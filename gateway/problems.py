@@ -381,7 +381,12 @@ async def handle_http(request: Request, error: Exception) -> JSONResponse:
     if error.status_code == 405:
         return _method_not_allowed(request)
     slug = {404: "not-found"}.get(error.status_code, "http-error")
-    problem = Problem(error.status_code, slug, str(error.detail), str(error.detail))
+    detail = str(error.detail)
+    path = str(request.scope.get("path", ""))
+    if error.status_code == 404 and len(path) > 1 and path.endswith("/"):
+        # no redirect (``api_app``): say what to send instead
+        detail = f"no such path; the API's paths end without '/': {shown(path.rstrip('/'))}"
+    problem = Problem(error.status_code, slug, str(error.detail), detail)
     return problem_response(problem, request.scope.get("path"))
 
 

@@ -3,20 +3,25 @@
 ``Last-Event-ID`` (or ``?since=``) resumes after that event; a client that fell
 behind the session's bounded buffer gets a ``missed`` frame saying how many
 events it lost before the next one it receives. A stream silent for
-``Limits.heartbeat_s`` sends a comment line. A stopping server ends the streams
-(their answers end cleanly) instead of waiting for their sessions to stop.
+``Limits.heartbeat_s`` sends a comment line. The caller's key is checked again every
+``Limits.key_check_s``: once revoked, the stream ends with an ``error`` frame (401). A
+stopping server ends the streams (their answers end cleanly) instead of waiting for
+their sessions to stop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from gateway._context import SESSION_PATH, Caller, Gateway, GatewayDep, host_id
-from gateway.problems import Problem, ProblemError
+from gateway.limits import _bearer
+from gateway.problems import Problem, ProblemError, problem_data, unauthorized
 from gateway.sse import (
     HEARTBEAT,
     SSE_HEADERS,
@@ -29,11 +34,15 @@ from supervisor import EventStream
 
 __all__ = ["router"]
 
+logger = logging.getLogger("gateway")
+
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"], dependencies=[SESSION_PATH])
 
 
 def _cursor(text: str | None) -> int | None:
-    if text is None:
+    """The event seq to resume after; ``None`` for none (also an empty value: a browser's
+    ``EventSource`` sends ``Last-Event-ID:`` empty when no frame it got had an ``id``)."""
+    if not text:
         return None
     if not (text.isascii() and text.isdigit()) or len(text) > 18:
         detail = "Last-Event-ID (or since) must be the id of an event this stream sent"
@@ -47,7 +56,8 @@ def _cursor(text: str | None) -> int | None:
     response_class=StreamingResponse,
     responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
 )
-async def events(
+async def events(  # noqa: PLR0917 (the route's parameters)
+    request: Request,
     session_id: str,
     gateway: GatewayDep,
     key: Caller,
@@ -62,24 +72,46 @@ async def events(
     ``status``, ``type``, ``detail``, ``title``, ``retryable``). A browser's
     ``EventSource`` fires an ``error`` event of its own, without ``data``, when the
     connection fails (then it reconnects with ``Last-Event-ID``): in an
-    ``addEventListener("error", ...)`` listener, ``event.data === undefined`` is that."""
-    cursor = _cursor(last_event_id if last_event_id is not None else since)
+    ``addEventListener("error", ...)`` listener, ``event.data === undefined`` is that.
+
+    A stream whose API key is revoked ends within ``Limits.key_check_s`` (default 5 s)
+    with an ``error`` frame of the 401 problem (``type`` ``/problems/unauthorized``)."""
+    cursor = _cursor(last_event_id or since)
     gateway.owned(key.tenant_id, session_id)
     internal = host_id(key.tenant_id, session_id)
     stream = gateway.ahost.events(internal, since=cursor, tenant_id=key.tenant_id)
     await gateway.follow(stream)  # a stopping server ends it (``Gateway.end_streams``)
     return StreamingResponse(
-        _frames(gateway, stream), media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS
+        _frames(gateway, stream, _bearer(request.scope)),
+        media_type=SSE_MEDIA_TYPE,
+        headers=SSE_HEADERS,
     )
 
 
-async def _frames(gateway: Gateway, stream: EventStream) -> AsyncIterator[str]:
+async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> AsyncIterator[str]:
+    """The stream's frames, a heartbeat when it was silent ``heartbeat_s``, and, every
+    ``key_check_s``, a check of the bearer's key (``token``): a key revoked meanwhile ends
+    the stream with an ``error`` frame of the 401 problem (a stream lasts as long as its
+    session; without it, a revoked key kept receiving the session's events)."""
+    limits = gateway.limits
+    tick = min(limits.heartbeat_s, limits.key_check_s)
+    loop = asyncio.get_running_loop()
     told = 0
+    quiet_since = checked = loop.time()
     try:
-        async for event in with_heartbeats(stream, gateway.limits.heartbeat_s):
+        async for event in with_heartbeats(stream, tick):
+            now = loop.time()
+            if token is not None and now - checked >= limits.key_check_s - tick / 2:
+                checked = now
+                if not await _still_valid(gateway, token):
+                    yield frame("error", problem_data(_REVOKED))
+                    return
             if event is None:  # silent for a while: a comment, so a client that left is seen
-                yield HEARTBEAT
+                if now - quiet_since >= limits.heartbeat_s - tick / 2:
+                    quiet_since = now
+                    yield HEARTBEAT
                 continue
+            quiet_since = now
             if stream.missed > told:
                 yield frame("missed", {"missed": stream.missed - told})
                 told = stream.missed
@@ -87,3 +119,20 @@ async def _frames(gateway: Gateway, stream: EventStream) -> AsyncIterator[str]:
     finally:
         gateway.unfollow(stream)
         await stream.aclose()
+
+
+_REVOKED = unauthorized(
+    "the API key was revoked (or is unknown) while this stream was open; use a valid key",
+    invalid=True,
+)
+
+
+async def _still_valid(gateway: Gateway, token: str) -> bool:
+    """Whether ``token`` is still a valid key (read off the event loop: the key store may
+    ask its database). A check that fails is no revocation: the stream goes on, and the
+    next check asks again."""
+    try:
+        return await asyncio.to_thread(gateway.keys.authenticate, token) is not None
+    except Exception:
+        logger.warning("checking an event stream's API key failed", exc_info=True)
+        return True

@@ -218,7 +218,11 @@ async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> R
 def _forget_stale_record(gateway: Gateway, tenant_id: str, internal: str) -> bool:
     """Drop the stale record of ``internal`` (see ``STALE_RECORD_SECONDS``), or that of a
     session of a template this server does not serve (never resumed here), and any
-    checkpoints of it; whether there was one."""
+    checkpoints of it; whether there was one.
+
+    Raises:
+        SessionOwnedElsewhere: a live other node of the cluster owns it now.
+    """
     cutoff = now_ms() - int(STALE_RECORD_SECONDS * 1000)
     stale = any(
         record.session_id == internal
@@ -226,6 +230,26 @@ def _forget_stale_record(gateway: Gateway, tenant_id: str, internal: str) -> boo
         for record in gateway.keys.tenant_sessions(tenant_id)
     )
     if stale:
+        _refuse_if_owned_elsewhere(gateway, internal)
         gateway.ahost.host.store.delete(internal)
         gateway.keys.forget_session(internal)
     return stale
+
+
+def _refuse_if_owned_elsewhere(gateway: Gateway, internal: str) -> None:
+    """On a cluster node, refuse to drop ``internal``'s checkpoints and record while a live
+    other node owns it (one read of its owner in the database): that node created it anew
+    since this request was routed here, and its first checkpoint would be lost. The
+    client's retry is routed to that node, which deletes the session it runs.
+
+    Raises:
+        SessionOwnedElsewhere: a live other node owns it (503, retryable).
+    """
+    node = gateway.ahost.host.node
+    if node is None:
+        return
+    owner = node.owner(internal)
+    if owner is None or owner.node_id is None or not owner.live:
+        return
+    if (owner.node_id, owner.incarnation) != (node.node_id, node.incarnation):
+        raise SessionOwnedElsewhere(public_id(internal), owner.node_id, owner.address)

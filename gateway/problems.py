@@ -265,7 +265,11 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
         case WorkerStartError() | StoreUnavailable() | StoreUnreachable() | OwnershipLost():
             return _retry(503, "unavailable", "Temporarily unavailable", type(error).__name__)
         case SessionOwnedElsewhere():
-            return _retry(503, "owned-elsewhere", "Session served by another node", str(error))
+            detail = (  # the owner's address is the cluster's own, not the client's to call
+                f"{_which(error, session_id)} is served by another node ({error.node!r}) "
+                "right now; send again: this server routes the request there"
+            )
+            return _retry(503, "owned-elsewhere", "Session served by another node", detail)
         case CredentialsUnavailable():
             return _retry(503, "credentials-unavailable", "Credentials unavailable", str(error))
         case SteeringQueueFull():

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -32,6 +32,17 @@ LIMIT_DEFAULTS: Final = {
 """The defaults of the ``--max-*`` options: ``gateway.limits.Limits``'s own (stated here,
 as the gateway, the server extra, is imported only once ``serve`` runs; a test checks
 they agree)."""
+
+
+def _limit_option(key: str, help_text: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The ``--max-...`` option that sets ``Limits.<key>`` (an integer >= 1)."""
+    return click.option(
+        f"--{key.replace('_', '-')}",
+        type=click.IntRange(min=1),
+        default=LIMIT_DEFAULTS[key],
+        show_default=True,
+        help=help_text,
+    )
 
 
 def configure_logging(log_format: str, level: str, stream: TextIO | None = None) -> None:
@@ -130,33 +141,14 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     show_default=True,
     help="Cluster mode: the PostgreSQL schema of the cluster's tables",
 )
-@click.option(
-    "--max-body-bytes",
-    type=click.IntRange(min=1),
-    default=LIMIT_DEFAULTS["max_body_bytes"],
-    show_default=True,
-    help="Largest request body, in bytes (413 beyond it)",
+@_limit_option("max_body_bytes", "Largest request body, in bytes (413 beyond it)")
+@_limit_option(
+    "max_message_chars", "Longest message or steering text, in characters (422 beyond it)"
 )
-@click.option(
-    "--max-message-chars",
-    type=click.IntRange(min=1),
-    default=LIMIT_DEFAULTS["max_message_chars"],
-    show_default=True,
-    help="Longest message or steering text, in characters (422 beyond it)",
-)
-@click.option(
-    "--max-sessions-per-tenant",
-    type=click.IntRange(min=1),
-    default=LIMIT_DEFAULTS["max_sessions_per_tenant"],
-    show_default=True,
-    help="Sessions a tenant may have at once (409 beyond it)",
-)
-@click.option(
-    "--max-concurrent-per-key",
-    type=click.IntRange(min=1),
-    default=LIMIT_DEFAULTS["max_concurrent_per_key"],
-    show_default=True,
-    help="Requests in flight per API key, open event streams included (429 beyond it)",
+@_limit_option("max_sessions_per_tenant", "Sessions a tenant may have at once (409 beyond it)")
+@_limit_option(
+    "max_concurrent_per_key",
+    "Requests in flight per API key, open event streams included (429 beyond it)",
 )
 def serve(  # noqa: PLR0917 (the command's options)
     data_dir: Path,

@@ -388,8 +388,9 @@ class WorkerStartError(SupervisorError):
     Unlike ``WorkerCrashed`` (a running worker died; its sessions are resumed
     on a replacement), a worker that cannot even start would fail the same way
     every time: ``AgentHost(workers=N)`` raises this, and once three replacement
-    workers in a row could not start the host stops replacing them and starting
-    a session raises it. The worker's own traceback is on stderr. ``pid`` names
+    workers in a row could not start, or starting a replacement kept raising past the
+    workers' restart intensity, the host stops replacing them and starting a session
+    raises it. The worker's own traceback is on stderr. ``pid`` names
     the worker and ``exit_status`` says how it ended (``exit code 1``), or that
     it never answered. ``pid`` is ``None`` when the host refused to start any
     worker: a main program read from standard input, which workers cannot import.

@@ -464,7 +464,9 @@ class AgentHost:
         evicted the session and before the supervisor restarts it), the
         supervisor's for ``resumed`` and ``given_up``. It may call the host for
         another session, and ``history`` or ``checkpoint`` for its own, in either
-        mode. Returns a function that unsubscribes.
+        mode; except, in process mode, ``stop_session`` or ``hibernate`` of another
+        session of the same worker, which waits out ``call_timeout`` (hand such a call
+        to another thread). Returns a function that unsubscribes.
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).

@@ -8,7 +8,10 @@ replacement: the registry evicts each session at once and the host's
 supervisor resumes it from its last checkpoint on a live worker, chosen once
 the replacement is started (``place`` waits for it), so that it takes its
 share. Workers that keep dying are themselves subject to a restart intensity:
-past it the pool stops replacing them and calls ``on_give_up``.
+past it the pool stops replacing them and calls ``on_give_up``. A replacement
+whose start raises (no free file descriptors, say) is retried with a short
+backoff, each attempt counted against that intensity; the pool gives up past it,
+or once starting has failed for a whole ``max_seconds`` window.
 
 A worker is started when its first frame (``ready``) arrives. One that exits on
 its own before that cannot start (an unguarded main file it re-imports, an
@@ -52,7 +55,7 @@ from supervisor._actor import kill
 from supervisor._host_policy import check_worker_count, worker_call_timeout
 from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
-from supervisor.intensity import RestartIntensity
+from supervisor.intensity import Backoff, RestartIntensity
 from supervisor.workers._client import LoadedTemplate, WorkerClient
 from supervisor.workers._io import named as io_named
 from supervisor.workers._worker_process import WorkerSetup
@@ -360,13 +363,68 @@ class WorkerPool:
             if ref is not None:
                 kill(ref, reason)
         if replace:
-            try:
-                self._spawn()
-            except Exception:
-                logger.exception("could not start a replacement worker")
+            self._replace()
         else:
             with self._changed:
                 self._changed.notify_all()  # wake placements waiting for a worker
+
+    def _replace(self) -> None:
+        """Start a replacement worker (counted in ``_spawning`` by the caller), retrying
+        with a short backoff while starting it fails, on the dead worker's reader thread.
+
+        A start that raises (no free file descriptors or memory, no thread) may well be
+        transient, so it is retried, as an OTP supervisor restarts a child whose start
+        failed: each retry counts against the restart intensity, and the pool gives up
+        (``gave_up``, ``on_give_up``) past it or once starting has failed for a whole
+        ``max_seconds`` window. Left at one failed attempt, the pool kept a worker fewer
+        for good while ``gave_up`` stayed false: a readiness probe said "being replaced"
+        for ever. ``close`` ends the retries (it wakes the backoff's wait).
+        """
+        backoff = _replace_backoff(self._intensity.max_seconds)
+        first_failure: float | None = None
+        failures = 0
+        while True:
+            try:
+                self._spawn()  # (uncounts itself from ``_spawning``, started or not)
+                return
+            except Exception as exc:
+                failures += 1
+                logger.warning(
+                    "could not start a replacement worker (attempt %d)", failures, exc_info=True
+                )
+                error = f"{type(exc).__name__}: {exc}"
+            now = self._intensity.now()
+            first_failure = now if first_failure is None else first_failure
+            with self._changed:
+                if self._closed:
+                    self._changed.notify_all()
+                    return
+                retry = (
+                    now - first_failure < self._intensity.max_seconds and self._intensity.allow()
+                )
+                if not retry:
+                    self.gave_up = True
+                    self._unstartable = WorkerStartError(
+                        None,
+                        f"a replacement worker could not be started in {failures} attempts "
+                        f"({error})",
+                        ". Free the resource it lacked, then restart the host",
+                    )
+                self._changed.notify_all()  # (a waiting ``place`` sees the give-up at once)
+                if retry:
+                    # Not counted in ``_spawning`` while it waits: ``place`` puts sessions on
+                    # the live workers meanwhile rather than wait for a start that fails.
+                    self._changed.wait_for(lambda: self._closed, backoff.delay(failures))
+                    if self._closed:
+                        return
+                    self._spawning += 1  # counted again (under the lock, not closed):
+                    # ``close`` waits for this start, so no worker is left running unseen
+            if not retry:
+                message = f"{self._unstartable}; no longer replacing workers"
+                logger.error(message)
+                if self._on_give_up is not None:
+                    self._on_give_up(message)
+                return
 
     def _on_push(self, client: WorkerClient, frame: dict[str, Any]) -> None:
         """An unsolicited frame of ``client``, or a reply that carries its call's events (on
@@ -568,6 +626,7 @@ class WorkerPool:
         sessions were stopped (the host does)."""
         with self._changed:
             self._closed = True  # no replacement is decided from now on
+            self._changed.notify_all()  # (ends a replacement's backoff: see ``_replace``)
             self._changed.wait_for(lambda: self._spawning == 0, _SPAWN_WAIT)
             workers = list(self._workers)
         # All at once, with one deadline: each worker stops its sessions meanwhile, and one
@@ -598,6 +657,14 @@ def _intensity(
         if message.startswith(("max_restarts ", "max_seconds ")):
             raise type(exc)(f"worker_{message}") from None
         raise
+
+
+def _replace_backoff(max_seconds: float) -> Backoff:
+    """The delays between attempts to start one replacement worker: from 50 ms, doubling,
+    capped at a quarter of the intensity window (at most 1 s), so that a start failing for
+    good is tried a few times before the window ends and the pool gives up."""
+    cap = min(1.0, max_seconds / 4)
+    return Backoff(initial=min(0.05, cap), factor=2.0, max_delay=cap)
 
 
 def _pickled_initializer(

@@ -132,9 +132,17 @@ class WorkerServer:
             raise ValueError(f"unknown worker op {op!r}")
 
     def _blocking(self, call_id: int, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` (a load, start or stop, on the thread pool) and answer ``call_id``.
+
+        Whatever ``fn`` raises is the answer, ``SystemExit`` and ``KeyboardInterrupt``
+        included (user code run while a session is constructed: a model's attribute, a
+        plugin's): unanswered, the host would wait out its timeout for the start, and
+        its supervisor would stay busy with it. It cannot stop this pool thread's
+        worker anyway; the host rebuilds it as a ``RemoteError`` naming its type.
+        """
         try:
             fn(*args)
-        except Exception as exc:
+        except BaseException as exc:  # (see above: the error is the answer)
             self.writer.fail(call_id, exc)
         else:
             self.writer.reply(call_id, None)

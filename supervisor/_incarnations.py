@@ -183,13 +183,13 @@ class Incarnations:
             self._resolve_for_start(record.session_id, record.template)
             self.supervisors.of(record.session_id).start_child(self._spec(record))
         except ChildStartError as err:
-            self._table.forget(record)
+            self._forget_failed_start(record)
             _reraise(err)
         except pykka.ActorDeadError as exc:  # its supervisor stopped: the host shut down
             self._table.forget(record)
             raise HostShutDown from exc
         except pykka.Timeout as exc:
-            self._table.forget(record)
+            self._forget_failed_start(record)
             self._abandon_start(record.session_id)
             raise TimeoutError(
                 f"session {record.session_id!r} did not start within "
@@ -199,10 +199,18 @@ class Incarnations:
                 "make session_start faster or raise call_timeout"
             ) from exc
         except BaseException:
-            self._table.forget(record)
+            self._forget_failed_start(record)
             raise
         hint_if_untuned()
         return record.session_id
+
+    def _forget_failed_start(self, record: SessionRecord) -> None:
+        """Forget a record whose first start failed, and give up the claim its start made
+        (a cluster node): kept, it made the id this node's for as long as the node lived,
+        so a start of it anywhere else raised ``SessionOwnedElsewhere``. Released as
+        stopped: no sweeper retries a start that failed (the caller has its error)."""
+        self._table.forget(record)
+        self.ownership.release(record.session_id, stopped=True)
 
     def _abandon_start(self, session_id: str) -> None:
         """Have its root supervisor stop and remove the child ``session_id`` once the start
@@ -493,13 +501,19 @@ class Incarnations:
         # A stop under way releases the session's ownership as it ends: claim it after.
         self._table.await_stop(session_id, self.policy.call_timeout)
         self.ownership.claim(session_id)  # before the load: no older owner saves after it
-        if tenant_id is not None and checkpoint_id is not None:
-            self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
-        snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
         try:
+            if tenant_id is not None and checkpoint_id is not None:
+                self._saved_checkpoint(session_id, None, tenant_id)  # the tenant before the id
+            snapshot = self._saved_checkpoint(session_id, checkpoint_id, tenant_id)
             self._resolve_for_start(session_id, template)
-        except ChildStartError as err:
-            _reraise(err)
+        except BaseException as exc:
+            # Nothing runs: the claim goes back (kept, no other node could start the id),
+            # the session's state as it was (an orphan stays one for the sweepers), but for
+            # one without a checkpoint: stopped, nothing to take over (as ``adopt`` says).
+            self.ownership.release(session_id, stopped=isinstance(exc, CheckpointNotFound))
+            if isinstance(exc, ChildStartError):
+                _reraise(exc)
+            raise
         if checkpoint_id is not None:
             # Continuing from an older checkpoint abandons the turns saved after
             # it: make it the newest, so a crash restart comes back here too.

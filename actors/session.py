@@ -44,7 +44,7 @@ from actors.model import GenerateModel, Model, ModelResponse
 from actors.plugins import Plugin
 from actors.providers import ProviderRegistry
 from actors.request import Credentials, ModelRequest
-from actors.snapshot import Snapshot, session_snapshot
+from actors.snapshot import Snapshot, saved_steering, session_snapshot
 from actors.steering import SteeringQueue
 from actors.streaming import Delta
 from actors.template import AgentTemplate
@@ -325,7 +325,7 @@ class AgentSession(pykka.ThreadingActor):
             )
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             if steering is None:  # a queue passed in is its owner's (a host restores it)
-                self.steering.requeue(_saved_steering(restored))
+                self.steering.requeue(saved_steering(restored))
             self._turns = int(restored.get("turns", 0))
             self._metadata = dict(
                 metadata if metadata is not None else restored.get("metadata", {})
@@ -990,17 +990,3 @@ def _started_well(ref: pykka.ActorRef[Any], timeout: float) -> bool:
     if not actor._start_done.acquire(timeout=timeout):
         raise pykka.Timeout(f"{ref} did not finish its start within {timeout} s")
     return actor._start_ok
-
-
-def _saved_steering(restored: Mapping[str, Any]) -> list[str]:
-    """The steering a checkpoint's state saved as waiting (``state["steering"]``).
-
-    Raises:
-        TypeError: it is not a list of strings.
-    """
-    saved = restored.get("steering")
-    if saved is None:
-        return []
-    if not isinstance(saved, list) or not all(isinstance(text, str) for text in saved):
-        raise TypeError("state.steering must be a list of strings")
-    return list(saved)

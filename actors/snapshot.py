@@ -384,19 +384,7 @@ class Snapshot:
         Raises:
             SnapshotDecodeError: ``state["steering"]`` is not a list of strings.
         """
-        raw = self.state.get("steering")
-        if raw is None:
-            return []
-        if not isinstance(raw, list):
-            raise SnapshotDecodeError(
-                f"state.steering must be a list of strings, got {type(raw).__name__}"
-            )
-        for index, text in enumerate(raw):
-            if not isinstance(text, str):
-                raise SnapshotDecodeError(
-                    f"state.steering[{index}] must be a string, got {type(text).__name__}"
-                )
-        return list(raw)
+        return saved_steering(self.state)
 
     @property
     def provider_state(self) -> dict[str, Any] | None:
@@ -411,6 +399,27 @@ class Snapshot:
                 f"state.provider_state must be a dict or null, got {type(raw).__name__}"
             )
         return raw
+
+
+def saved_steering(state: Mapping[str, Any]) -> list[str]:
+    """The steering a session state saved as waiting (``state["steering"]``; none if absent).
+
+    Raises:
+        SnapshotDecodeError: it is not a list of strings.
+    """
+    raw = state.get("steering")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SnapshotDecodeError(
+            f"state.steering must be a list of strings, got {type(raw).__name__}"
+        )
+    for index, text in enumerate(raw):
+        if not isinstance(text, str):
+            raise SnapshotDecodeError(
+                f"state.steering[{index}] must be a string, got {type(text).__name__}"
+            )
+    return list(raw)
 
 
 def _check_new(session_id: object, label: object, metadata: object) -> None:

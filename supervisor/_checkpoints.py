@@ -248,9 +248,6 @@ class Checkpoints:
         """
         if order.mark >= events.mark:  # the usual case, without reading the store
             return
-        latest = self.latest(session_id)
-        if latest is None or event_seq(latest) >= events.mark:
-            return
         with order.lock:
             latest = self.latest(session_id)
             if latest is None or event_seq(latest) >= events.mark:

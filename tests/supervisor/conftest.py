@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from supervisor import AgentHost, MemoryCheckpointStore
 from tests.supervisor.cluster_helpers import Cluster
-from tests.supervisor.host_helpers import MODES, HostFactory, host_options
+from tests.supervisor.host_helpers import MODES, Fifo, HostFactory, host_options
 
 
 @pytest.fixture(params=MODES)
@@ -34,6 +35,14 @@ def make_host(mode: str) -> Iterator[HostFactory]:
     yield _make
     for host in hosts:
         host.shutdown()
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Iterator[Fifo]:
+    """A ``Fifo`` in the test's directory, opened for every reader at the end."""
+    gate = Fifo(tmp_path / "gate")
+    yield gate
+    gate.close()
 
 
 @pytest.fixture

@@ -688,3 +688,25 @@ def process_ended_within(pid: int, timeout: float) -> bool:
     finally:
         os.close(handle)
     return bool(ended)
+
+
+class Fifo:
+    """A cross-process rendezvous through a named pipe (the ``fifo`` fixture): whatever
+    reads one byte from ``path`` (a model call, a plugin's start) waits for a ``release``."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR)  # a reader's open never waits for a writer
+
+    def release(self, calls: int = 1) -> None:
+        """Let ``calls`` waiting (or future) readers go."""
+        os.write(self._fd, b"x" * calls)
+
+    def close(self) -> None:
+        """Let every reader go from now on, even one a failed test left waiting: the pipe
+        becomes a plain file to read bytes from (a reader already waiting gets EOF)."""
+        os.write(self._fd, b"x" * 64)
+        self.path.unlink()
+        self.path.write_bytes(b"x" * 4096)
+        os.close(self._fd)

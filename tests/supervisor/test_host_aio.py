@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +21,7 @@ from supervisor import (
 from supervisor._nonblocking import HELPERS
 from tests.supervisor.host_helpers import (
     WAIT,
+    Fifo,
     FlakyModel,
     HostFactory,
     ModelDown,
@@ -32,14 +31,7 @@ from tests.supervisor.host_helpers import (
     same_error,
     template,
 )
-from tests.supervisor.test_host_futures import Fifo, held_session
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Iterator[Fifo]:
-    gate = Fifo(tmp_path / "gate")
-    yield gate
-    gate.close()
+from tests.supervisor.test_host_futures import held_session
 
 
 async def next_of(stream: EventStream, type_: str) -> Event:

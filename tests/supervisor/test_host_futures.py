@@ -30,6 +30,7 @@ from supervisor import (
 from supervisor._nonblocking import HELPERS
 from tests.supervisor.host_helpers import (
     WAIT,
+    Fifo,
     FlakyModel,
     HostFactory,
     ModelDown,
@@ -56,32 +57,6 @@ class SleepyModel(EchoModel):
     def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
         threading.Event().wait(self.seconds)
         return super().generate(messages, tools)
-
-
-class Fifo:
-    """A cross-process rendezvous for ``FifoModel``: each ``release`` lets one model call go."""
-
-    def __init__(self, path: Path) -> None:
-        os.mkfifo(path)
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR)
-
-    def release(self, calls: int = 1) -> None:
-        os.write(self._fd, b"x" * calls)
-
-    def close(self) -> None:
-        """Let every model call go from now on, even one a failed test left queued: the
-        pipe becomes a plain file to read bytes from (a reader already waiting gets EOF)."""
-        self.path.unlink()
-        self.path.write_bytes(b"x" * 4096)
-        os.close(self._fd)
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Iterator[Fifo]:
-    gate = Fifo(tmp_path / "gate")
-    yield gate
-    gate.close()
 
 
 def held_session(host: AgentHost, fifo: Fifo) -> str:

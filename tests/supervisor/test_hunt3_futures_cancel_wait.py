@@ -7,24 +7,15 @@ notifies those waiters."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import Future, as_completed, wait
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from supervisor._nonblocking import HELPERS
-from tests.supervisor.host_helpers import WAIT, HostFactory, pairs, template, watch_events
-from tests.supervisor.test_host_futures import Fifo, held_session
+from tests.supervisor.host_helpers import WAIT, Fifo, HostFactory, pairs, template, watch_events
+from tests.supervisor.test_host_futures import held_session
 from tests.supervisor.test_hunt3_futures_shutdown_log import HeldLoads
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Iterator[Fifo]:
-    gate = Fifo(tmp_path / "gate")
-    yield gate
-    gate.close()
 
 
 def test_a_cancelled_queued_call_is_done_for_wait_and_as_completed(

@@ -8,9 +8,7 @@ gate works in a worker process too) until the stop waits behind it at the superv
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from supervisor.metrics import HostMetrics
 from tests.supervisor.host_helpers import (
     WAIT,
     EventWaiter,
+    Fifo,
     HostFactory,
     Journal,
     pairs,
@@ -59,32 +58,6 @@ class HeldFailingRestart(HeldRestart):
         super().session_start(ctx)
         if ctx.resumed:
             raise RuntimeError("its backend is gone")
-
-
-class Fifo:
-    """The test's end of the FIFO: ``release`` lets one held start go."""
-
-    def __init__(self, path: Path) -> None:
-        os.mkfifo(path)
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR)  # a reader's open never waits for a writer
-
-    def release(self) -> None:
-        os.write(self._fd, b"x")
-
-    def close(self) -> None:
-        """Let every held start go from now on, even one a failed test left waiting."""
-        os.write(self._fd, b"x" * 64)
-        self.path.unlink()
-        self.path.write_bytes(b"x" * 4096)
-        os.close(self._fd)
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Iterator[Fifo]:
-    gate = Fifo(tmp_path / "gate")
-    yield gate
-    gate.close()
 
 
 def _crashed_and_held(host: AgentHost, journal: Journal, fifo: Fifo) -> tuple[str, EventWaiter]:

@@ -5,13 +5,11 @@ used to vanish without a word."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.supervisor.host_helpers import (
     WAIT,
+    Fifo,
     HostFactory,
     Journal,
     pairs,
@@ -19,14 +17,7 @@ from tests.supervisor.host_helpers import (
     template,
     watch_events,
 )
-from tests.supervisor.test_hunt8_restart_stop import Fifo, HeldRestart
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Iterator[Fifo]:
-    gate = Fifo(tmp_path / "gate")
-    yield gate
-    gate.close()
+from tests.supervisor.test_hunt8_restart_stop import HeldRestart
 
 
 def test_a_kill_during_a_restart_kills_nothing_and_says_so(

@@ -11,17 +11,15 @@ a single host has no other node to lose it to).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from actors import Event
 from supervisor import AgentHost
 from tests.supervisor.host_helpers import (
     WAIT,
+    Fifo,
     HostFactory,
     Journal,
     pairs,
@@ -29,14 +27,7 @@ from tests.supervisor.host_helpers import (
     template,
     watch_events,
 )
-from tests.supervisor.test_hunt8_restart_stop import Fifo, HeldRestart
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Iterator[Fifo]:
-    gate = Fifo(tmp_path / "gate")
-    yield gate
-    gate.close()
+from tests.supervisor.test_hunt8_restart_stop import HeldRestart
 
 
 def _waiting(host: AgentHost, call: Future[str]) -> bool:

@@ -25,7 +25,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from actors._ids import new_checkpoint_id
@@ -197,28 +197,41 @@ class Checkpoints:
         label: str | None,
         events: EventBuffer | None = None,
         order: SaveOrder | None = None,
+        steering: Sequence[str] | None = None,
     ) -> Snapshot:
         """Save ``source``'s state again as the session's newest checkpoint, labelled ``label``
         (``checkpoint`` of a session not running; ``resume`` from an older checkpoint). Its
         event mark is the newest the session had, so numbering never goes back. With the
-        session's ``order``: under its lock, and counted as a copy (see ``SaveOrder``)."""
+        session's ``order``: under its lock, and counted as a copy (see ``SaveOrder``).
+        With ``steering``: that is the steering the copy saves as waiting, not the source's."""
         if order is None:
-            return self._relabel(source, label, events)
+            return self._relabel(source, label, events, steering)
         with order.lock:
-            copy = self._relabel(source, label, events)
+            copy = self._relabel(source, label, events, steering)
             order.saved(copy.checkpoint_id, copy=True, mark=event_seq(copy))
             return copy
 
-    def _relabel(self, source: Snapshot, label: str | None, events: EventBuffer | None) -> Snapshot:
+    def _relabel(
+        self,
+        source: Snapshot,
+        label: str | None,
+        events: EventBuffer | None,
+        steering: Sequence[str] | None,
+    ) -> Snapshot:
         latest = self.latest(source.session_id)
         newest = max(event_seq(source), event_seq(latest))
         if events is not None:
             # Never below the newest's: ``events`` may be the stream of a record stopped
             # while this call went on (a newer record's checkpoint is the latest now).
             newest = max(newest, events.mark)
+        state = source.state
+        if steering is not None:
+            state = {key: value for key, value in state.items() if key != "steering"}
+            if steering:
+                state["steering"] = list(steering)
         snapshot = Snapshot.new(
             session_id=source.session_id,
-            state=source.state,
+            state=state,
             label=label,
             metadata={EVENT_SEQ: newest},
         )
@@ -229,30 +242,42 @@ class Checkpoints:
             snapshot = dataclasses.replace(snapshot, checkpoint_id=fresh)
         return self._save(snapshot, None)  # (marked above)
 
-    def cover_events(self, session_id: str, events: EventBuffer, order: SaveOrder) -> None:
-        """Save the session's newest checkpoint that loads again, unchanged but marked with
-        its stream ``events``' current mark, if that stream went past the mark it has.
+    def cover_stop(
+        self,
+        session_id: str,
+        events: EventBuffer,
+        order: SaveOrder,
+        steering: Sequence[str] = (),
+    ) -> None:
+        """Save the session's newest checkpoint that loads again, marked with its stream
+        ``events``' current mark and saving ``steering`` as waiting, if either is not what
+        that checkpoint has.
 
         For a session stopped (``stop_session``, shutdown) while no incarnation serves it
-        (being restarted, given up), or killed as it was stopped: its next life numbers
-        its events on from its latest checkpoint's mark, so events published after that
-        save (``crashed``, ``resumed``, ``given_up``) would see their seqs handed out
-        again, and a follower holding such a cursor would skip the new events. Nothing is
-        saved when the mark covers them (the usual case, known from ``order`` without
-        reading the store) or the session has no checkpoint. Under ``order``'s lock, as
-        a copy (a turn of a killed incarnation saved meanwhile still comes out newest).
+        (hibernated, being restarted, given up), or killed as it was stopped. Its next life
+        numbers its events on from its latest checkpoint's mark, so events published after
+        that save (``crashed``, ``resumed``, ``given_up``) would see their seqs handed out
+        again, and a follower holding such a cursor would skip the new events. Steering
+        accepted meanwhile (the host's queue keeps it for the next incarnation) is in no
+        checkpoint: the stop would drop it. Nothing is saved when the mark covers the
+        events and no steering waits (the usual case, known from ``order`` without reading
+        the store), or the session has no checkpoint. Under ``order``'s lock, as a copy (a
+        turn of a killed incarnation saved meanwhile still comes out newest).
 
         Raises:
             OwnershipLost: (a cluster node) another node owns the session now.
             Exception: what the store raised.
         """
-        if order.mark >= events.mark:  # the usual case, without reading the store
+        waiting = list(steering)
+        if order.mark >= events.mark and not waiting:  # the usual case, without a read
             return
         with order.lock:
             latest = self.latest(session_id)
-            if latest is None or event_seq(latest) >= events.mark:
+            if latest is None:
                 return
-            self.relabel(latest, latest.label, events, order)
+            if event_seq(latest) >= events.mark and latest.state.get("steering", []) == waiting:
+                return
+            self.relabel(latest, latest.label, events, order, waiting)
 
 
 class SaveOrder:

@@ -656,7 +656,7 @@ class Incarnations:
         restarted, forgotten. The caller holds the record's ``op_lock``."""
         try:
             if checkpoint:
-                self.final_checkpoint(record)
+                self.final_checkpoint(record, await_restart=True)
         except OwnershipLost:
             self.lose(record)
             raise
@@ -673,18 +673,24 @@ class Incarnations:
             self._table.forget(record)
 
     def _cover_late_events(self, record: SessionRecord) -> None:
-        """Once a stopped session's incarnation is gone, have its last checkpoint's event
-        mark cover what its stream published after its final checkpoint (a kill racing
-        the stop: ``crashed``), so its next life numbers on after them. The stop is done
-        whatever happens: a failure is logged, and that life may repeat those seqs."""
+        """Once a stopped session's incarnation is gone, have its last checkpoint cover what
+        came after its final checkpoint (a kill racing the stop: ``crashed``, and steering
+        its next life has to take), so its next life numbers on after those events. The
+        stop is done whatever happens: a failure is logged, and that life may repeat those
+        seqs."""
         try:
-            self._checkpoints.cover_events(record.session_id, record.events, record.save_order)
+            self._cover_stop(record)
         except Exception:
             logger.exception(
                 "session %r: saving the event mark of its stop failed; events after its final "
                 "checkpoint may be numbered again when it is resumed",
                 record.session_id,
             )
+
+    def _cover_stop(self, record: SessionRecord) -> None:
+        self._checkpoints.cover_stop(
+            record.session_id, record.events, record.save_order, record.steering.waiting()
+        )
 
     def lose(self, record: SessionRecord) -> None:
         """Stop a session another node owns now, here, for good: no final checkpoint (it
@@ -757,19 +763,49 @@ class Incarnations:
             return None
         return self._table.get(session_id)
 
-    def final_checkpoint(self, record: SessionRecord) -> None:
+    def final_checkpoint(self, record: SessionRecord, *, await_restart: bool = False) -> None:
         """Checkpoint a session that is being stopped, if an incarnation serves. One being
         restarted (or killed just now), hibernated or given up keeps its last checkpoint's
-        state, saved again only if its stream published events past that checkpoint's
-        mark (``Checkpoints.cover_events``): its next life numbers on after them."""
+        state, saved again only to cover what came after it: events its stream published
+        past that checkpoint's mark (its next life numbers on after them) and steering
+        accepted meanwhile (``Checkpoints.cover_stop``). With ``await_restart``
+        (``stop_session``; a shutdown does not restart sessions), one being restarted that
+        has no checkpoint at all (killed before its first turn was saved) is waited for, up
+        to ``restart_wait``, and checkpointed once back: else it could not be resumed."""
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot())
+        if snapshot is None and await_restart and record.status in ("active", "restarting"):
+            snapshot = self._first_snapshot_once_back(record)
         if snapshot is None:
             logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
-            # With the event mark of what its stream published since (a crash's events):
-            # its next life numbers its events after them, not again.
-            self._checkpoints.cover_events(record.session_id, record.events, record.save_order)
+            self._cover_stop(record)
         else:  # a stop holds the op_lock, a shutdown refuses calls: no turn of it runs first
             self._checkpoints.save(snapshot, record.events, record.save_order, newest_taken=True)
+
+    def _first_snapshot_once_back(self, record: SessionRecord) -> Snapshot | None:
+        """A snapshot of a session being restarted that has no checkpoint yet, taken once its
+        restart is back; ``None`` if it has a checkpoint, or does not come back in time."""
+        if self._checkpoints.latest(record.session_id) is not None:
+            return None
+        logger.info(
+            "session %r is stopped while it restarts, before its first checkpoint: waiting "
+            "for it to come back to checkpoint it",
+            record.session_id,
+            extra={"session_id": record.session_id},
+        )
+        deadline = time.monotonic() + self.policy.restart_wait
+        try:
+            self._await_serving(record, deadline)
+        except (SessionFailed, SessionCrashed, SessionNotFound) as exc:
+            logger.warning(
+                "session %r was stopped while it restarted before its first checkpoint, and "
+                "did not come back (%s): it has no checkpoint and cannot be resumed",
+                record.session_id,
+                exc,
+                extra={"session_id": record.session_id},
+            )
+            return None
+        snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot())
+        return snapshot
 
 
 def _reraise(err: ChildStartError) -> NoReturn:

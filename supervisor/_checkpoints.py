@@ -302,7 +302,7 @@ class SaveOrder:
         self.lock = threading.RLock()
         self._real = ""  # the highest id of a real state saved ("" sorts before any id)
         self._top = ""  # the highest id saved, copies included
-        self.mark = 0  # the event mark of the newest (highest id) saved (``cover_events``)
+        self.mark = 0  # the event mark of the newest (highest id) saved (``cover_stop``)
 
     def place(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot``, with an id after the last copy if one of an older state sorts

@@ -561,9 +561,10 @@ class Incarnations:
 
     def _copy_latest(self, record: SessionRecord, label: str | None) -> Snapshot | None:
         """Save the session's newest checkpoint that loads again as its newest, labelled
-        ``label``; ``None`` if it has none. The read and the save hold the session's
-        ``SaveOrder`` lock: a turn's snapshot saved meanwhile is saved before the read, or
-        after the copy with an id after it (it holds the newer state)."""
+        ``label``, with the steering waiting now; ``None`` if it has none. The read and the
+        save hold the session's ``SaveOrder`` lock: a turn's snapshot saved meanwhile is
+        saved before the read, or after the copy with an id after it (it holds the newer
+        state)."""
         # Outside the lock first: a damaged checkpoint's event reaches subscribers, who may
         # call the session (a save of its turn would wait on this thread).
         if self._checkpoints.latest(record.session_id, record.events) is None:
@@ -573,7 +574,9 @@ class Incarnations:
             latest = self._checkpoints.latest(record.session_id)
             if latest is None:
                 return None
-            return self._checkpoints.relabel(latest, label, record.events, order)
+            # With the steering waiting now, as a serving incarnation's snapshot has it.
+            steering = record.steering.waiting()
+            return self._checkpoints.relabel(latest, label, record.events, order, steering)
 
     def history(self, record: SessionRecord) -> list[Message]:
         """``AgentHost.history``: the running incarnation's, else the last checkpoint's; none

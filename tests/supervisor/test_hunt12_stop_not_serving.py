@@ -172,3 +172,22 @@ def test_a_stop_waits_for_the_restart_of_a_session_never_checkpointed(
     host.resume(sid, tmpl)
     host.send(sid, "hello", timeout=WAIT)
     assert _user_texts(host, sid) == ["first words", "hello"]
+
+
+def test_a_checkpoint_of_a_hibernated_session_saves_the_steering_waiting(
+    make_host: HostFactory,
+) -> None:
+    """``checkpoint()`` of a session no incarnation serves saves its latest state again: with
+    the steering waiting now, as a serving session's checkpoint has it."""
+    store = MemoryCheckpointStore()
+    host = make_host(store=store)
+    sid = host.start_session(template(), "sleeper")
+    host.send(sid, "first", timeout=WAIT)
+    assert host.hibernate(sid)
+    host.steer(sid, "noted")
+
+    saved = host.checkpoint(sid, label="manual")
+    assert saved.steering() == ["noted"]
+    assert store.load(sid).steering() == ["noted"]
+    host.send(sid, "second", timeout=WAIT)  # reactivated: the queue's steering, once
+    assert _user_texts(host, sid) == ["first", "noted", "second"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, Protocol, Unpack
 
 from actors import (
@@ -34,7 +34,7 @@ from supervisor._host_policy import (
     start_arguments,
 )
 from supervisor._host_record import SessionRecord
-from supervisor._nonblocking import NonBlockingCalls
+from supervisor._nonblocking import NonBlockingCalls, outcome_of, running, settle
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable
 
@@ -97,6 +97,11 @@ class HostFutures:
     one. ``cancel()`` withdraws a call still queued (it never runs); a call that
     has started cannot be cancelled (``concurrent.futures`` semantics), and runs
     to its end: its turn is checkpointed as usual.
+
+    On a cluster node, a call naming a session the node does not hold looks it up
+    (who owns it? a database read) and may take it over (a resume) on a helper
+    thread, never on the caller's (see ``finds_at_once``); its ``cancel()`` withdraws
+    it until the session is found, and from then on the call runs.
 
     The future's done-callbacks run on the thread that completes the call: the
     session's own (thread mode), the one reading its worker's pipe (process
@@ -283,7 +288,9 @@ class HostFutures:
         shutdown; at once if it is stopped already). Both must be quick and not block;
         one that raises is logged and skipped (the stop, and the session's other
         watchers, go on). The returned ``EventWatch`` reads the stream by cursor, even
-        after the stop.
+        after the stop. Unlike the calls above, it finds the session on the caller's
+        thread: on a cluster node, one it does not hold is looked up in the database and
+        may be taken over there and then (an event loop asks ``finds_at_once`` first).
 
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
@@ -296,6 +303,19 @@ class HostFutures:
         unwatch = self._table.when_stopped(record, _logged(on_stopped, session_id))
         return EventWatch(record.events, unsubscribe, unwatch)
 
+    def finds_at_once(self, session_id: str) -> bool:
+        """Whether a call naming ``session_id`` finds it without waiting: this host holds
+        it, or is no cluster node. A cluster node asks the database about a session it
+        does not hold (who owns it?) and may take it over there and then (a resume: its
+        checkpoint loaded, its ``session_start`` run), which no event loop may wait for."""
+        if self._table.on_missing is None or not isinstance(session_id, str):
+            return True
+        try:
+            record = self._table.get(session_id)
+        except TypeError:  # unhashable: ``live`` names it
+            return True
+        return record is not None and record.status != "stopped"
+
     def _with_record(
         self,
         session_id: str,
@@ -304,7 +324,10 @@ class HostFutures:
     ) -> Future[Any]:
         """``call(record)``, or a future failed with ``SessionNotFound`` (no such session
         for ``tenant_id``) or, once the host is shut down, ``HostShutDown`` (its sessions
-        are stopped, not missing: their checkpoints stand)."""
+        are stopped, not missing: their checkpoints stand). A session this host does not
+        hold is looked up on a helper thread (see ``finds_at_once``)."""
+        if not self.finds_at_once(session_id):
+            return self._after_lookup(session_id, tenant_id, call)
         try:
             self._table.check_open()
             record = self._table.live(session_id, tenant_id)
@@ -313,6 +336,36 @@ class HostFutures:
             failed.set_exception(exc)
             return failed
         return call(record)
+
+    def _after_lookup(
+        self,
+        session_id: str,
+        tenant_id: str | None,
+        call: Callable[[SessionRecord], Future[Any]],
+    ) -> Future[Any]:
+        """``call(record)`` once a helper thread found the session (taking it over if the
+        cluster says so); its outcome is relayed to the future returned here. Cancelling
+        that future withdraws the call until the session is found; from then on the call
+        is made and runs (the future is running: ``cancel()`` returns False)."""
+        calls = self._calls
+        outer = calls.new_future()
+
+        def look_up() -> None:
+            if not running(outer):  # cancelled, or failed at shutdown, while it waited
+                return
+            record, error = outcome_of(lambda: self._table.live(session_id, tenant_id))
+            if error is not None:
+                settle(outer, None, calls.failure(error))
+                return
+            inner, error = outcome_of(lambda: call(record))
+            if error is not None:
+                settle(outer, None, error)
+            else:
+                inner.add_done_callback(lambda done: _relay(done, outer))
+
+        if not outer.done():
+            calls.helpers.run(look_up)
+        return outer
 
 
 class EventWatch:
@@ -345,6 +398,15 @@ class EventWatch:
 
 def _same(answer: list[Message]) -> list[Message]:
     return answer
+
+
+def _relay(done: Future[Any], outer: Future[Any]) -> None:
+    """Settle ``outer`` as ``done`` ended (on the thread that completed it)."""
+    if done.cancelled():  # (nobody holds ``done`` to cancel it; if it were, say so)
+        settle(outer, None, CancelledError())
+    else:
+        error = done.exception()
+        settle(outer, None if error is not None else done.result(), error)
 
 
 def _logged(on_stopped: Callable[[], None], session_id: str) -> Callable[[], None]:

@@ -121,13 +121,16 @@ class NonBlockingCalls:
 
     def close(self) -> None:
         """After the host stopped its sessions: fail what is still unresolved, wait for the
-        helper threads, stop the timer thread."""
+        helper threads, stop the timer thread.
+
+        Each future gets an exception object of its own: every raise of one appends the
+        raising frames to its traceback, so one shared by all would carry, in the last
+        caller's traceback, the frames of every other caller (and keep them alive)."""
         with self._lock:
             self._closed = True
             pending, self._pending = list(self._pending), set()
-        error = HostShutDown(_CLOSED)
         for future in pending:
-            settle(future, None, error)
+            settle(future, None, HostShutDown(_CLOSED))
         if not self.helpers.join(self.policy.call_timeout):
             logger.warning("helper threads of non-blocking calls still run after shutdown")
         self.timer.close()

@@ -4,7 +4,9 @@ Every coroutine is a ``host.futures`` call awaited on the running event loop:
 the call's completion is handed to the loop with ``loop.call_soon_threadsafe``
 from whichever thread completed it, so no thread waits for a pending call
 (no ``to_thread``, no executor). ``events`` follows a session's event stream
-as an async iterator, woken the same way.
+as an async iterator, woken the same way. On a cluster node, a call naming a
+session the node does not hold first looks it up (a database read, and maybe a
+take-over: a resume) on a thread, never on the loop.
 
 Cancelling a task that awaits a call detaches that task only: the call goes
 on (queued calls run in their turn), and its turn is checkpointed as usual.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -175,8 +178,11 @@ class AsyncAgentHost:
         self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
     ) -> bool:
         """``AgentHost.kill``: a crash; the supervisor resumes the session. False if no
-        incarnation was serving (nothing was killed)."""
-        return self.host.kill(session_id, reason, tenant_id=tenant_id)
+        incarnation was serving (nothing was killed). On a cluster node, one it does not
+        hold is looked up (and may be taken over) on an executor thread."""
+        if self.host.futures.finds_at_once(session_id):
+            return self.host.kill(session_id, reason, tenant_id=tenant_id)
+        return await asyncio.to_thread(self.host.kill, session_id, reason, tenant_id=tenant_id)
 
     async def list_sessions(self, tenant_id: str | None = None) -> list[SessionInfo]:
         """``AgentHost.list_sessions`` (the host's table, in memory: nothing waits)."""
@@ -251,8 +257,8 @@ class EventStream:
         self._ready: collections.deque[Event] = collections.deque()
         self._watch: EventWatch | None = None
         self._wake: asyncio.Event | None = None
-        self._notify: Callable[[], None] | None = None
-        self._unwatch: weakref.finalize[[], EventStream] | None = None  # closes the watch once
+        self._subscription: _Subscription | None = None
+        self._freed: weakref.finalize[[], EventStream] | None = None  # ``_Subscription.drop``
         self._stopped = False
         self._closed = False
 
@@ -267,7 +273,10 @@ class EventStream:
                 return event
             if self._closed:
                 raise StopAsyncIteration
-            wake = self._wake or self._open()
+            wake = self._wake
+            if wake is None:
+                await self._open()
+                continue  # closed meanwhile?
             wake.clear()
             stopped = self._stopped  # before reading: a stop's last events are in by then
             assert self._watch is not None
@@ -283,34 +292,37 @@ class EventStream:
                 raise StopAsyncIteration
             await wake.wait()
 
-    def _open(self) -> asyncio.Event:
+    async def _open(self) -> None:
+        """Subscribe to the session (see ``HostFutures.watch``). A cluster node looks a
+        session it does not hold up in the database, and may take it over: that runs on
+        an executor thread, never on the loop (see ``HostFutures.finds_at_once``)."""
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
-
-        def notify(_event: object = None) -> None:  # on the publishing or stopping thread
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody iterates
-                loop.call_soon_threadsafe(wake.set)
-
-        # The session's buffer and table hold ``notify`` and ``stopped``, never the stream
-        # itself: a stream its reader dropped (an ``async for`` left with ``break``, which
-        # calls no ``aclose``) is freed, and then unsubscribed, instead of being woken on
-        # every later event of the session for as long as the session runs.
-        this = weakref.ref(self)
-
-        def stopped() -> None:
-            stream = this()
-            if stream is not None:
-                stream._stopped = True
-            notify()
-
-        watch = self._host.futures.watch(
-            self.session_id, notify, stopped, tenant_id=self._tenant_id
+        # The session's buffer and table hold the subscription, never the stream itself: a
+        # stream its reader dropped (an ``async for`` left with ``break``, which calls no
+        # ``aclose``) is freed, and then unsubscribed, instead of being woken on every later
+        # event of the session for as long as the session runs.
+        subscription = _Subscription(loop, wake, self)
+        futures = self._host.futures
+        subscribe = functools.partial(
+            futures.watch,
+            self.session_id,
+            subscription.notify,
+            subscription.stopped,
+            tenant_id=self._tenant_id,
         )
+        if futures.finds_at_once(self.session_id):
+            watch = subscribe()
+        else:
+            watch = await _off_the_loop(loop, subscribe)
+        subscription.watch = watch
         self._watch = watch
-        self._unwatch = weakref.finalize(self, watch.close)
+        self._subscription = subscription
+        self._freed = weakref.finalize(self, subscription.drop)
         self._wake = wake
-        self._notify = notify
-        return wake
+        if self._closed:  # ``aclose`` while it subscribed
+            self._freed.detach()
+            watch.close()
 
     async def aclose(self) -> None:
         """End the stream now and unsubscribe (events already read are still handed out
@@ -320,16 +332,84 @@ class EventStream:
         iteration ends, so a disconnect handler can end a reader that waits for events.
         """
         self._closed = True
-        if self._unwatch is not None:
-            self._unwatch()  # ``EventWatch.close``, once
-        if self._notify is not None:  # thread-safe: ``aclose`` may run on another loop
-            self._notify()
+        if self._freed is not None:
+            self._freed.detach()
+        subscription = self._subscription
+        if subscription is not None:
+            subscription.close()
+            subscription.notify()  # thread-safe: ``aclose`` may run on another loop
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+class _Subscription:
+    """What a session's buffer and table hold for one ``EventStream`` (its ``notify`` and
+    ``stopped``): the stream's loop and wake-up, and the stream only weakly."""
+
+    __slots__ = ("_loop", "_stream", "_wake", "dropped", "watch")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event, stream: EventStream
+    ) -> None:
+        self._loop = loop
+        self._wake = wake
+        self._stream = weakref.ref(stream)
+        self.watch: EventWatch | None = None
+        self.dropped = False
+
+    def notify(self, _event: object = None) -> None:
+        """Wake the stream's reader; on the publishing or stopping thread, which holds no
+        lock of the session's then. A stream freed meanwhile is unsubscribed here."""
+        if self.dropped:
+            self.close()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody iterates
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def stopped(self) -> None:
+        """The session is stopped: the stream ends once it read the last events."""
+        stream = self._stream()
+        if stream is not None:
+            stream._stopped = True
+        self.notify()
+
+    def close(self) -> None:
+        """Unsubscribe (``EventWatch.close``: idempotent)."""
+        if self.watch is not None:
+            self.watch.close()
+
+    def drop(self) -> None:
+        """The stream was freed: unsubscribe on its loop, or at the session's next event
+        or stop if the loop is closed; never here. The garbage collector frees a stream
+        caught in a reference cycle on whatever thread allocates when it runs: maybe one
+        holding the lock of the session's event buffer (publishing, or reading), which
+        ``close`` takes. That thread would wait for itself for ever."""
+        self.dropped = True
+        with contextlib.suppress(RuntimeError):  # closed: ``notify`` closes it
+            self._loop.call_soon_threadsafe(self.close)
+
+
+async def _off_the_loop(
+    loop: asyncio.AbstractEventLoop, subscribe: Callable[[], EventWatch]
+) -> EventWatch:
+    """``subscribe()`` on an executor thread. Cancelled while it runs, the watch it makes
+    is closed once made: nobody would read it, and it would be called on every event of
+    the session for as long as the session runs."""
+    pending = loop.run_in_executor(None, subscribe)
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        pending.add_done_callback(_close_unread)
+        raise
+
+
+def _close_unread(pending: asyncio.Future[EventWatch]) -> None:
+    if not pending.cancelled() and pending.exception() is None:
+        pending.result().close()
 
 
 for _cls in (AsyncAgentHost, EventStream):

@@ -60,10 +60,13 @@ def _postgres_option(func: F) -> F:
 
 def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``--tenant``, checked by the host's own rule for a session's ``tenant_id`` (every
-    session a key creates runs under it): not empty, not only whitespace."""
+    session a key creates runs under it): not empty, not only whitespace, text a
+    checkpoint can hold (no lone surrogate: bytes of the argument that are not UTF-8)."""
     try:
         check_tenant_id(value)
-    except ValueError:
+    except ValueError as exc:
+        if value.strip():
+            raise click.BadParameter(f"{value!r}: {exc}") from None
         raise click.BadParameter(
             f"{value!r}: a tenant id must be a non-empty name, not only whitespace"
         ) from None

@@ -36,7 +36,7 @@ from supervisor._host_policy import (
 from supervisor._host_record import SessionRecord
 from supervisor._nonblocking import NonBlockingCalls, outcome_of, running, settle
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
-from supervisor._session_table import SessionTable
+from supervisor._session_table import SessionTable, require_session_id
 
 __all__ = ["EventWatch", "HostFutures"]
 
@@ -215,7 +215,12 @@ class HostFutures:
         )
 
     def hibernate(self, session_id: str, *, tenant_id: str | None = None) -> Future[bool]:
-        """``AgentHost.hibernate`` on a helper thread (False if the session was busy)."""
+        """``AgentHost.hibernate`` on a helper thread (False if the session was busy).
+
+        Raises:
+            TypeError: ``session_id`` is not a ``str`` (at the call).
+        """
+        require_session_id(session_id)
         return self._calls.helper(lambda: self._host.hibernate(session_id, tenant_id=tenant_id))
 
     def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> Future[None]:
@@ -223,9 +228,10 @@ class HostFutures:
         the worker).
 
         Raises:
-            TypeError, ValueError: ``text`` is not a ``str``, or holds a lone surrogate
-                (at the call).
+            TypeError, ValueError: ``text`` is not a ``str``, or holds a lone surrogate,
+                or ``session_id`` is not a ``str`` (at the call).
         """
+        require_session_id(session_id)
         steering = plain_text("the steering text", text)
         return self._calls.helper(
             lambda: self._host.steer(session_id, steering, tenant_id=tenant_id)
@@ -326,6 +332,7 @@ class HostFutures:
         for ``tenant_id``) or, once the host is shut down, ``HostShutDown`` (its sessions
         are stopped, not missing: their checkpoints stand). A session this host does not
         hold is looked up on a helper thread (see ``finds_at_once``)."""
+        require_session_id(session_id)  # at the call, as every argument
         if not self.finds_at_once(session_id):
             return self._after_lookup(session_id, tenant_id, call)
         try:

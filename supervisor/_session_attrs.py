@@ -67,7 +67,8 @@ def _text(name: str, value: object, *, optional: bool) -> str | None:
         rule = "a non-empty str or None" if optional else "a non-empty str"
         msg = f"session attribute {name} must be {rule} (not only whitespace), got {value!r}"
         raise (ValueError if isinstance(value, str) else TypeError)(msg)
-    return value
+    # A lone surrogate is refused here, not at the first checkpoint (which cannot hold it).
+    return user_text(value, f"session attribute {name}")
 
 
 def check_tenant_id(value: object) -> str:
@@ -78,7 +79,7 @@ def check_tenant_id(value: object) -> str:
 
     Raises:
         TypeError: ``value`` is not a ``str``.
-        ValueError: it is empty or only whitespace.
+        ValueError: it is empty or only whitespace, or holds a lone surrogate.
     """
     tenant = _text("tenant_id", value, optional=False)
     assert tenant is not None

@@ -22,9 +22,20 @@ from supervisor._host_record import SessionRecord, SessionStatus
 from supervisor._session_attrs import validate
 from supervisor.errors import HostShutDown, SessionAlreadyExists, SessionNotFound
 
-__all__ = ["SessionTable", "require_tenant"]
+__all__ = ["SessionTable", "require_session_id", "require_tenant"]
 
 _SHARED_ATTR_SETS = 1024  # distinct attribute dicts shared between records, at most
+
+
+def require_session_id(session_id: object) -> None:
+    """Refuse, at the call, a session id that is not a ``str`` (no session has it: the
+    caller's mistake, not a missing session).
+
+    Raises:
+        TypeError: it is not a ``str`` (the message names the argument).
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
 
 
 def require_tenant(session_id: str, owner: str, tenant_id: str | None) -> None:
@@ -180,8 +191,8 @@ class SessionTable:
             record = self._records.get(session_id)
         except TypeError:  # unhashable: a list, a dict
             record = None
-        if record is None and not isinstance(session_id, str):
-            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        if record is None:
+            require_session_id(session_id)
         if record is None or record.status == "stopped":
             self.check_open()  # a shutdown stops every session; their checkpoints stand
             if self.on_missing is not None:

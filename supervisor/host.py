@@ -52,9 +52,10 @@ from supervisor._ownership import node_of
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
-from supervisor._session_table import SessionTable, require_tenant
+from supervisor._session_table import SessionTable, require_session_id, require_tenant
 from supervisor.checkpoint_store import CheckpointStore
 from supervisor.errors import (
+    HostShutDown,
     SessionAlreadyExists,
     SessionFailed,
     SessionNotFound,
@@ -281,6 +282,8 @@ class AgentHost:
         fresh = checked is None  # 122 random bits: no earlier life to look for in the store
         session_id = uuid.uuid4().hex if checked is None else checked
         self._table.check_open()
+        if not fresh:  # here first: the store has checkpoints of a session that runs here
+            self._table.check_absent(session_id)
         if not fresh and self.store.list(session_id):
             raise SessionAlreadyExists(
                 session_id,
@@ -342,7 +345,11 @@ class AgentHost:
         returns its template, or ``None`` to leave that session as it is. A session
         that fails to resume (its function raising included) is logged and skipped,
         and the others are still resumed; the ids resumed are returned.
+
+        Raises:
+            HostShutDown: the host is shut down (before or while this runs).
         """
+        self._table.check_open()
         resumed = []
         for session_id in self.store.sessions():
             if self._table.get(session_id) is not None:
@@ -354,6 +361,8 @@ class AgentHost:
                 resumed.append(self.resume(session_id, chosen))
             except SessionOwnedElsewhere:
                 continue  # a live node of the cluster runs it
+            except HostShutDown:
+                raise  # none of the others would resume either
             except Exception:
                 logger.exception("could not resume session %r", session_id)
         return resumed
@@ -562,7 +571,9 @@ class AgentHost:
         Raises:
             SessionNotFound: this host does not know it, or (``tenant_id`` given)
                 another tenant owns it: the same error, so existence does not leak.
+            TypeError: ``session_id`` is not a ``str``.
         """
+        require_session_id(session_id)
         record = self._table.get(session_id)
         if record is None:
             raise SessionNotFound(session_id)

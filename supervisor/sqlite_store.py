@@ -1,60 +1,50 @@
-"""``SQLiteCheckpointStore``: the embedded, durable default checkpoint store."""
+"""``SQLiteCheckpointStore``: the embedded, durable default checkpoint store.
+
+The store's parts: ``_sqlite_opening`` (its options, its one connection),
+``_sqlite_writes`` (a save's rows on the full path; ``_saves_together`` writes the
+usual saves of a batch together), ``_sqlite_log_cache`` (the message logs an
+instance remembers), ``_sqlite_reads`` (a checkpoint read back and decoded),
+``_sqlite_cleanup`` (deleting, pruning, and what only the removed rows used),
+``_sqlite_encryption`` (encrypting a file in place, key rotation), over
+``_sqlite_schema`` (opening, tables), ``_message_log``, ``_log_chunks``,
+``_state_parts`` and ``_row_codec``.
+"""
 
 from __future__ import annotations
 
 import builtins
 import functools
-import hashlib
-import logging
 import os
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from actors import MigrationRegistry, Snapshot, SnapshotDecodeError
+from actors import MigrationRegistry, Snapshot
 from supervisor._encryption_keys import EncryptionKeys
-from supervisor._envelopes import Envelopes
 from supervisor._group_commit import GroupCommit
-from supervisor._log_chunks import LogUnreadable, log_rows, value_limit, write_log
-from supervisor._message_log import (
-    KnownLog,
-    SplitSnapshot,
-    assemble,
-    check_identity,
-    in_checkpoint,
-    join,
-    split,
-)
-from supervisor._row_codec import RowCodec, SealedRows
+from supervisor._message_log import split
+from supervisor._row_codec import RowCodec
 from supervisor._saved_at import from_micros
-from supervisor._saves_together import (
-    CHECKPOINT_COLUMNS,
-    CHECKPOINT_UPSERT,
-    QueuedSave,
-    checkpoint_row,
-    write_together,
-)
-from supervisor._sqlite_read_only import open_read_only, refuse
+from supervisor._saves_together import QueuedSave, write_together
+from supervisor._sqlite_cleanup import delete_rows, prune_rows
+from supervisor._sqlite_encryption import encrypt_file, rotate
+from supervisor._sqlite_log_cache import LogCache
+from supervisor._sqlite_opening import check_options, open_connection
+from supervisor._sqlite_read_only import refuse
+from supervisor._sqlite_reads import checkpoint_rows, decode, read, session_ids
 from supervisor._sqlite_schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
-    SYNCHRONOUS_MODES,
-    damaged,
     is_damage,
-    is_too_big,
     lost_store,
-    open_database,
     reporting_store_errors,
     stored_schema,
-    too_long,
 )
-from supervisor._state_parts import checked, part_refs, read_refs
-from supervisor._store_encryption import encrypt_rows, open_rows, reencrypt_rows, scrub
+from supervisor._sqlite_writes import cleaning, remember, write
+from supervisor._state_parts import part_refs
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
@@ -63,107 +53,14 @@ from supervisor.checkpoint_store import (
     check_max_snapshot_bytes,
     encodable,
 )
-from supervisor.errors import CheckpointNotFound, SnapshotTooLarge, SupervisorError
+from supervisor.errors import CheckpointNotFound, SnapshotTooLarge
 
 __all__ = ["SQLiteCheckpointStore"]
 
-logger = logging.getLogger("supervisor.store")
-
-# Total bytes of message logs a store instance keeps in memory to speed up saves (see _LogCache).
+# Total bytes of message logs a store instance keeps in memory to speed up saves (see LogCache).
 _LOG_CACHE_BYTES = 64 * 1024 * 1024
-_LOG_CACHE_SESSIONS = 1024
-_ROW = "checkpoint_id, body, log_gen, log_bytes, log_count, log_digest, body_check, parts"
-
-
-@dataclass(frozen=True, slots=True)
-class _CachedLog:
-    """What this instance last wrote as a session's message log.
-
-    Valid only while the database's ``message_logs`` row still says
-    ``(gen, length, digest)`` (``digest`` as stored: an envelope when the
-    store is encrypted, so a rewrite by anyone else changes it): then the log
-    in the file is ``known.data``, and ``hasher`` holds the SHA-256 state
-    after those bytes.
-    """
-
-    gen: int
-    length: int
-    digest: bytes
-    known: KnownLog
-    hasher: Any
-
-
-_PRUNE = (
-    "DELETE FROM checkpoints WHERE session_id = ?1 AND checkpoint_id IN"
-    " (SELECT checkpoint_id FROM checkpoints WHERE session_id = ?1"
-    " ORDER BY checkpoint_id DESC LIMIT -1 OFFSET ?2)"
-)
-_LOG_STATE_TEMPLATE = (
-    "SELECT log.gen, log.length, log.digest, log.chunks,"
-    " (SELECT COALESCE(MAX(gen), -1) + 1 FROM message_chunks WHERE session_id = ?1){}"
-    " FROM (SELECT 1) LEFT JOIN message_logs AS log ON log.session_id = ?1"
-)
-_LOG_STATE = _LOG_STATE_TEMPLATE.format("")
-"""A save's first read: the session's log row (NULLs when it has none) and its next free
-log generation, in one statement."""
-_LOG_STATE_COUNTED = _LOG_STATE_TEMPLATE.format(
-    ", (SELECT count(*) FROM checkpoints WHERE session_id = ?1)"
-)
-"""``_LOG_STATE`` and the session's checkpoint count (a store with ``keep_last``)."""
 _SQLITE_INT_MAX = 2**63 - 1
 """SQLite's largest integer: a larger Python int cannot be bound to a statement."""
-_NOT_FILES = ("", ":memory:")
-"""Paths SQLite opens as temporary, in-memory databases rather than files."""
-_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
-"""Whether this SQLite has ``DELETE ... RETURNING`` (a prune then says what it removed)."""
-
-
-class _LogCache:
-    """Per-session ``_CachedLog`` entries, least recently used dropped beyond a byte
-    budget or ``_LOG_CACHE_SESSIONS`` sessions (a host may hold 100,000 sessions
-    of which only the busy ones gain from a cached log).
-
-    An optimisation only: a missing or stale entry just means a full save
-    (every entry is checked against the database row before use). Thread-safe.
-    """
-
-    def __init__(self, budget: int) -> None:
-        self._budget = budget
-        self._bytes = 0
-        self._entries: OrderedDict[str, _CachedLog] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, sid: str) -> _CachedLog | None:
-        with self._lock:
-            entry = self._entries.get(sid)
-            if entry is not None:
-                self._entries.move_to_end(sid)
-            return entry
-
-    def put(self, sid: str, entry: _CachedLog) -> None:
-        with self._lock:
-            self.drop(sid, locked=True)
-            if entry.length > self._budget:
-                return
-            self._entries[sid] = entry
-            self._bytes += entry.length
-            while self._bytes > self._budget or len(self._entries) > _LOG_CACHE_SESSIONS:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.length
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def drop(self, sid: str, *, locked: bool = False) -> None:
-        if not locked:
-            with self._lock:
-                self.drop(sid, locked=True)
-            return
-        old = self._entries.pop(sid, None)
-        if old is not None:
-            self._bytes -= old.length
 
 
 class SQLiteCheckpointStore(ClosingContext):
@@ -343,20 +240,7 @@ class SQLiteCheckpointStore(ClosingContext):
         read_only: bool = False,
     ) -> None:
         check_max_snapshot_bytes(max_snapshot_bytes)
-        if os.fspath(path) in _NOT_FILES:
-            raise ValueError(
-                f"SQLiteCheckpointStore needs a file to be durable; {os.fspath(path)!r} would "
-                "be a temporary database that is gone once closed. Give a file path, or use "
-                "MemoryCheckpointStore for checkpoints kept in memory"
-            )
-        if synchronous.upper() not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
-        if busy_timeout < 0:
-            raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout}")
-        if encryption is not None and not isinstance(encryption, EncryptionKeys):
-            raise TypeError(
-                f"encryption must be an EncryptionKeys, got {type(encryption).__name__}"
-            )
+        check_options(path, synchronous, busy_timeout, encryption)
         self.path = os.fspath(path)
         self.max_snapshot_bytes = max_snapshot_bytes
         self._migrations = migrations
@@ -366,28 +250,21 @@ class SQLiteCheckpointStore(ClosingContext):
         self.keep_last = None if keep is None else min(keep, _SQLITE_INT_MAX)
         self.synchronous = synchronous.upper()
         self._lock = threading.Lock()
-        self._logs = _LogCache(_LOG_CACHE_BYTES)
-        # Where this instance's saves met damage in the file (see _log_unreadable, _cleaning);
-        # used and changed by a batch's leader, with _lock held.
+        self._logs = LogCache(_LOG_CACHE_BYTES)
+        # Where this instance's saves met damage in the file (see _sqlite_writes); used
+        # and changed by a batch's leader, with _lock held.
         self._damaged_logs: set[tuple[str, int]] = set()
         self._uncleanable: set[str] = set()
         self._read_only = bool(read_only)
         self._conn: sqlite3.Connection | None
         self._rows: RowCodec
-        if self._read_only:
-            self._conn, self._rows = open_read_only(
-                self.path, busy_timeout=busy_timeout, keys=encryption
-            )
-        else:
-            self._conn = open_database(
-                path, synchronous=self.synchronous, busy_timeout=busy_timeout
-            )
-            try:
-                with reporting_store_errors(self.path):
-                    self._rows = open_rows(self._conn, self.path, encryption)
-            except BaseException:
-                self._conn.close()
-                raise
+        self._conn, self._rows = open_connection(
+            path,
+            read_only=self._read_only,
+            synchronous=self.synchronous,
+            busy_timeout=busy_timeout,
+            encryption=encryption,
+        )
         self._commits = GroupCommit(
             self._lock,
             self._open_connection,
@@ -470,199 +347,15 @@ class SQLiteCheckpointStore(ClosingContext):
             raise
         return CheckpointInfo(sid, snapshot.checkpoint_id, saved_at, snapshot.label, cut.size)
 
-    def _write(
-        self,
-        snapshot: Snapshot,
-        cut: SplitSnapshot,
-        cached: _CachedLog | None,
-        refs: bytes | None,
-        db: sqlite3.Connection,
-    ) -> None:
-        """The rows of one save, inside the transaction of its batch (see ``GroupCommit``).
-
-        Raises:
-            SnapshotTooLarge: a value of it is longer than SQLite stores (``too_long``).
-        """
-        sid = snapshot.session_id
-        log: tuple[Any, ...] = (None, None, None, None)
-        before: int | None = None  # the session's checkpoints before this one, if counted
-        try:
-            if cut.messages is not None:
-                gen, length, log_digest, before = self._append(db, sid, cut, cached)
-                log = (gen, length, cut.count, log_digest)
-            self._put_parts(db, sid, snapshot.checkpoint_id, cut)
-            db.execute(
-                f"INSERT INTO checkpoints {CHECKPOINT_COLUMNS} VALUES"
-                f" (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){CHECKPOINT_UPSERT}",
-                checkpoint_row(self._rows, snapshot, cut, log, refs),
-            )
-        except sqlite3.DataError as exc:
-            if not is_too_big(exc):
-                raise
-            raise too_long(sid, cut.size, db.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)) from exc
-        if self.keep_last is not None and (before is None or before >= self.keep_last):
-            with self._cleaning(sid) as clean:
-                if clean:
-                    saved_gen = log[0] if cut.messages is not None else None
-                    self._prune(db, sid, self.keep_last, saved_gen)
+    # The full path of one save and what ``_saves_together`` calls back, as methods.
+    _write = write
+    _cleaning = cleaning
+    _remember = remember
+    _prune = staticmethod(prune_rows)
 
     def _before_writes(self, db: sqlite3.Connection) -> None:
         """Once per batch of saves, first in its transaction: may this store still write?"""
         self._rows.before_write(db)
-
-    @staticmethod
-    def _put_parts(db: sqlite3.Connection, sid: str, cid: str, cut: SplitSnapshot) -> None:
-        """Store each state part of the checkpoint unless the session has its bytes already.
-
-        A part's ``newest`` is the newest checkpoint id that uses it: once every
-        retained checkpoint is newer, none uses it (``_collect_parts``).
-        """
-        for part in cut.parts:
-            known = db.execute(
-                "UPDATE state_parts SET newest = max(newest, ?3) WHERE session_id = ?1"
-                " AND digest = ?2",
-                (sid, part.digest, cid),
-            ).rowcount
-            if not known:
-                db.execute(
-                    "INSERT INTO state_parts VALUES (?, ?, ?, ?)",
-                    (sid, part.digest, cid, part.data),
-                )
-
-    def _append(
-        self, db: sqlite3.Connection, sid: str, cut: SplitSnapshot, cached: _CachedLog | None
-    ) -> tuple[int, int, bytes, int | None]:
-        """Put the snapshot's messages in the log; returns (generation, length, digest,
-        how many checkpoints the session had before this save, if ``keep_last`` is set).
-
-        ``cached`` is what this instance last wrote for the session; it spares
-        hashing the log again when the database row shows the log is still that
-        one and ``split`` found the messages extend it. Any other case (another
-        process or instance wrote since, the history was edited) takes the full
-        path, which reads the truth from the row. The new state of the log is
-        remembered for the next save; ``save`` forgets it if the commit fails.
-        One statement reads the log's row, the next free generation and the
-        checkpoint count (so that a save need not prune below ``keep_last``).
-        """
-        messages = cut.messages
-        assert messages is not None
-        size = messages.length
-        rows = self._rows
-        counted = self.keep_last is not None
-        gen, length, stored_digest, appends, next_gen, *count = db.execute(
-            _LOG_STATE_COUNTED if counted else _LOG_STATE, (sid,)
-        ).fetchone()
-        before: int | None = count[0] if counted else None
-        largest = value_limit(db)
-        if gen is not None:
-            hasher: Any = None
-            if (
-                cached is not None
-                and cut.extends
-                and (cached.gen, cached.length, cached.digest) == (gen, length, stored_digest)
-            ):
-                hasher = cached.hasher.copy()  # the log is known.data, a prefix of messages
-            elif length <= size:
-                hasher = hashlib.sha256(messages.whole()[:length])
-                rows.trust_keys(db, (stored_digest,))
-                if hasher.digest() != rows.open_log_digest(sid, gen, length, stored_digest):
-                    hasher = None
-            if hasher is not None and (sid, gen) in self._damaged_logs:
-                hasher = None  # a save met damage in it: the messages go to a new log
-            if hasher is not None:  # the log is a prefix: append the rest
-                planned = log_rows(rows, sid, messages, gen, length, appends, hasher, largest)
-                try:
-                    write_log(db, rows, planned, largest)
-                except LogUnreadable as exc:
-                    self._log_unreadable(sid, gen, exc)  # raises SQLite's damage
-                else:
-                    self._remember(sid, cut, gen, planned.log[3], hasher)
-                    return gen, size, planned.digest, before
-        # no log yet, or the messages do not extend it (or it is damaged): a new generation
-        planned = log_rows(rows, sid, messages, next_gen, 0, 0, hashlib.sha256(), largest)
-        write_log(db, rows, planned, largest)
-        if next_gen:  # an older generation exists: it may be unused now
-            with self._cleaning(sid) as clean:
-                if clean:
-                    self._collect(db, sid)
-        self._remember(sid, cut, next_gen, planned.log[3], planned.hasher)
-        return next_gen, size, planned.digest, before
-
-    def _log_unreadable(self, sid: str, gen: int, exc: LogUnreadable) -> None:
-        """Go on with a save whose message log ``gen`` met damage (``exc``) in a new
-        generation: at once if the chunks decoded wrong, else (SQLite found the pages
-        malformed: it then refuses the transaction's writes) by failing this save with
-        SQLite's error and starting the session's next save in a new generation.
-
-        Raises:
-            sqlite3.DatabaseError: SQLite's damage error.
-        """
-        logger.warning("%s: %s; the session's saves go on in a new message log", self.path, exc)
-        if exc.damage is not None:
-            self._damaged_logs.add((sid, gen))
-            raise exc.damage
-
-    @contextmanager
-    def _cleaning(self, sid: str) -> Iterator[bool]:
-        """Run a save's clean-up of the session's old rows (pruning, unused logs), unless
-        one met damage before; yields whether to run it.
-
-        Deleting rows in damaged pages fails (SQLite cannot free them) and SQLite then
-        refuses the transaction's other writes, so that save fails; the session's
-        later saves skip the clean-up and succeed, its old rows staying until the file
-        is repaired (``doctor`` reports the damage).
-        """
-        if sid in self._uncleanable:
-            yield False
-            return
-        try:
-            yield True
-        except sqlite3.DatabaseError as exc:
-            if is_damage(exc):
-                logger.warning(
-                    "%s: damage met deleting old rows of session %r; its saves keep them "
-                    "from now on: %s",
-                    self.path,
-                    sid,
-                    exc,
-                )
-                self._uncleanable.add(sid)
-            raise
-
-    def _remember(
-        self, sid: str, cut: SplitSnapshot, gen: int, stored_digest: bytes, hasher: Any
-    ) -> None:
-        messages = cut.messages
-        assert messages is not None
-        known = messages.known()  # split's bytes (immutable, no copy) or their lineage
-        self._logs.put(sid, _CachedLog(gen, messages.length, stored_digest, known, hasher))
-
-    @staticmethod
-    def _collect(db: sqlite3.Connection, sid: str) -> None:
-        """Delete the log generations no checkpoint uses, except the current one."""
-        db.execute(
-            "DELETE FROM message_chunks WHERE session_id = ?1"
-            " AND gen <> (SELECT gen FROM message_logs WHERE session_id = ?1)"
-            " AND gen NOT IN (SELECT log_gen FROM checkpoints"
-            " WHERE session_id = ?1 AND log_gen IS NOT NULL)",
-            (sid,),
-        )
-
-    @classmethod
-    def _collect_after_delete(cls, db: sqlite3.Connection, sid: str) -> None:
-        """As ``_collect``, and drop the state parts no retained checkpoint uses; drop the
-        whole log and every part once the session has no checkpoint left."""
-        if db.execute("SELECT 1 FROM checkpoints WHERE session_id = ?", (sid,)).fetchone() is None:
-            db.execute("DELETE FROM message_chunks WHERE session_id = ?", (sid,))
-            db.execute("DELETE FROM message_logs WHERE session_id = ?", (sid,))
-            db.execute("DELETE FROM state_parts WHERE session_id = ?", (sid,))
-        else:
-            cls._collect(db, sid)
-            db.execute(
-                "DELETE FROM state_parts WHERE session_id = ?1 AND newest <"
-                " (SELECT MIN(checkpoint_id) FROM checkpoints WHERE session_id = ?1)",
-                (sid,),
-            )
 
     # --- read -----------------------------------------------------------------------------
 
@@ -677,98 +370,15 @@ class SQLiteCheckpointStore(ClosingContext):
         if self._unfindable(session_id, checkpoint_id):
             raise CheckpointNotFound(session_id, checkpoint_id)
         with self._transaction("DEFERRED") as db:
-            try:
-                cid, stored, chunks, found_parts = self._read(db, session_id, checkpoint_id)
-            except sqlite3.DatabaseError as exc:
-                if not is_damage(exc):
-                    raise
-                which = "newest" if checkpoint_id is None else repr(checkpoint_id)
-                raise SnapshotDecodeError(
-                    f"session {session_id!r}: its {which} checkpoint lies in damaged pages: "
-                    f"{damaged(self.path, exc)}"
-                ) from exc
-        gen, length, refs = stored[1], stored[2], stored[6]
-        try:
-            body, expected, vouched = self._rows.open_checkpoint(session_id, cid, tuple(stored))
-            messages = None
-            if gen is not None:
-                if not isinstance(length, int) or not isinstance(expected, bytes):
-                    raise SnapshotDecodeError("message log reference is damaged")
-                opened = [
-                    (start, self._rows.open_chunk(session_id, gen, start, data))
-                    for start, data in chunks
-                ]
-                messages = assemble(opened, length, expected)
-            parts = [
-                (kind, name, checked(kind, name, digest, found_parts.get(digest)))
-                for kind, name, digest in read_refs(refs)
-            ]
-            snapshot = join(body, messages, stored[3], self._migrations, parts, checked=vouched)
-            check_identity(snapshot, session_id, cid)
-        except SnapshotDecodeError as exc:
-            raise in_checkpoint(exc, session_id, cid) from None
-        return snapshot
-
-    def _read(
-        self, db: sqlite3.Connection, sid: str, checkpoint_id: str | None
-    ) -> tuple[str, list[Any], list[Any], dict[bytes, object]]:
-        """What ``load`` decodes, read in its transaction: the checkpoint's id, its stored
-        columns, the message-log chunks its prefix covers and its state parts by digest.
-
-        Raises:
-            CheckpointNotFound: the session has no such checkpoint.
-        """
-        if checkpoint_id is None:
-            row = db.execute(
-                f"SELECT {_ROW} FROM checkpoints WHERE session_id = ?"
-                " ORDER BY checkpoint_id DESC LIMIT 1",
-                (sid,),
-            ).fetchone()
-        else:
-            row = db.execute(
-                f"SELECT {_ROW} FROM checkpoints WHERE session_id = ? AND checkpoint_id = ?",
-                (sid, checkpoint_id),
-            ).fetchone()
-        if row is None:
-            raise CheckpointNotFound(sid, checkpoint_id)
-        cid, *stored = row
-        gen, length, refs = stored[1], stored[2], stored[6]
-        chunks = []
-        if gen is not None:
-            chunks = db.execute(
-                "SELECT start, data FROM message_chunks"
-                " WHERE session_id = ? AND gen = ? AND start < ? ORDER BY start",
-                (sid, gen, length),
-            ).fetchall()
-        self._rows.trust_keys(db, (stored[0], *(data for _, data in chunks)))
-        return cid, stored, chunks, self._read_parts(db, sid, refs)
-
-    @staticmethod
-    def _read_parts(db: sqlite3.Connection, sid: str, refs: object) -> dict[bytes, object]:
-        """The stored state parts a checkpoint's ``refs`` name, by digest (checked later)."""
-        try:
-            wanted = [digest for _, _, digest in read_refs(refs)]
-        except SnapshotDecodeError:
-            return {}  # load reports it, after the seal check
-        found: dict[bytes, object] = {}
-        for digest in wanted:
-            row = db.execute(
-                "SELECT data FROM state_parts WHERE session_id = ? AND digest = ?", (sid, digest)
-            ).fetchone()
-            if row is not None:
-                found[digest] = row[0]
-        return found
+            found = read(db, self._rows, self.path, session_id, checkpoint_id)
+        return decode(self._rows, session_id, found, self._migrations)
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first (see ``CheckpointStore.list``)."""
         if self._unfindable(session_id):
             return []
         with self._transaction("DEFERRED") as db:
-            rows = db.execute(
-                "SELECT checkpoint_id, saved_at_us, label, size FROM checkpoints"
-                " WHERE session_id = ? ORDER BY checkpoint_id DESC",
-                (session_id,),
-            ).fetchall()
+            rows = checkpoint_rows(db, session_id)
         return [
             CheckpointInfo(session_id, cid, from_micros(us), label, size)
             for cid, us, label, size in rows
@@ -777,10 +387,7 @@ class SQLiteCheckpointStore(ClosingContext):
     def sessions(self) -> builtins.list[str]:
         """Sessions with at least one checkpoint, sorted."""
         with self._transaction("DEFERRED") as db:
-            rows = db.execute(
-                "SELECT DISTINCT session_id FROM checkpoints ORDER BY session_id"
-            ).fetchall()
-        return [sid for (sid,) in rows]
+            return session_ids(db)
 
     # --- delete ---------------------------------------------------------------------------
 
@@ -791,16 +398,7 @@ class SQLiteCheckpointStore(ClosingContext):
         if self._unfindable(session_id, checkpoint_id):
             return 0
         with self._transaction("IMMEDIATE") as db:
-            if checkpoint_id is None:
-                removed = db.execute(
-                    "DELETE FROM checkpoints WHERE session_id = ?", (session_id,)
-                ).rowcount
-            else:
-                removed = db.execute(
-                    "DELETE FROM checkpoints WHERE session_id = ? AND checkpoint_id = ?",
-                    (session_id, checkpoint_id),
-                ).rowcount
-            self._collect_after_delete(db, session_id)
+            removed = delete_rows(db, session_id, checkpoint_id)
         if checkpoint_id is None:
             self._logs.drop(session_id)  # memory only: a stale entry would not be used
         return removed
@@ -816,39 +414,6 @@ class SQLiteCheckpointStore(ClosingContext):
             return 0
         with self._transaction("IMMEDIATE") as db:
             return self._prune(db, session_id, keep)
-
-    def _prune(
-        self, db: sqlite3.Connection, sid: str, keep_last: int, saved_gen: int | None = None
-    ) -> int:
-        """Delete all but the session's ``keep_last`` newest checkpoints, then what only they
-        used. ``saved_gen``: the log generation of the checkpoint just saved in this
-        transaction (so the session has one, and that is its current log), if it has one.
-
-        After a save, only what the removed rows name can have become unused: an older
-        log generation, or state parts (a part's ``newest`` checkpoint uses it). So the
-        usual prune of a save (one checkpoint of the current log, without parts) is one
-        statement, not four.
-        """
-        if not _RETURNING:  # SQLite before 3.35: count, then collect in full
-            count: int = db.execute(_PRUNE, (sid, keep_last)).rowcount
-            if count:
-                self._collect_after_delete(db, sid)
-            return count
-        removed = db.execute(f"{_PRUNE} RETURNING log_gen, parts", (sid, keep_last)).fetchall()
-        if not removed:
-            return 0
-        if saved_gen is None:
-            self._collect_after_delete(db, sid)
-            return len(removed)
-        if any(gen is not None and gen != saved_gen for gen, _ in removed):
-            self._collect(db, sid)
-        if any(parts is not None for _, parts in removed):
-            db.execute(
-                "DELETE FROM state_parts WHERE session_id = ?1 AND newest <"
-                " (SELECT MIN(checkpoint_id) FROM checkpoints WHERE session_id = ?1)",
-                (sid,),
-            )
-        return len(removed)
 
     # --- encryption -----------------------------------------------------------------------
 
@@ -880,28 +445,7 @@ class SQLiteCheckpointStore(ClosingContext):
             StoreCorrupted, StoreUnavailable: as when opening; ``StoreCorrupted`` also when
                 SQLite finds a damaged page on the way (nothing was encrypted).
         """
-        name = os.fspath(path)
-        if not os.path.exists(name):
-            raise FileNotFoundError(
-                f"no checkpoint store at {name!r} to encrypt; check the path (a new store is "
-                "encrypted by opening it with encryption=keys)"
-            )
-        conn = open_database(name, synchronous="FULL", busy_timeout=busy_timeout)
-        try:
-            with reporting_store_errors(name):
-                envelopes = Envelopes(keys, name)
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    count = encrypt_rows(conn, name, envelopes)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                scrub(conn, name)
-        finally:
-            conn.close()
-        return count
+        return encrypt_file(path, keys, busy_timeout)
 
     def rotate_keys(self) -> int:
         """Re-encrypt everything under the ring's current key; returns how many checkpoints
@@ -919,18 +463,7 @@ class SQLiteCheckpointStore(ClosingContext):
         """
         if self.read_only:
             raise refuse(self.path, "rotate_keys()")
-        rows = self._rows
-        if not isinstance(rows, SealedRows):
-            raise SupervisorError(
-                f"{self!r} is not encrypted, so it has no keys to rotate; encrypt it with "
-                "SQLiteCheckpointStore.encrypt_existing(path, keys)"
-            )
-        with self._transaction("IMMEDIATE") as db:
-            count = reencrypt_rows(db, rows)
-        with self._lock, reporting_store_errors(self.path):
-            scrub(self._open_connection(), self.path)
-        self._logs.clear()
-        return count
+        return rotate(self)
 
     def close(self) -> None:
         """Close the connection (checkpointing the WAL into the file, unless read-only).

@@ -37,6 +37,7 @@ from supervisor._host_record import SessionRecord
 from supervisor._nonblocking import NonBlockingCalls, outcome_of, running, settle
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable, require_session_id
+from supervisor.checkpoint_store import check_session_id_for
 
 __all__ = ["EventWatch", "HostFutures"]
 
@@ -250,7 +251,9 @@ class HostFutures:
         Raises:
             TypeError, ValueError: an invalid id, template or attribute (at the call).
         """
-        start_arguments(template, session_id, tenant_id, api_key, attrs)
+        checked = start_arguments(template, session_id, tenant_id, api_key, attrs)
+        if checked is not None:
+            check_session_id_for(self._checkpoints.store, checked)
         host = self._host
         return self._calls.helper(
             lambda: host.start_session(template, session_id, tenant_id, api_key, **attrs)

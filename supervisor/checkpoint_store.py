@@ -29,6 +29,7 @@ __all__ = [
     "SnapshotTooNew",
     "check_keep_last",
     "check_max_snapshot_bytes",
+    "check_session_id_for",
     "encodable",
 ]
 
@@ -72,6 +73,11 @@ class CheckpointStore(Protocol):
     lone surrogate, which ``Snapshot.serialize`` refuses) is found nowhere: ``load``
     raises ``CheckpointNotFound``, ``list`` returns ``[]``, ``delete`` and ``prune`` 0.
     ``CheckpointInfo.saved_at`` is in UTC whatever the snapshot's zone.
+
+    A store that can never save some session ids (PostgreSQL text holds no NUL) may
+    define ``check_session_id(session_id)``, raising ``ValueError`` for such an id:
+    the host calls it before a session of that id starts (``check_session_id_for``),
+    instead of letting every save of the running session fail.
     """
 
     def save(self, snapshot: Snapshot) -> CheckpointInfo:
@@ -212,3 +218,16 @@ def encodable(text: object) -> bool:
 
 for _cls in (CheckpointInfo, CheckpointStore, SnapshotTooNew):
     _cls.__module__ = "supervisor"
+
+
+def check_session_id_for(store: object, session_id: str) -> None:
+    """Refuse ``session_id`` if ``store`` says it can never save it (its optional
+    ``check_session_id``, see ``CheckpointStore``): a session started under such an
+    id would run, and fail its every save.
+
+    Raises:
+        ValueError: the store cannot save that id (the message says why).
+    """
+    check = getattr(store, "check_session_id", None)
+    if check is not None:
+        check(session_id)

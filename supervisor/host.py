@@ -53,7 +53,7 @@ from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable, require_session_id, require_tenant
-from supervisor.checkpoint_store import CheckpointStore
+from supervisor.checkpoint_store import CheckpointStore, check_session_id_for
 from supervisor.errors import (
     HostShutDown,
     SessionAlreadyExists,
@@ -281,6 +281,7 @@ class AgentHost:
         checked = start_arguments(template, session_id, tenant_id, api_key, attrs)
         fresh = checked is None  # 122 random bits: no earlier life to look for in the store
         session_id = uuid.uuid4().hex if checked is None else checked
+        check_session_id_for(self.store, session_id)
         self._table.check_open()
         if not fresh:  # here first: the store has checkpoints of a session that runs here
             self._table.check_absent(session_id)

@@ -395,6 +395,15 @@ class PostgresCheckpointStore(ClosingContext):
             raise CheckpointNotFound(session_id, checkpoint_id)
         return decode(row, session_id, self._migrations)
 
+    def check_session_id(self, session_id: str) -> None:
+        """Refuse an id PostgreSQL text cannot hold (a NUL character): the host asks before
+        a session of it starts, which would otherwise fail its every save.
+
+        Raises:
+            ValueError: it holds a NUL character (the message says where).
+        """
+        check_text("session id", session_id)
+
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first by ``(epoch, checkpoint_id)``."""
         if not self._findable(session_id):

@@ -17,9 +17,10 @@ see ``actors.streaming``) is stored as it came and becomes an error the model
 sees as well. Text of a ``str`` subclass (a ``StrEnum`` member) is stored as a
 plain ``str``.
 
-A response of the wrong types (``check_response``, ``storable_message``: a
-``Message`` where a ``ModelResponse`` belongs, a message whose role is not
-``assistant``, an ``int`` call id, a set in the arguments, a float token count)
+A response of the wrong types (``check_response``, ``storable_message``,
+``check_provider_state``: a ``Message`` where a ``ModelResponse`` belongs, a message
+whose role is not ``assistant``, an ``int`` call id, a set in the arguments, a float
+token count, a provider state that is not a dict)
 is a bug of the model's code, not an answer: it fails the turn with a
 ``TypeError`` naming the field, instead of entering a history that no
 checkpoint, no resume or no provider could take.
@@ -39,7 +40,14 @@ from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
 from actors.streaming import INVALID_ARGUMENTS
 
-__all__ = ["check_response", "storable_message", "storable_text", "user_text", "wrong_type"]
+__all__ = [
+    "check_provider_state",
+    "check_response",
+    "storable_message",
+    "storable_text",
+    "user_text",
+    "wrong_type",
+]
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
@@ -150,6 +158,18 @@ def check_response(response: object) -> None:
         count = getattr(usage, name)
         if type(count) is not int or count < 0:
             raise wrong_type(f"usage.{name}", count, "a non-negative int")
+
+
+def check_provider_state(response: ModelResponse) -> None:
+    """Raise ``wrong_type`` if ``response.provider_state`` is neither a dict nor ``None``.
+
+    Checked on the response the session keeps (after ``after_model``): a bare continuation
+    id (``"resp_1"``) or a list was kept, saved in every checkpoint and handed to the next
+    request, and ``Snapshot.provider_state`` raised ``SnapshotDecodeError`` on each of the
+    session's own snapshots."""
+    state = response.provider_state
+    if state is not None and not isinstance(state, dict):
+        raise wrong_type("provider_state", state, "a dict or None")
 
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")

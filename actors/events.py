@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from actors._loop import ends_session
+
 __all__ = ["RESERVED_EVENT_TYPES", "Event", "EventBatch", "EventBuffer", "Subscriber"]
 
 logger = logging.getLogger("actors.events")
@@ -239,7 +241,10 @@ class EventBuffer:
     def publish(self, type_: str, **data: Any) -> Event:
         """Append an event and hand it to every subscriber.
 
-        A subscriber that raises is logged and skipped; it never fails the session.
+        A subscriber that raises is logged and skipped; it never fails the session. A
+        ``BaseException`` too (``asyncio.CancelledError`` of its asyncio work): it ended the
+        session in the middle of a turn. Only ``SystemExit``, ``KeyboardInterrupt`` or a
+        group holding one keeps its meaning (``actors._loop.ends_session``).
         """
         return self._publish(type_, data)
 
@@ -272,6 +277,10 @@ class EventBuffer:
             try:
                 subscriber(event)
             except Exception:
+                logger.exception("event subscriber %r failed on %s", subscriber, type_)
+            except BaseException as exc:  # CancelledError & co.: a failed subscriber, no more
+                if ends_session(exc):
+                    raise
                 logger.exception("event subscriber %r failed on %s", subscriber, type_)
         return event
 

@@ -53,8 +53,9 @@ class ModelResponse:
         provider_state: Plain data the provider wants back on the next call
             (for example a server-side conversation id); ``None`` keeps the
             session's current provider state. Persisted in snapshots, and
-            handed back as ``ModelRequest.provider_state``. One a checkpoint cannot
-            hold, or holding a live value (a lock, a client), fails the turn with
+            handed back as ``ModelRequest.provider_state``. One that is not a dict
+            (a bare id) fails the turn with ``TypeError``; one a checkpoint cannot
+            hold, or holding a live value (a lock, a client), with
             ``SnapshotEncodeError`` naming the path.
         stop_reason: Why the model stopped, if it says: ``stop`` (it answered),
             ``tool_calls``, ``length`` (the output limit), ``content_filter``,

@@ -141,7 +141,9 @@ class Plugin:
         return None
 
     def after_model(self, ctx: PluginContext, response: ModelResponse) -> ModelResponse | None:
-        """After each model call; may return a replacement response."""
+        """After each model call; may return a replacement response. Its ``usage`` is not read:
+        the session counts, and publishes with the ``model_response`` event, what the model
+        itself spent."""
         return None
 
     def on_tool_call(self, ctx: PluginContext, call: ToolCall) -> ToolCall | None:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Self, cast
 
 import pykka
 
+from actors._arguments import check_session_arguments, restored_turns, session_id_of
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
@@ -29,7 +30,13 @@ from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
 from actors._restored import RestoredMessages
 from actors._step import STEP, StepKey
-from actors._storable import check_response, storable_message, storable_text, user_text
+from actors._storable import (
+    check_provider_state,
+    check_response,
+    storable_message,
+    storable_text,
+    user_text,
+)
 from actors._strip import first_live, strip_live
 from actors.errors import (
     ModelCallAborted,
@@ -228,7 +235,8 @@ class AgentSession(pykka.ThreadingActor):
 
     Args:
         template: Model, tools, instructions and plugins.
-        session_id: Defaults to a new random id.
+        session_id: A non-empty ``str``; defaults to the restored state's, else a new
+            random id.
         restored_state: A ``state()`` dict to continue from (resume). The state of a plugin
             the template does not list is kept as it is, in every later snapshot, for a
             template that lists the plugin again (``PluginRunner.kept``); no hook sees it.
@@ -263,6 +271,13 @@ class AgentSession(pykka.ThreadingActor):
             (``ModelRequest.credentials``); never part of the state or a snapshot.
         epoch: The host's ownership epoch of the session (0 outside a cluster), part of
             the ``current_step()`` key that tools and plugins read.
+
+    Raises:
+        TypeError: ``template`` is not an ``AgentTemplate``, ``session_id`` not a ``str``,
+            ``metadata`` not a mapping, or ``checkpointer`` not callable.
+        ValueError: ``session_id`` is empty, or ``max_steps`` or ``checkpoint_every`` is
+            not a positive integer.
+        SnapshotDecodeError: ``restored_state`` is not a valid session state.
     """
 
     start_timeout: ClassVar[float] = 30.0
@@ -298,11 +313,12 @@ class AgentSession(pykka.ThreadingActor):
         for name, value in (("max_steps", max_steps), ("checkpoint_every", checkpoint_every)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_session_arguments(template, metadata, checkpointer)
         self.checkpointer = checkpointer
         self.checkpoint_every = checkpoint_every
         self.epoch = epoch
         restored = restored_state or {}
-        self.session_id = session_id or restored.get("session_id") or uuid.uuid4().hex
+        self.session_id = session_id_of(session_id, restored) or uuid.uuid4().hex
         self.template = template
         self.max_steps = max_steps
         self.model_string = template.model_string
@@ -326,7 +342,7 @@ class AgentSession(pykka.ThreadingActor):
             self._usage = Usage.from_dict(restored["usage"]) if "usage" in restored else Usage()
             if steering is None:  # a queue passed in is its owner's (a host restores it)
                 self.steering.requeue(saved_steering(restored))
-            self._turns = int(restored.get("turns", 0))
+            self._turns = restored_turns(restored)
             self._metadata = dict(
                 metadata if metadata is not None else restored.get("metadata", {})
             )
@@ -861,12 +877,13 @@ class AgentSession(pykka.ThreadingActor):
                 raise ModelCallAborted(exc) from exc
             seconds = time.perf_counter() - called
             check_response(response)
-            self._usage += response.usage
+            spent = response.usage
+            self._usage += spent
             if self._has_plugins:
                 response = self.plugins.pipe(
                     "after_model", response, lambda p, c, v: p.after_model(c, v), RESPONSE
                 )
-            message, refused = self._record(response, seconds)
+            message, refused = self._record(response, spent, seconds)
             if not message.tool_calls:
                 return message
             if step == self.max_steps:
@@ -915,18 +932,26 @@ class AgentSession(pykka.ThreadingActor):
             "before_model", prompt, lambda p, c, v: p.before_model(c, v), PROMPT
         )
 
-    def _record(self, response: ModelResponse, seconds: float) -> tuple[Message, dict[int, str]]:
+    def _record(
+        self, response: ModelResponse, spent: Usage, seconds: float
+    ) -> tuple[Message, dict[int, str]]:
         """Append the model's message, made storable (see ``actors._storable``); return it and
         what to answer instead of running each call not to run, by its position in the
-        message. ``seconds``: how long the model call took (published with the message)."""
+        message. ``spent``: the usage of the model's own response, which the session
+        counted, and ``seconds``: how long the call took, both published with the message.
+
+        ``spent``, not the usage of what ``after_model`` put in its place: a host sums the
+        events' usage (``SessionInfo.usage``), and a rewritten answer's (zero by default)
+        made the call free there; one that was not a ``Usage`` failed the turn."""
         message, refused = storable_message(response.message)
+        check_provider_state(response)
         self._messages.append(message)
         if response.provider_state is not None:
             self._provider_state = response.provider_state
         data: dict[str, Any] = {
             "content": message.content,
             "tool_calls": [c.to_dict() for c in message.tool_calls],
-            "usage": response.usage.to_dict(),
+            "usage": spent.to_dict(),
             "seconds": seconds,
         }
         if response.stop_reason is not None:

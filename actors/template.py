@@ -47,6 +47,20 @@ def _check_model(model: object) -> None:
     )
 
 
+def _check_plugin_name(plugin: Plugin) -> None:
+    """Refuse a plugin whose name cannot key its state in a checkpoint
+    (``state.plugins.<name>``): every session on the template failed its start, with an
+    error naming neither the plugin nor its name (``object of type 'int' has no len()``).
+    ``""`` is a name (a bare ``Plugin()``'s)."""
+    name = plugin.name
+    if not isinstance(name, str):
+        raise TypeError(
+            f"plugin {type(plugin).__qualname__}: its name must be a str (it keys the "
+            f"plugin's state in every checkpoint), got {type(name).__name__} {name!r:.40}"
+        )
+    user_text(name, f"the name of plugin {type(plugin).__qualname__}")
+
+
 def _unique(kind: str, names: Sequence[str]) -> None:
     seen: set[str] = set()
     for name in names:
@@ -71,11 +85,11 @@ class AgentTemplate:
 
     Raises:
         TypeError: ``model`` is neither a model string nor a model object (one with a
-            ``generate`` or ``respond`` method), a tool or plugin is not one, or
-            ``instructions`` is neither a ``str`` nor ``None``.
-        ValueError: ``model`` is an empty string, two tools or plugins share a name, or
-            ``instructions`` holds a lone surrogate (every checkpoint holds them, and
-            none could store it).
+            ``generate`` or ``respond`` method), a tool or plugin is not one, a plugin's
+            name is not a ``str``, or ``instructions`` is neither a ``str`` nor ``None``.
+        ValueError: ``model`` is an empty string, two tools or plugins share a name, or a
+            plugin's name or ``instructions`` holds a lone surrogate (every checkpoint
+            holds them, and none could store it).
     """
 
     model: Model | str = "echo"
@@ -101,6 +115,7 @@ class AgentTemplate:
         for plugin in self.plugins:
             if not isinstance(plugin, Plugin):
                 raise TypeError(f"plugins must be Plugin instances, got {plugin!r}")
+            _check_plugin_name(plugin)
         _unique("tool", [t.name for t in self.tools])
         _unique("plugin", [p.name for p in self.plugins])
 

@@ -23,6 +23,28 @@ from actors.errors import ToolDefinitionError
 
 __all__ = ["Tool", "tool"]
 
+_NAME_RULE = "^[a-zA-Z0-9_-]{1,64}$"
+"""The tool names OpenAI (function names) and Anthropic (tool names) accept; the adapters
+send ``Tool.name`` as it is, so a name outside it failed every model call of a session."""
+
+_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""``_NAME_RULE`` for ``fullmatch`` (``$`` would let a trailing newline through)."""
+
+_NAME_HELP = (
+    f"names must match {_NAME_RULE} (1 to 64 ASCII letters, digits, '_' or '-'), "
+    "the rule OpenAI and Anthropic hold tool names to"
+)
+
+
+def _name_problem(name: str) -> str | None:
+    """What is wrong with tool name ``name`` for the providers, or ``None`` if nothing."""
+    if _NAME.fullmatch(name):
+        return None
+    if len(name) > 64:
+        return f"it has {len(name)} characters; {_NAME_HELP}"
+    return _NAME_HELP
+
+
 _SCALARS: dict[object, dict[str, Any]] = {
     str: {"type": "string"},
     int: {"type": "integer"},
@@ -41,7 +63,8 @@ class Tool:
     dynamic tool), its fields are checked (``ToolDefinitionError`` naming the wrong one).
 
     Attributes:
-        name: What the model calls it.
+        name: What the model calls it: 1 to 64 ASCII letters, digits, ``_`` or ``-``
+            (``^[a-zA-Z0-9_-]{1,64}$``, what OpenAI and Anthropic accept).
         description: What it does, for the model.
         parameters: JSON schema (``type: object``) of its keyword arguments.
         fn: The function run with the call's arguments.
@@ -53,16 +76,21 @@ class Tool:
     fn: Callable[..., Any] = field(repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Refuse a field of the wrong type where the tool is built (a tool made by hand):
-        taken, it failed every model call of its sessions, in the adapter, naming neither
-        the tool nor the field (``parameters=None``: "'NoneType' object is not iterable").
+        """Refuse a field of the wrong type, or a name the providers refuse, where the tool
+        is built (a tool made by hand): taken, it failed every model call of its sessions,
+        in the adapter or at the provider, naming neither the tool nor the field
+        (``parameters=None``: "'NoneType' object is not iterable"; ``name="notes.read"``:
+        the provider's 400).
 
         Raises:
-            ToolDefinitionError: naming the field.
+            ToolDefinitionError: naming the field (for the name, the rule it breaks).
         """
         if not isinstance(self.name, str) or not self.name:
             raise ToolDefinitionError(f"a tool's name must be a non-empty str, got {self.name!r}")
         where = f"tool {self.name!r}"
+        problem = _name_problem(self.name)
+        if problem is not None:
+            raise ToolDefinitionError(f"{where}: a name the providers refuse: {problem}")
         if not isinstance(self.description, str):
             raise ToolDefinitionError(
                 f"{where}: description must be a str, got {type(self.description).__name__}"
@@ -225,13 +253,34 @@ def _check_runs(fn: Callable[..., Any], where: str) -> None:
             )
 
 
-def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> Tool:
-    tool_name = name or getattr(fn, "__name__", None)
-    if not isinstance(tool_name, str) or not tool_name:
+def _tool_name(fn: Callable[..., Any], name: object) -> str:
+    """The name of ``fn``'s tool: ``name`` when given, else ``fn.__name__``; refused (with
+    the fix) if it is not one the providers accept (``_NAME_RULE``), before anything else
+    about ``fn`` is looked at: a lambda's ``<lambda>`` is the first thing to mend."""
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise ToolDefinitionError(f"a tool's name must be a non-empty str, got {name!r}")
+        problem = _name_problem(name)
+        if problem is not None:
+            raise ToolDefinitionError(f"tool {name!r}: a name the providers refuse: {problem}")
+        return name
+    own = getattr(fn, "__name__", None)
+    if not isinstance(own, str) or not own:
         raise ToolDefinitionError(
             f"{fn!r} has no __name__ to name its tool (a callable object or a "
             "functools.partial): pass one, tool(name=...)(fn)"
         )
+    problem = _name_problem(own)
+    if problem is not None:
+        raise ToolDefinitionError(
+            f"tool {own!r} (the function's __name__) is a name the providers refuse: "
+            f"{problem}; pass one, tool(name='...')(fn)"
+        )
+    return own
+
+
+def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> Tool:
+    tool_name = _tool_name(fn, name)
     where = f"tool {tool_name!r}"
     _check_runs(fn, where)
     try:
@@ -282,12 +331,15 @@ def tool(
 
     Args:
         fn: The function; every parameter needs a JSON-compatible type hint.
-        name: Tool name; defaults to the function's name.
+        name: Tool name; defaults to the function's name. Either must match
+            ``^[a-zA-Z0-9_-]{1,64}$`` (pass one for a lambda).
         description: Defaults to the docstring's first paragraph; the docstring's
             ``Args:`` section describes each parameter.
 
     Raises:
-        ToolDefinitionError: ``fn`` is an ``async def`` function (or an object whose
+        ToolDefinitionError: the name (``name``, else ``fn.__name__``: a lambda's is
+            ``<lambda>``) does not match ``^[a-zA-Z0-9_-]{1,64}$``, as OpenAI and Anthropic
+            require; ``fn`` is an ``async def`` function (or an object whose
             ``__call__`` is one) or a generator function, whose body a call would not run;
             or a parameter has no hint, an unsupported hint, or is
             ``*args``/``**kwargs``/positional-only.

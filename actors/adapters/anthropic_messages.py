@@ -9,7 +9,8 @@ Mapping, both ways:
   block and each tool call as a ``tool_use`` block (``id``, ``name``,
   ``input``); ``tool`` messages as ``tool_result`` blocks (``tool_use_id``) of
   the next user message, which also takes any user text that follows them; a
-  message of one text block goes as its text;
+  message of one text block goes as its text; text that is empty or only whitespace
+  goes as none (the API refuses such a block);
 - a ``@tool`` as ``{name, description, input_schema}``;
 - usage: input tokens are ``input_tokens`` plus the cache's
   (``cache_read_input_tokens``, ``cache_creation_input_tokens``), cached input
@@ -71,6 +72,13 @@ _STOP = {
 }
 
 
+def _has_text(content: str | None) -> bool:
+    """Whether ``content`` goes as a text block: the API refuses one that is empty or only
+    whitespace (HTTP 400), which Claude itself may answer (``"\\n\\n"``, before tool calls
+    too); sent back, it failed every later request of the session."""
+    return bool(content and not content.isspace())
+
+
 def _tool_input(call: ToolCall) -> dict[str, Any]:
     """A call's ``input``: what the model wrote, as a string, when it was not JSON."""
     if INVALID_ARGUMENTS in call.arguments and len(call.arguments) == 1:
@@ -90,7 +98,7 @@ def _blocks(message: Message, thinking: _Thinking = None) -> list[dict[str, Any]
     blocks: list[dict[str, Any]] = []
     if thinking is not None and message.tool_calls and message.tool_calls[0].id == thinking[0]:
         blocks.extend(dict(block) for block in thinking[1])
-    if message.content:
+    if _has_text(message.content):
         blocks.append({"type": "text", "text": message.content})
     blocks.extend(
         {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)}
@@ -118,7 +126,7 @@ def anthropic_messages(
     for message in messages:
         role = "assistant" if message.role == "assistant" else "user"
         if role != last_role and message.role != "tool" and not message.tool_calls:
-            if message.content:  # one text block: its short form
+            if _has_text(message.content):  # one text block: its short form
                 out.append({"role": role, "content": message.content})
                 last_role = role
             continue

@@ -25,7 +25,8 @@ one (one choice is asked for, unless ``options`` set ``n``), tool-call deltas
 without an ``index`` (a new call id then opens the next call), and later deltas
 of a call that repeat its id and name as empty strings (read as absent). A whole
 answer's tool call counts when it has a ``function``, whatever its ``type`` (some
-servers leave it out, or send null).
+servers leave it out, or send null). A tool call without an id (or with ``""``), streamed
+or not, gets ``call_<index>``.
 """
 
 from __future__ import annotations
@@ -160,9 +161,16 @@ class OpenAIChatModel(OpenAIAdapter):
         # A call with a ``function``, whatever its ``type`` says: vLLM, Ollama and Mistral
         # models on Azure may leave ``"type": "function"`` out, or send null, and such
         # calls were dropped (the turn ended with an empty answer). A ``custom`` call has none.
+        # A call with no id (or ``""``: a server's) gets ``call_<index>``, as a streamed one
+        # does: ``None`` failed every turn that called a tool (an id must be a str), and
+        # ``""`` on every call gave the provider results it could not tell apart.
         calls = tuple(
-            ToolCall(call.id, function.name, parse_tool_arguments(function.arguments))
-            for call in answer.tool_calls or ()
+            ToolCall(
+                getattr(call, "id", None) or f"call_{index}",
+                function.name,
+                parse_tool_arguments(function.arguments),
+            )
+            for index, call in enumerate(answer.tool_calls or ())
             if (function := getattr(call, "function", None)) is not None
         )
         text = answer.content if answer.content is not None else answer.refusal

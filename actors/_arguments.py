@@ -1,0 +1,76 @@
+"""Checks of what ``AgentSession`` is made with, where it is made.
+
+A host passes checked values, but ``AgentSession`` is public, and an argument of the
+wrong kind was taken as it came and failed the session later, far from the cause: a
+``session_id`` that is not a ``str`` made every snapshot fail, so with a ``checkpointer``
+every turn failed and was rolled back. Pure functions, thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actors.errors import SnapshotDecodeError
+from actors.template import AgentTemplate
+
+__all__ = ["check_session_arguments", "restored_turns", "session_id_of"]
+
+_MAX_COUNT = 2**64 - 1
+"""The largest count a checkpoint (msgpack) holds."""
+
+
+def session_id_of(given: object, restored: Mapping[str, Any]) -> str | None:
+    """The session id to use: ``given``, else the restored state's, else ``None`` (a new
+    random one).
+
+    Raises:
+        TypeError, ValueError: ``given`` is not a non-empty ``str`` (nor ``None``).
+        SnapshotDecodeError: the restored state's ``session_id`` is not a non-empty ``str``.
+    """
+    if given is not None:
+        if not isinstance(given, str):
+            raise TypeError(f"session_id must be a str or None, got {type(given).__name__}")
+        if not given:
+            raise ValueError("session_id must not be empty (None gives a new random one)")
+        return given
+    saved = restored.get("session_id")
+    if saved is not None and (not isinstance(saved, str) or not saved):
+        raise SnapshotDecodeError(
+            f"state.session_id must be a non-empty str, got {type(saved).__name__} "
+            f"{saved!r:.40}; pass session_id= or resume an older checkpoint"
+        )
+    return saved
+
+
+def check_session_arguments(template: object, metadata: object, checkpointer: object) -> None:
+    """Refuse a ``template``, ``metadata`` or ``checkpointer`` no session could work with.
+
+    Raises:
+        TypeError: ``template`` is not an ``AgentTemplate``, ``metadata`` is not a mapping
+            (nor ``None``), or ``checkpointer`` cannot be called.
+    """
+    if not isinstance(template, AgentTemplate):
+        raise TypeError(f"template must be an AgentTemplate, got {type(template).__name__}")
+    if checkpointer is not None and not callable(checkpointer):
+        raise TypeError(
+            f"checkpointer must be callable (it gets each Snapshot), got {checkpointer!r:.60}"
+        )
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping or None, got {type(metadata).__name__}")
+
+
+def restored_turns(restored: Mapping[str, Any]) -> int:
+    """The restored state's turn count (0 when it has none).
+
+    ``int()`` of it took ``1.7`` as 1, ``True`` as 1 and ``"5"`` as 5, and a count beyond
+    64 bits started a session no checkpoint of which could be saved.
+
+    Raises:
+        ValueError: it is not an ``int`` from 0 to 2**64 - 1 (the session reports a
+            ``SnapshotDecodeError``).
+    """
+    turns = restored.get("turns", 0)
+    if type(turns) is not int or not 0 <= turns <= _MAX_COUNT:
+        raise ValueError(f"state.turns must be a count (an int >= 0), got {turns!r:.40}")
+    return turns

@@ -95,7 +95,7 @@ class Event(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class EventBatch:
-    """What ``EventBuffer.since`` returns.
+    """What ``EventBuffer.since`` returns. Immutable and thread-safe.
 
     Attributes:
         events: New events, oldest first.

@@ -107,6 +107,12 @@ class Plugin:
     (``before_model`` must return a list of ``Message``, ``after_model`` a
     ``ModelResponse``, ``on_tool_call`` a ``ToolCall`` with ``str`` id and name and
     ``dict`` arguments).
+
+    Threads: one plugin object serves every session of its template, each on its
+    own thread, so its hooks run concurrently for different sessions (one
+    session's hooks never overlap). Keep per-session values in ``ctx.state``, and
+    guard anything shared on ``self`` with a lock. In process mode each worker
+    has its own copy of the plugin (the template is pickled to it).
     """
 
     name: str = ""

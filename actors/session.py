@@ -75,6 +75,8 @@ class Send:
     serves (a gateway streaming one send's events among others' does). Neither field
     is checked here (a message costs nothing to build): ``send`` checks both before the
     turn starts, and the ask raises its ``TypeError`` or ``ValueError``.
+
+    Immutable and thread-safe.
     """
 
     text: str
@@ -83,14 +85,20 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class TakeSnapshot:
-    """Message form of ``AgentSession.snapshot``: ``ref.ask(TakeSnapshot(label))``."""
+    """Message form of ``AgentSession.snapshot``: ``ref.ask(TakeSnapshot(label))``.
+
+    Immutable and thread-safe.
+    """
 
     label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GetHistory:
-    """Message form of ``AgentSession.history``: ``ref.ask(GetHistory())``."""
+    """Message form of ``AgentSession.history``: ``ref.ask(GetHistory())``.
+
+    Immutable and thread-safe.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,10 @@ class ApiKey:
 
 @dataclass(frozen=True, slots=True)
 class NewKey:
-    """What ``KeyStore.create`` returns: the key, to show once, and its row."""
+    """What ``KeyStore.create`` returns: the key, to show once, and its row.
+
+    Immutable and thread-safe.
+    """
 
     key: str
     info: ApiKey

@@ -73,6 +73,7 @@ class NotDelivered(Exception):
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """One live worker process of an ``AgentHost(workers=N)``, as ``AgentHost.workers`` saw it.
+    Immutable and thread-safe (a reading: the worker may have died since).
 
     Attributes:
         pid: The worker's process id.

@@ -44,7 +44,11 @@ FIELDS = ("session_id", "reason", "worker_pid")
 
 
 class JsonLogFormatter(logging.Formatter):
-    """Formats each record as one line of JSON (see the module docstring)."""
+    """Formats each record as one line of JSON (see the module docstring).
+
+    Thread-safe: it keeps no state between records, as ``logging`` handlers on
+    several threads share it.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         moment = datetime.fromtimestamp(record.created, UTC)

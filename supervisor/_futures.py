@@ -36,7 +36,7 @@ from supervisor._host_policy import (
 from supervisor._host_record import SessionRecord
 from supervisor._nonblocking import NonBlockingCalls, outcome_of, running, settle
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
-from supervisor._session_table import SessionTable, require_session_id
+from supervisor._session_table import SessionTable, require_session_id, require_tenant_arg
 from supervisor.checkpoint_store import check_session_id_for
 
 __all__ = ["EventWatch", "HostFutures"]
@@ -222,6 +222,7 @@ class HostFutures:
             TypeError: ``session_id`` is not a ``str`` (at the call).
         """
         require_session_id(session_id)
+        require_tenant_arg(tenant_id)
         return self._calls.helper(lambda: self._host.hibernate(session_id, tenant_id=tenant_id))
 
     def steer(self, session_id: str, text: str, *, tenant_id: str | None = None) -> Future[None]:
@@ -233,6 +234,7 @@ class HostFutures:
                 or ``session_id`` is not a ``str`` (at the call).
         """
         require_session_id(session_id)
+        require_tenant_arg(tenant_id)
         steering = plain_text("the steering text", text)
         return self._calls.helper(
             lambda: self._host.steer(session_id, steering, tenant_id=tenant_id)
@@ -336,6 +338,7 @@ class HostFutures:
         are stopped, not missing: their checkpoints stand). A session this host does not
         hold is looked up on a helper thread (see ``finds_at_once``)."""
         require_session_id(session_id)  # at the call, as every argument
+        require_tenant_arg(tenant_id)
         if not self.finds_at_once(session_id):
             return self._after_lookup(session_id, tenant_id, call)
         try:

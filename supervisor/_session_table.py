@@ -22,7 +22,7 @@ from supervisor._host_record import SessionRecord, SessionStatus
 from supervisor._session_attrs import validate
 from supervisor.errors import HostShutDown, SessionAlreadyExists, SessionNotFound
 
-__all__ = ["SessionTable", "require_session_id", "require_tenant"]
+__all__ = ["SessionTable", "require_session_id", "require_tenant", "require_tenant_arg"]
 
 _SHARED_ATTR_SETS = 1024  # distinct attribute dicts shared between records, at most
 
@@ -38,6 +38,17 @@ def require_session_id(session_id: object) -> None:
         raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
 
 
+def require_tenant_arg(tenant_id: object) -> None:
+    """Refuse, at the call, a ``tenant_id`` argument that is neither ``None`` nor a ``str``
+    (it matched no tenant, and the call answered ``SessionNotFound`` or nothing).
+
+    Raises:
+        TypeError: it is neither (the message names the argument).
+    """
+    if tenant_id is not None and not isinstance(tenant_id, str):
+        raise TypeError(f"tenant_id must be a str or None, got {type(tenant_id).__name__}")
+
+
 def require_tenant(session_id: str, owner: str, tenant_id: str | None) -> None:
     """The tenant guard of every host call that names a session: the one rule, kept here.
 
@@ -49,6 +60,7 @@ def require_tenant(session_id: str, owner: str, tenant_id: str | None) -> None:
         SessionNotFound: ``tenant_id`` is given and is not ``owner``.
     """
     if tenant_id is not None and tenant_id != owner:
+        require_tenant_arg(tenant_id)
         raise SessionNotFound(session_id)
 
 
@@ -187,6 +199,8 @@ class SessionTable:
             SessionOwnedElsewhere: (a cluster node) a live other node owns it.
         """
         # Without the lock: one dict lookup is atomic, and this runs on every call.
+        if tenant_id is not None and type(tenant_id) is not str:
+            require_tenant_arg(tenant_id)
         try:
             record = self._records.get(session_id)
         except TypeError:  # unhashable: a list, a dict
@@ -234,7 +248,12 @@ class SessionTable:
             raise SessionNotFound(record.session_id)
 
     def records(self, tenant_id: str | None = None) -> list[SessionRecord]:
-        """Every record (of one tenant), in the order they were added."""
+        """Every record (of one tenant), in the order they were added.
+
+        Raises:
+            TypeError: ``tenant_id`` is neither ``None`` nor a ``str``.
+        """
+        require_tenant_arg(tenant_id)
         with self._lock:
             if tenant_id is None:
                 return list(self._records.values())

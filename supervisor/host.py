@@ -52,7 +52,12 @@ from supervisor._ownership import node_of
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
-from supervisor._session_table import SessionTable, require_session_id, require_tenant
+from supervisor._session_table import (
+    SessionTable,
+    require_session_id,
+    require_tenant,
+    require_tenant_arg,
+)
 from supervisor.checkpoint_store import CheckpointStore, check_session_id_for
 from supervisor.errors import (
     HostShutDown,
@@ -575,6 +580,7 @@ class AgentHost:
             TypeError: ``session_id`` is not a ``str``.
         """
         require_session_id(session_id)
+        require_tenant_arg(tenant_id)
         record = self._table.get(session_id)
         if record is None:
             raise SessionNotFound(session_id)

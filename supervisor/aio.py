@@ -48,7 +48,9 @@ async def wait_future(future: Future[T]) -> T:
     ``StopIteration`` (a model calling ``next`` on an exhausted iterator raises
     one), which left the awaiting task waiting forever. A coroutine cannot raise
     one either, so that one arrives as the ``RuntimeError`` Python makes of it,
-    the ``StopIteration`` as its ``__cause__``; every other exception as is.
+    the ``StopIteration`` as its ``__cause__``. A ``StopAsyncIteration`` arrives
+    the same way: raised as is, it would silently end the iteration of an
+    ``__anext__`` awaiting the call. Every other exception arrives as is.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[Future[T]] = loop.create_future()
@@ -61,7 +63,10 @@ async def wait_future(future: Future[T]) -> T:
     done = await waiter
     if done.cancelled():
         raise asyncio.CancelledError
-    return done.result()
+    try:
+        return done.result()
+    except StopAsyncIteration as exc:
+        raise RuntimeError("the call raised StopAsyncIteration") from exc
 
 
 def _hand_over(done: Future[T], waiter: asyncio.Future[Future[T]]) -> None:

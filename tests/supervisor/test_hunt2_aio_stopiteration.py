@@ -43,3 +43,44 @@ def test_a_models_stop_iteration_reaches_the_awaiting_task(make_host: HostFactor
         assert [m.content for m in history] == ["one", "the only reply"]
 
     asyncio.run(main())
+
+
+class EndsAsyncIteration:
+    """Raises ``StopAsyncIteration``, as a model draining an async iterator by hand may."""
+
+    model_string = "ends-async-iteration"
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        raise StopAsyncIteration
+
+
+def test_a_models_stop_async_iteration_does_not_end_the_callers_iteration(
+    make_host: HostFactory,
+) -> None:
+    """Raised as is into an ``__anext__`` awaiting the call, it silently ended the caller's
+    ``async for``; it arrives as a ``RuntimeError`` caused by it, as ``StopIteration`` does."""
+    host = make_host()
+    ahost = AsyncAgentHost(host)
+
+    class Answers:
+        def __init__(self, sid: str) -> None:
+            self.sid = sid
+            self.left = 2
+
+        def __aiter__(self) -> Answers:
+            return self
+
+        async def __anext__(self) -> str:
+            if not self.left:
+                raise StopAsyncIteration
+            self.left -= 1
+            return (await ahost.send(self.sid, "hi")).content or ""
+
+    async def main() -> None:
+        sid = await ahost.start_session(AgentTemplate(model=EndsAsyncIteration()), "s")
+        with pytest.raises(RuntimeError) as raised:
+            async for _ in Answers(sid):
+                pass
+        assert isinstance(raised.value.__cause__, StopAsyncIteration)
+
+    asyncio.run(main())

@@ -12,6 +12,7 @@ from actors._strip import STRIPPED_KEY as STRIPPED_KEY
 from actors._strip import LiveResource as LiveResource
 from actors._strip import is_stripped_marker as is_stripped_marker
 from actors.errors import ActorsError as ActorsError
+from actors.errors import CheckpointAborted as CheckpointAborted
 from actors.errors import InvalidMessage as InvalidMessage
 from actors.errors import ModelCallAborted as ModelCallAborted
 from actors.errors import ModelScriptExhausted as ModelScriptExhausted
@@ -78,6 +79,7 @@ __all__ = [
     "ActorsError",
     "AgentSession",
     "AgentTemplate",
+    "CheckpointAborted",
     "Credentials",
     "Delta",
     "EchoModel",

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from actors._codec import encode_plain
+from actors._strip import strip_live
 from actors.errors import SnapshotDecodeError
 from actors.template import AgentTemplate
 
-__all__ = ["check_session_arguments", "restored_turns", "session_id_of"]
+__all__ = ["check_metadata", "check_session_arguments", "restored_turns", "session_id_of"]
 
 _MAX_COUNT = 2**64 - 1
 """The largest count a checkpoint (msgpack) holds."""
@@ -58,6 +60,30 @@ def check_session_arguments(template: object, metadata: object, checkpointer: ob
         )
     if metadata is not None and not isinstance(metadata, Mapping):
         raise TypeError(f"metadata must be a mapping or None, got {type(metadata).__name__}")
+    if metadata:
+        check_metadata(metadata)
+
+
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Refuse ``metadata`` a checkpoint could not hold, naming the path (``metadata.a``).
+
+    Every snapshot of the session holds its metadata (live values stripped, as a plugin's
+    are): metadata with a set, an object, an integer beyond 64 bits, a key that is not a
+    ``str`` or a naive datetime started a session every snapshot of which then failed,
+    and with a ``checkpointer`` every turn of which failed. Costs one walk and encoding of
+    the metadata, as each snapshot does.
+
+    Raises:
+        SnapshotEncodeError: (a ``TypeError``) naming the path of the first value no
+            checkpoint can hold.
+        ValueError: the metadata holds a reference cycle (naming where) or nests deeper
+            than Python can walk.
+    """
+    try:
+        plain, _ = strip_live(metadata, root="metadata")
+    except RecursionError:
+        raise ValueError("metadata nests deeper than a checkpoint can hold") from None
+    encode_plain(plain, root="metadata")
 
 
 def restored_turns(restored: Mapping[str, Any]) -> int:

@@ -20,7 +20,7 @@ plain ``str``.
 A response of the wrong types (``check_response``, ``storable_message``,
 ``check_provider_state``: a ``Message`` where a ``ModelResponse`` belongs, a message
 whose role is not ``assistant``, an ``int`` call id, a set in the arguments, a float
-token count, a provider state that is not a dict)
+token count, a provider state that is not a dict, a stop reason that is not a ``str``)
 is a bug of the model's code, not an answer: it fails the turn with a
 ``TypeError`` naming the field, instead of entering a history that no
 checkpoint, no resume or no provider could take.
@@ -43,6 +43,7 @@ from actors.streaming import INVALID_ARGUMENTS
 __all__ = [
     "check_provider_state",
     "check_response",
+    "stop_reason_of",
     "storable_message",
     "storable_text",
     "user_text",
@@ -170,6 +171,21 @@ def check_provider_state(response: ModelResponse) -> None:
     state = response.provider_state
     if state is not None and not isinstance(state, dict):
         raise wrong_type("provider_state", state, "a dict or None")
+
+
+def stop_reason_of(response: ModelResponse) -> str | None:
+    """``response.stop_reason`` as a plain ``str`` (or ``None``), or ``wrong_type``.
+
+    Checked on the response the session keeps (after ``after_model``): it is published
+    with the ``model_response`` event, which a worker encodes to its host and a gateway
+    to its clients; an SDK's enum or a live object there failed them far from the cause.
+    A ``str`` subclass (a ``StrEnum`` member) becomes a plain copy, as text does."""
+    reason = response.stop_reason
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise wrong_type("stop_reason", reason, "a str or None")
+    return storable_text(reason)
 
 
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActorsError",
+    "CheckpointAborted",
     "InvalidMessage",
     "ModelCallAborted",
     "ModelScriptExhausted",
@@ -158,6 +159,25 @@ class ModelCallAborted(ProviderError):
         return (ModelCallAborted, (self.error,))
 
 
+class CheckpointAborted(ActorsError, RuntimeError):
+    """A session's ``checkpointer`` raised a ``BaseException`` that is not an ``Exception``:
+    ``asyncio.CancelledError`` (an asyncio store's save was cancelled, by a timeout say) or
+    a library's own. The save failed, not the session: the turn is rolled back, as when
+    the checkpointer raises an ``Exception`` (which reaches the caller as it is), and the
+    session goes on (a ``SystemExit``, ``KeyboardInterrupt`` or a ``BaseExceptionGroup``
+    holding one keeps its meaning instead). ``error`` is the exception, also the
+    ``__cause__``. The answer is not durable: send the same text again.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        super().__init__(f"the checkpointer ended with {error!r}; the turn was rolled back")
+        self.__cause__ = error
+
+    def __reduce__(self) -> tuple[type[CheckpointAborted], tuple[BaseException]]:
+        return (CheckpointAborted, (self.error,))
+
+
 class SnapshotEncodeError(ActorsError, TypeError):
     """A snapshot holds a value strict serialization refuses; ``path`` says where it sits."""
 
@@ -188,6 +208,7 @@ for _cls in (
     PluginError,
     ProviderError,
     ModelCallAborted,
+    CheckpointAborted,
     SnapshotEncodeError,
     SnapshotDecodeError,
 ):

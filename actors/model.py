@@ -60,7 +60,9 @@ class ModelResponse:
         stop_reason: Why the model stopped, if it says: ``stop`` (it answered),
             ``tool_calls``, ``length`` (the output limit), ``content_filter``,
             or the provider's own word for anything else. Published with the
-            ``model_response`` event, not persisted.
+            ``model_response`` event, not persisted. A ``str`` or ``None``: anything
+            else (an SDK's enum that is not a ``str``) fails the turn with ``TypeError``;
+            a ``str`` subclass (a ``StrEnum`` member) is published as a plain ``str``.
     """
 
     message: Message

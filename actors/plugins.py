@@ -41,7 +41,10 @@ class PluginContext:
 
     Attributes:
         session_id: The session's id.
-        state: This plugin's own state dict; mutate it in place. Persisted.
+        state: This plugin's own state dict; mutate it in place. Persisted. The key
+            ``"__stripped__"`` is the stripped marker's (``STRIPPED_KEY``): a state of that
+            one key with a ``str`` value is refused (``SnapshotEncodeError``), and a dict of
+            that form below it is listed in ``stripped`` on resume, as a marker is.
         resumed: ``True`` when the session was rebuilt from a snapshot.
         stripped: Keys of ``state`` (dotted below the plugin, e.g. ``conn`` or
             ``pool.conn``) whose live values were stripped from the snapshot

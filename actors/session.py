@@ -20,7 +20,12 @@ from typing import Any, ClassVar, Self, cast
 
 import pykka
 
-from actors._arguments import check_session_arguments, restored_turns, session_id_of
+from actors._arguments import (
+    check_metadata,
+    check_session_arguments,
+    restored_turns,
+    session_id_of,
+)
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
@@ -33,12 +38,14 @@ from actors._step import STEP, StepKey
 from actors._storable import (
     check_provider_state,
     check_response,
+    stop_reason_of,
     storable_message,
     storable_text,
     user_text,
 )
-from actors._strip import first_live, strip_live
+from actors._strip import STRIPPED_KEY, first_live, is_stripped_marker, strip_live
 from actors.errors import (
+    CheckpointAborted,
     ModelCallAborted,
     PluginError,
     SnapshotDecodeError,
@@ -192,6 +199,22 @@ def _copy_containers(value: Any) -> Any:
     return value
 
 
+def _save(checkpointer: Callable[[Snapshot], object], snapshot: Snapshot) -> None:
+    """Call ``checkpointer`` with ``snapshot``; a ``BaseException`` it raises that keeps no
+    meaning of its own (``asyncio.CancelledError`` of an asyncio store, see
+    ``actors._loop.ends_session``) becomes ``CheckpointAborted``: the save failed, as with
+    an ``Exception``, and the turn is rolled back. Let through, it ended the session with
+    the turn's changes in place."""
+    try:
+        checkpointer(snapshot)
+    except Exception:
+        raise
+    except BaseException as exc:
+        if ends_session(exc):
+            raise
+        raise CheckpointAborted(exc) from exc
+
+
 def _tool_error(exc: BaseException) -> str:
     """The text of a tool message for a tool that raised ``exc``: ``error: <class>: <text>``,
     or ``error: <class>`` when its text cannot be had (a ``__str__`` that raises too)."""
@@ -261,7 +284,10 @@ class AgentSession(pykka.ThreadingActor):
             still asks for tools, which are then not run).
         max_steering_queue: Most steering messages waiting at once.
         event_buffer_size: Most events retained.
-        metadata: Plain user data kept in the state.
+        metadata: Plain user data kept in the state, and in every snapshot: what no
+            checkpoint can hold (a set, an object, an integer beyond 64 bits, a key that
+            is not a ``str``) is refused here, naming its path. Live values are stripped
+            from snapshots, as a plugin's are.
         steering: A queue to use (for a host that keeps a handle on it).
         event_buffer: A buffer to use (likewise).
         checkpointer: Called with a fresh ``Snapshot`` after every
@@ -272,8 +298,9 @@ class AgentSession(pykka.ThreadingActor):
             ``mark``, which counts that event. If it raises, the turn
             is rolled back as a failed turn is (see ``send``), an ``error``
             event is published instead of ``turn_finished`` and ``send`` raises that
-            exception: the caller knows the answer is not durable, and may send the
-            same text again.
+            exception (a ``BaseException`` such as ``asyncio.CancelledError`` as
+            ``CheckpointAborted``; ``SystemExit`` ends the session): the caller knows
+            the answer is not durable, and may send the same text again.
         checkpoint_every: Turns between checkpoints (>= 1).
         credentials: Handed to a model of the ``respond`` form with every request
             (``ModelRequest.credentials``); never part of the state or a snapshot.
@@ -283,8 +310,10 @@ class AgentSession(pykka.ThreadingActor):
     Raises:
         TypeError: ``template`` is not an ``AgentTemplate``, ``session_id`` not a ``str``,
             ``metadata`` not a mapping, or ``checkpointer`` not callable.
+        SnapshotEncodeError: (a ``TypeError``) ``metadata`` holds what no checkpoint can
+            hold, naming its path (``metadata.a``).
         ValueError: ``session_id`` is empty, or ``max_steps`` or ``checkpoint_every`` is
-            not a positive integer.
+            not a positive integer, or ``metadata`` holds a reference cycle.
         SnapshotDecodeError: ``restored_state`` is not a valid session state.
     """
 
@@ -354,6 +383,8 @@ class AgentSession(pykka.ThreadingActor):
             self._metadata = dict(
                 metadata if metadata is not None else restored.get("metadata", {})
             )
+            if metadata is None and self._metadata and not restored_checked:
+                check_metadata(self._metadata)  # a hand-made state's (a store's is plain)
             self.plugins = PluginRunner(
                 template.plugins,
                 session_id=self.session_id,
@@ -517,9 +548,10 @@ class AgentSession(pykka.ThreadingActor):
 
         A failed turn (the model raised: a ``BaseException`` such as
         ``asyncio.CancelledError`` as ``ModelCallAborted``; ``TurnLimitExceeded``; or the
-        ``checkpointer`` raised after the turn, or a plugin's state or the model's
-        provider state became one no checkpoint can hold: ``SnapshotEncodeError``,
-        whether a checkpoint was due or not) is rolled back: the
+        ``checkpointer`` raised after the turn: a ``BaseException`` as
+        ``CheckpointAborted``; or a plugin's state or the model's provider state
+        became one no checkpoint can hold: ``SnapshotEncodeError``, whether a
+        checkpoint was due or not) is rolled back: the
         history, the turn counter, the provider state and every plugin's
         ``ctx.state`` are as before the call, steering messages it had taken go
         back to the front of the queue, an ``error`` event is published, and
@@ -601,7 +633,7 @@ class AgentSession(pykka.ThreadingActor):
             return
         try:
             if checkpointer is not None:
-                checkpointer(self.snapshot())
+                _save(checkpointer, self.snapshot())
             else:  # what a later checkpoint would refuse must not outlive this turn
                 if self._has_plugins:
                     self._check_plugin_states()
@@ -753,6 +785,9 @@ class AgentSession(pykka.ThreadingActor):
         """``plugins.states()``, each checked to be a dict, as a resume requires: a hook or a
         plugin's tool may have replaced its ``ctx.state`` with anything, and a checkpoint
         holding a list there saved well, then failed every resume (``SnapshotDecodeError``).
+        Nor a dict of the stripped marker's form (``{"__stripped__": <str>}``): saved as it
+        was, a resume took it for a state stripped whole and emptied it (``PluginRunner``);
+        the stored form cannot tell the two apart, so the key alone is reserved.
 
         Raises:
             SnapshotEncodeError: naming the plugin's path (``state.plugins.<name>``).
@@ -765,6 +800,15 @@ class AgentSession(pykka.ThreadingActor):
                     state,
                     f"a plugin's ctx.state must be a dict, got {type(state).__name__}; "
                     "change it in place instead of replacing it",
+                )
+            if is_stripped_marker(state):
+                raise SnapshotEncodeError(
+                    f"state.plugins.{name}",
+                    state,
+                    f"a plugin's ctx.state must not be exactly {{{STRIPPED_KEY!r}: <str>}}, the "
+                    "form of a stripped marker: a resume reads it as a state stripped whole and "
+                    f"starts the plugin afresh; the key {STRIPPED_KEY!r} alone is reserved, so "
+                    "rename it or keep another key beside it",
                 )
         return states
 
@@ -953,6 +997,7 @@ class AgentSession(pykka.ThreadingActor):
         made the call free there; one that was not a ``Usage`` failed the turn."""
         message, refused = storable_message(response.message)
         check_provider_state(response)
+        stop_reason = stop_reason_of(response)
         self._messages.append(message)
         if response.provider_state is not None:
             self._provider_state = response.provider_state
@@ -962,8 +1007,8 @@ class AgentSession(pykka.ThreadingActor):
             "usage": spent.to_dict(),
             "seconds": seconds,
         }
-        if response.stop_reason is not None:
-            data["stop_reason"] = response.stop_reason
+        if stop_reason is not None:
+            data["stop_reason"] = stop_reason
         self.event_buffer.publish("model_response", **data)
         return message, refused
 

@@ -66,7 +66,8 @@ class Tool:
         name: What the model calls it: 1 to 64 ASCII letters, digits, ``_`` or ``-``
             (``^[a-zA-Z0-9_-]{1,64}$``, what OpenAI and Anthropic accept).
         description: What it does, for the model.
-        parameters: JSON schema (``type: object``) of its keyword arguments.
+        parameters: JSON schema of its keyword arguments; its top must say
+            ``"type": "object"`` (what Anthropic and OpenAI require of a tool's input).
         fn: The function run with the call's arguments.
     """
 
@@ -79,8 +80,9 @@ class Tool:
         """Refuse a field of the wrong type, or a name the providers refuse, where the tool
         is built (a tool made by hand): taken, it failed every model call of its sessions,
         in the adapter or at the provider, naming neither the tool nor the field
-        (``parameters=None``: "'NoneType' object is not iterable"; ``name="notes.read"``:
-        the provider's 400).
+        (``parameters=None``: "'NoneType' object is not iterable"; ``name="notes.read"``
+        or a ``parameters`` schema whose top ``type`` is not ``"object"``: the
+        provider's 400).
 
         Raises:
             ToolDefinitionError: naming the field (for the name, the rule it breaks).
@@ -100,6 +102,12 @@ class Tool:
                 f"{where}: parameters must be a JSON schema as a mapping "
                 f"({{'type': 'object', 'properties': ...}}), got "
                 f"{type(self.parameters).__name__} {self.parameters!r:.60}"
+            )
+        if self.parameters.get("type") != "object":
+            raise ToolDefinitionError(
+                f'{where}: parameters must be a JSON schema with "type": "object" at '
+                "its top (the tool's keyword arguments), which Anthropic and OpenAI require "
+                f"of a tool's input, got {_top_type(self.parameters)}"
             )
         if not callable(self.fn):
             raise ToolDefinitionError(f"{where}: fn must be callable, got {self.fn!r:.60}")
@@ -121,6 +129,13 @@ class Tool:
     def schema(self) -> dict[str, Any]:
         """The tool in the function-calling shape most model APIs accept."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+def _top_type(schema: Mapping[str, Any]) -> str:
+    """The top ``type`` of ``schema`` in words, for an error."""
+    if "type" not in schema:
+        return 'no "type"'
+    return f'"type": {schema["type"]!r:.40}'
 
 
 _UNRUN = (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)

@@ -37,6 +37,7 @@ from actors import Snapshot, SnapshotDecodeError
 from supervisor import (
     CheckpointNotFound,
     EncryptionKeys,
+    InvalidEncryptionKeys,
     SQLiteCheckpointStore,
     StoreEncrypted,
     StoreReadOnly,
@@ -50,7 +51,9 @@ __all__ = [
     "data_dir_option",
     "emit",
     "fail",
+    "ignored_keys",
     "json_option",
+    "keys_or_error",
     "make_data_dir",
     "message_count",
     "newest_readable",
@@ -185,15 +188,53 @@ def store_keys() -> EncryptionKeys | None:
     return EncryptionKeys.from_env() if os.environ.get(EncryptionKeys.VARIABLE) else None
 
 
+def keys_or_error() -> tuple[EncryptionKeys | None, InvalidEncryptionKeys | None]:
+    """The keys of ``SESSIONVISOR_KEYS`` (``store_keys``), or ``None`` and why the variable
+    is malformed: that matters only for an encrypted store, a plaintext one is read
+    without keys, so the caller decides once it knows which it opens."""
+    try:
+        return store_keys(), None
+    except InvalidEncryptionKeys as exc:
+        return None, exc
+
+
+def ignored_keys(path: Path, error: InvalidEncryptionKeys) -> str:
+    """The warning that the malformed ``SESSIONVISOR_KEYS`` (``error``) was ignored for the
+    plaintext store at ``path``: nothing failed, but a host given the variable would."""
+    return (
+        f"{EncryptionKeys.VARIABLE} is malformed, and ignored: the store {str(path)!r} is not "
+        f"encrypted, so it needs no keys; fix the variable before a host reads it ({error})"
+    )
+
+
+def _encrypted_without_keys(path: Path, error: InvalidEncryptionKeys | None) -> str:
+    """What to do about the encrypted store at ``path`` opened without keys: set them, or,
+    when ``SESSIONVISOR_KEYS`` is set but malformed (``error``), fix them."""
+    if error is None:
+        return (
+            f"the store {str(path)!r} is encrypted, give keys: set "
+            f"{EncryptionKeys.VARIABLE} as the host has it (key_id:base64key,...)"
+        )
+    return (
+        f"the store {str(path)!r} is encrypted, and {EncryptionKeys.VARIABLE} cannot give "
+        f"its keys: {error}"
+    )
+
+
 @contextmanager
 def _reading(data_dir: Path, path: Path) -> Iterator[SQLiteCheckpointStore]:
-    """The store opened ``read_only=True``: it changes nothing (see the module docstring)."""
+    """The store opened ``read_only=True``: it changes nothing (see the module docstring).
+    A malformed ``SESSIONVISOR_KEYS`` fails only an encrypted store (``_open``); for a
+    plaintext one it is a warning on stderr."""
+    keys, malformed = keys_or_error()
     try:
-        store = _open(path, store_keys(), read_only=True)
+        store = _open(path, keys, malformed, read_only=True)
     except StoreReadOnly as exc:  # no store there yet, or one of an older schema
         if exc.schema_version is None:
             raise
         _wrong_schema(data_dir, path, exc.schema_version)
+    if malformed is not None:  # opened without keys: a plaintext store
+        click.echo(f"warning: {ignored_keys(path, malformed)}", err=True)
     with closing(store):
         yield store
 
@@ -210,22 +251,28 @@ def _writing(data_dir: Path, path: Path) -> Iterator[SQLiteCheckpointStore]:
     keep_wal = path.with_name(path.name + "-wal").exists()
     with closing(read_only(path)) as reader:
         _check_schema(data_dir, path, reader)
-        keys = _keys(reader)
+        keys, malformed = _keys(reader)
         if not keep_wal:
             reader.close()  # else SQLite could not remove the files the store makes
-        with closing(_open(path, keys, read_only=False)) as store:
+        with closing(_open(path, keys, malformed, read_only=False)) as store:
+            if malformed is not None:  # opened without keys: a plaintext store
+                click.echo(f"warning: {ignored_keys(path, malformed)}", err=True)
             yield store
 
 
-def _open(path: Path, keys: EncryptionKeys | None, *, read_only: bool) -> SQLiteCheckpointStore:
-    """The store at ``path``, for every checkpoint (no pruning); exit 1 if it needs keys."""
+def _open(
+    path: Path,
+    keys: EncryptionKeys | None,
+    malformed: InvalidEncryptionKeys | None,
+    *,
+    read_only: bool,
+) -> SQLiteCheckpointStore:
+    """The store at ``path``, for every checkpoint (no pruning); exit 1 if it needs keys
+    (saying why ``SESSIONVISOR_KEYS`` gave none when it is ``malformed``)."""
     try:
         return SQLiteCheckpointStore(path, keep_last=None, encryption=keys, read_only=read_only)
     except StoreEncrypted:
-        fail(
-            f"the store {str(path)!r} is encrypted, give keys: set "
-            f"{EncryptionKeys.VARIABLE} as the host has it (key_id:base64key,...)"
-        )
+        fail(_encrypted_without_keys(path, malformed))
 
 
 def require_store(data_dir: Path) -> None:
@@ -255,35 +302,34 @@ def read_only(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
 
 
-def _keys(conn: sqlite3.Connection) -> EncryptionKeys | None:
+def _keys(
+    conn: sqlite3.Connection,
+) -> tuple[EncryptionKeys | None, InvalidEncryptionKeys | None]:
     """The keys to open the store ``conn`` reads with to write: those of
     ``SESSIONVISOR_KEYS``, for an encrypted store only, with a key the store records as
-    the current one.
+    the current one; and, when the variable is malformed, why (``keys_or_error``).
 
     Opening a store with keys writes what it lacks: it marks a plaintext store that
     holds no checkpoint yet encrypted (a host without keys then refuses it), and
     records a new current key (a host whose ring lacks it then refuses the store).
     ``checkpoints prune`` only deletes, and must change neither; a plaintext store
     needs no keys, and any key of the ring decrypts the rows written under it.
-
-    Raises:
-        InvalidEncryptionKeys: ``SESSIONVISOR_KEYS`` is malformed.
     """
-    keys = store_keys()
+    keys, malformed = keys_or_error()
     if keys is None:
-        return None
+        return None, malformed
     meta = dict(conn.execute("SELECT name, value FROM store_meta").fetchall())
     if meta.get("encryption") is None:
-        return None
+        return None, None
     recorded = {key_id for (key_id,) in conn.execute("SELECT key_id FROM encryption_keys")}
     current = next((key_id for key_id in keys.key_ids if key_id in recorded), None)
     if current is None or current == keys.current_id:
-        return keys  # no recorded key in the ring: the store refuses it, naming the keys
+        return keys, None  # no recorded key in the ring: the store refuses it, naming them
     variable = EncryptionKeys.VARIABLE
     entries = os.environ[variable].split(",")
     first = [e for e in entries if e.strip().partition(":")[0] == current]
     rest = [e for e in entries if e.strip().partition(":")[0] != current]
-    return EncryptionKeys.from_env(environ={variable: ",".join(first + rest)})
+    return EncryptionKeys.from_env(environ={variable: ",".join(first + rest)}), None
 
 
 def _check_schema(data_dir: Path, path: Path, conn: sqlite3.Connection) -> None:

@@ -11,11 +11,20 @@ fails its checksum, or whose message log or state part fails its digest, is a
 problem naming it, as ``sessions show`` would find it damaged. The bodies of an
 encrypted store can be checked only with its keys (``SESSIONVISOR_KEYS``): without
 them, or with keys that cannot read it, they are not verified, and a warning says
-so; that is no problem of the store, so it alone does not fail ``doctor``.
+so; that is no problem of the store, so it alone does not fail ``doctor``. A plaintext
+store needs no keys: a malformed ``SESSIONVISOR_KEYS`` is ignored for it, with a warning.
+
+A data directory without ``checkpoints.db`` but with the files a host or the gateway keeps
+beside it (``keys create`` makes the key database and its secret before any host ran; a
+``serve --postgres`` node keeps only ``gateway.secret`` there) is checked for what is
+there; the missing store is a warning, not a problem: nothing there is wrong, no session
+was saved yet. One holding none of them is an error, as for the other commands: most
+likely the wrong ``--data-dir``.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -27,21 +36,21 @@ from cli._common import (
     data_dir_errors,
     data_dir_option,
     emit,
+    ignored_keys,
     json_option,
+    keys_or_error,
     read_only,
     render,
     render_fields,
     require_data_dir,
     require_store,
-    store_keys,
 )
-from cli._doctor_files import check_files
+from cli._doctor_files import check_files, side_files
 from supervisor import (
     CheckpointNotFound,
     EncryptionKeyError,
     EncryptionKeys,
     EncryptionUnavailable,
-    InvalidEncryptionKeys,
     SQLiteCheckpointStore,
     StoreEncrypted,
     SupervisorError,
@@ -143,6 +152,13 @@ def check(data_dir: Path) -> dict[str, object]:
     if lost is not None:  # what a host opening it says; read_only would say "cannot open"
         problems.append(str(lost))
         return report
+    if not os.path.lexists(db):  # keys made, no session saved yet (see the module docstring)
+        warnings.append(
+            f"{db} does not exist: no host has saved a session here yet (or its sessions are "
+            "in PostgreSQL: serve --postgres), so there are no checkpoints to check; if one "
+            "did, restore the store and its marker file from a backup"
+        )
+        return report
     if not db.is_file():  # SQLite would say "disk I/O error" (or wait on a named pipe)
         problems.append(f"{db} is not a file: restore the store's file there from a backup")
         return report
@@ -204,11 +220,13 @@ def _checkpoints(db: Path, problems: list[str], warnings: list[str]) -> dict[str
     """
     damaged: list[dict[str, str]] = []
     unverified = {"checkpoints_verified": False, "damaged_checkpoints": damaged}
+    keys, malformed = keys_or_error()
     try:
-        keys = store_keys()
         with closing(
             SQLiteCheckpointStore(db, keep_last=None, encryption=keys, read_only=True)
         ) as store:
+            if malformed is not None:  # opened without keys: a plaintext store
+                warnings.append(ignored_keys(db, malformed))
             for sid in store.sessions():
                 for info in store.list(sid):
                     try:
@@ -221,9 +239,12 @@ def _checkpoints(db: Path, problems: list[str], warnings: list[str]) -> dict[str
         warnings.append(
             f"the checkpoints in {db} were not verified: the store is encrypted; set "
             f"{EncryptionKeys.VARIABLE} as the host has it to verify them"
+            if malformed is None
+            else f"the checkpoints in {db} were not verified: the store is encrypted, and "
+            f"{EncryptionKeys.VARIABLE} cannot give its keys: {malformed}"
         )
         return unverified
-    except (EncryptionKeyError, InvalidEncryptionKeys, EncryptionUnavailable) as exc:
+    except (EncryptionKeyError, EncryptionUnavailable) as exc:
         warnings.append(f"the checkpoints in {db} were not verified: {exc}")
         return unverified
     except SupervisorError as exc:  # damage SQLite found on the way (reported above too)
@@ -261,14 +282,23 @@ def _text(report: dict[str, object]) -> str:
     return "\n".join([render_fields(facts), *(f"WARNING: {w}" for w in warnings), *found])
 
 
+def _anything_to_check(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds a store to check (or a lost one: a finding), or, without
+    one, the files a host or the gateway keeps beside it. A link to nothing in the store's
+    place is none: ``require_store`` says so, as the other commands do."""
+    db = data_dir / DB_NAME
+    if db.exists() or SQLiteCheckpointStore.lost_store(db) is not None:
+        return True
+    return not db.is_symlink() and bool(side_files(data_dir))
+
+
 @main.command()
 @data_dir_option
 @json_option
 def doctor(data_dir: Path, as_json: bool) -> None:
     """Check permissions, secrets, integrity, schema version, orphaned rows and size."""
     require_data_dir(data_dir)
-    db = data_dir / DB_NAME
-    if SQLiteCheckpointStore.lost_store(db) is None and not db.exists():  # else a finding
+    if not _anything_to_check(data_dir):
         require_store(data_dir)
     with data_dir_errors(data_dir):
         report = check(data_dir)

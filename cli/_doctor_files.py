@@ -15,13 +15,17 @@ from pathlib import Path
 
 from supervisor import FINGERPRINT_KEY_FILE, SupervisorError, check_fingerprint_key
 
-__all__ = ["check_files"]
+__all__ = ["SIDE_FILES", "check_files", "side_files"]
 
 GATEWAY_SECRET = "gateway.secret"
 """The gateway's key-fingerprint secret (``gateway.keys.SECRET_FILE``; not imported, so
 that ``doctor`` runs without the ``server`` extra)."""
 GATEWAY_KEYS_DB = "gateway.sqlite3"
 """The gateway's key database (``gateway.keys.DB_FILE``)."""
+SIDE_FILES = (FINGERPRINT_KEY_FILE, GATEWAY_SECRET, GATEWAY_KEYS_DB)
+"""What a host or the gateway keeps in a data directory beside the store (``keys create``
+makes the last two before any host ran): one of them there makes it a data directory to
+check, with a store or without."""
 _GATEWAY_SECRET_BYTES = 32
 """The fewest bytes ``gateway.keys.read_or_create_secret`` accepts."""
 _PRIVATE = stat.S_IRWXG | stat.S_IRWXO
@@ -32,6 +36,11 @@ def check_files(data_dir: Path, problems: list[str]) -> None:
     """Every file-level problem of ``data_dir``: modes, dangling links, secrets."""
     _permissions(data_dir, problems)
     _secrets(data_dir, problems)
+
+
+def side_files(data_dir: Path) -> list[str]:
+    """The ``SIDE_FILES`` in ``data_dir`` (a link to nothing counted: it is a finding)."""
+    return [name for name in SIDE_FILES if os.path.lexists(data_dir / name)]
 
 
 def _permissions(data_dir: Path, problems: list[str]) -> None:

@@ -10,7 +10,7 @@ is never part of a snapshot, an event or a log line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from actors import Credentials
 from supervisor.errors import CredentialsUnavailable
@@ -41,8 +41,14 @@ class TenantCredentials:
 
     def __init__(self, source: CredentialsSource | None) -> None:
         if source is not None and not callable(source):
-            raise TypeError(
-                f"credentials must be a callable taking a tenant id (or None), got {source!r}"
+            hint = (
+                "; for a mapping of tenant ids to keys, give its get method (credentials=keys.get)"
+                if isinstance(source, Mapping)
+                else ""
+            )
+            raise TypeError(  # the type only: what was given may hold keys
+                "credentials must be a callable taking a tenant id (or None), got a value "
+                f"of type {type(source).__name__}{hint}"
             )
         self._source = source
 
@@ -63,8 +69,17 @@ class TenantCredentials:
             ) from exc
         if found is None or isinstance(found, Credentials):
             return found
-        if isinstance(found, str) and found:
-            return Credentials(api_key=found)
-        raise CredentialsUnavailable(
-            tenant_id, f"the callback returned a {type(found).__name__}, not credentials"
-        )
+        if isinstance(found, str):
+            if found:
+                return Credentials(api_key=found)
+            raise CredentialsUnavailable(
+                tenant_id, "the callback returned an empty str (no API key)"
+            )
+        raise CredentialsUnavailable(tenant_id, _wrong_answer(found))
+
+
+def _wrong_answer(found: object) -> str:
+    """What the callback returned, when it is no credentials: its type by name, in words
+    that read right whatever the name ("a value of type int", never "a int"), and never
+    the value itself (a key of the wrong type, ``bytes`` say, is still a key)."""
+    return f"the callback returned a value of type {type(found).__name__}, not credentials"

@@ -188,12 +188,11 @@ class MCPTools(Plugin):
 
     def _tool(self, connection: MCPConnection, listed: mcp_types.Tool, name: str) -> Tool:
         description = listed.description or listed.title or ""
-        return Tool(
-            name,
-            description,
-            listed.input_schema,
-            _RemoteCall(connection, listed.name),
-        )
+        schema = dict(listed.input_schema)
+        # MCP requires an object schema; a lax server's ``{}`` (a tool without arguments)
+        # is one that forgot to say so. Any other top type is refused (``Tool``).
+        schema.setdefault("type", "object")
+        return Tool(name, description, schema, _RemoteCall(connection, listed.name))
 
 
 class _RemoteCall:

@@ -85,6 +85,29 @@ plain_values = st.recursive(
     max_leaves=5,
 )
 
+storable_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=8)
+storable_leaves: st.SearchStrategy[Any] = st.one_of(
+    storable_text,
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.binary(max_size=4),
+    _live(),  # stripped: a marker in the snapshot
+    st.just({"__stripped__": "earlier.Thing"}),
+)
+storable_values = st.recursive(
+    storable_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=2).map(tuple),
+        st.dictionaries(storable_text, inner, max_size=3),
+    ),
+    max_leaves=6,
+)
+"""Metadata a checkpoint can hold (``AgentSession`` refuses the rest): ``values`` without
+sets, non-``str`` keys, lone surrogates or integers beyond 64 bits."""
+
 
 kept_states = st.dictionaries(
     st.sampled_from(["gone", "also.gone", "z"]),  # never "changing", the template's plugin
@@ -204,9 +227,9 @@ def _assert_same_as_full_walk(
 )
 @given(
     steps=steps,
-    metadata=st.one_of(
-        st.dictionaries(text, plain_values, max_size=2),
-        st.dictionaries(text, leaves, max_size=2),  # flat: copied without a walk, unless...
+    metadata=st.one_of(  # what a checkpoint holds: the session refuses anything else
+        st.dictionaries(storable_text, storable_values, max_size=2),
+        st.dictionaries(storable_text, storable_leaves, max_size=2),  # flat: no walk, unless...
         st.just({"__stripped__": "earlier.Thing"}),  # ...it is a marker itself
     ),
     kept=kept_states,

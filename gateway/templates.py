@@ -57,7 +57,7 @@ def load_template(target: str) -> AgentTemplate:
     if callable(value) and not isinstance(value, AgentTemplate):
         value = _made(target, value)
     if not isinstance(value, AgentTemplate):
-        msg = f"template {target!r} is a {type(value).__name__}, not {_WANTED}"
+        msg = f"template {target!r} is of type {type(value).__name__}, not {_WANTED}"
         raise TemplateLoadError(msg)
     return value
 

@@ -199,7 +199,7 @@ def _validated(keys: KeyEntries) -> list[tuple[str, bytes]]:
             raise InvalidEncryptionKeys(f"key id {key_id!r} is given twice; keep one entry per id")
         if not isinstance(key, bytes):
             raise InvalidEncryptionKeys(
-                f"key {key_id!r} is a {type(key).__name__}, not bytes; decode it first "
+                f"key {key_id!r} is of type {type(key).__name__}, not bytes; decode it first "
                 "(e.g. base64.b64decode) or use EncryptionKeys.from_env()"
             )
         if len(key) != KEY_BYTES:

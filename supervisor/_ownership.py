@@ -145,7 +145,7 @@ def ownership_for(store: CheckpointStore, node: NodeConfig | None) -> Ownership:
     if not isinstance(store, PostgresCheckpointStore):
         raise TypeError(
             "node= needs store=PostgresCheckpointStore(...): ownership and fencing live in "
-            f"PostgreSQL, and this store is a {type(store).__name__}"
+            f"PostgreSQL, and this store is of type {type(store).__name__}"
         )
     return ClusterNode(store, node)
 

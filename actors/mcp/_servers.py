@@ -113,8 +113,8 @@ def _str_map(what: str, mapping: Mapping[str, str]) -> dict[str, str]:
     for name, value in mapping.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise TypeError(
-                f"{what} must map str to str; {name!r} maps to a {type(value).__name__}: "
-                "pass str(...) of it"
+                f"{what} must map str to str; {name!r} maps to a value of type "
+                f"{type(value).__name__}: pass str(...) of it"
             )
     return dict(mapping)
 

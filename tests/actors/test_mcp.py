@@ -365,7 +365,11 @@ def test_a_closed_connection_refuses_calls() -> None:
         # Each of these failed every session's start instead, with a TypeError or a
         # pydantic error from deep in the SDK.
         (lambda: StdioServer("npx", ["server", 8080]), TypeError, "got 8080 at position 1"),  # type: ignore[list-item]
-        (lambda: StdioServer("npx", env={"PORT": 8080}), TypeError, "'PORT' maps to a int"),  # type: ignore[dict-item]
+        (
+            lambda: StdioServer("npx", env={"PORT": 8080}),  # type: ignore[dict-item]
+            TypeError,
+            "'PORT' maps to a value of type int",
+        ),
         (lambda: HttpServer("http://h/mcp", headers={"X-N": 1}), TypeError, "'X-N' maps"),  # type: ignore[dict-item]
     ],
 )

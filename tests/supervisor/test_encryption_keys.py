@@ -49,7 +49,7 @@ def test_key_bytes_are_in_no_repr_and_the_ring_refuses_to_be_pickled() -> None:
         ([(7, K1)], {}, "key id 7 is not"),
         ([("k1", K1), ("k1", K2)], {}, "key id 'k1' is given twice; keep one entry per id"),
         ({"k1": K1, "k2": K1}, {}, "keys 'k1' and 'k2' are the same key"),
-        ({"k1": _b64(K1)}, {}, "key 'k1' is a str, not bytes; decode it first"),
+        ({"k1": _b64(K1)}, {}, "key 'k1' is of type str, not bytes; decode it first"),
         ({"k1": K1[:16]}, {}, "key 'k1' is 16 bytes; AES-256-GCM needs exactly 32 random bytes"),
         ({"k1": K1 + b"!"}, {}, "key 'k1' is 33 bytes"),
         ({"k1": K1}, {"current": "k9"}, "current key 'k9' is not among the keys given ('k1')"),

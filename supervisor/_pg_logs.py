@@ -1,90 +1,28 @@
-"""What the PostgreSQL store remembers of each session's message log, and how one save
-extends it (a ``LogPlan``).
+"""How one save of the PostgreSQL store extends a session's message log (a ``LogPlan``).
 
 A save either appends the bytes that follow the log it extends, or starts a
 new log generation holding all its messages; either way it names the log row
 it expects to find, and the save function writes nothing if the row is
-another (see ``_pg_schema``). Pure, apart from ``LogCache``'s lock.
+another (see ``_pg_schema``). Pure. What the store remembers of each log is a
+``_log_cache.CachedLog``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor._message_log import KnownLog, SplitSnapshot
+from supervisor._log_cache import CachedLog
+from supervisor._message_log import SplitSnapshot
 
 __all__ = [
-    "CachedLog",
-    "LogCache",
     "LogPlan",
     "extend",
     "extend_cached",
     "new_log",
     "plan_for_row",
 ]
-
-LOG_CACHE_SESSIONS = 1024
-"""Most sessions a ``LogCache`` remembers."""
-
-
-@dataclass(frozen=True, slots=True)
-class CachedLog:
-    """What this instance last wrote as a session's message log: valid while the
-    database's ``message_logs`` row says ``(gen, length, digest)``, which the save
-    function checks (else it writes nothing and the save reads the row)."""
-
-    gen: int
-    length: int
-    digest: bytes
-    known: KnownLog
-    hasher: Any  # hashlib's sha256 state after the log's bytes
-
-
-class LogCache:
-    """``CachedLog`` per session, least recently used out beyond a byte budget or
-    ``LOG_CACHE_SESSIONS`` sessions. An optimisation only. Thread-safe."""
-
-    def __init__(self, budget: int) -> None:
-        self._budget = budget
-        self._bytes = 0
-        self._entries: OrderedDict[str, CachedLog] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, sid: str) -> CachedLog | None:
-        with self._lock:
-            entry = self._entries.get(sid)
-            if entry is not None:
-                self._entries.move_to_end(sid)
-            return entry
-
-    def put(self, sid: str, entry: CachedLog) -> None:
-        with self._lock:
-            self._drop(sid)
-            if entry.length > self._budget:
-                return
-            self._entries[sid] = entry
-            self._bytes += entry.length
-            while self._bytes > self._budget or len(self._entries) > LOG_CACHE_SESSIONS:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.length
-
-    def drop(self, sid: str) -> None:
-        with self._lock:
-            self._drop(sid)
-
-    def _drop(self, sid: str) -> None:
-        old = self._entries.pop(sid, None)
-        if old is not None:
-            self._bytes -= old.length
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actors import Snapshot
+from supervisor._log_cache import CachedLog
 from supervisor._log_chunks import merges
 from supervisor._message_log import SplitSnapshot, seal
-from supervisor._pg_logs import CachedLog, LogPlan, extend_cached, new_log, plan_for_row
+from supervisor._pg_logs import LogPlan, extend_cached, new_log, plan_for_row
 from supervisor._pg_statements import Statements
 from supervisor._saved_at import micros
 from supervisor.errors import OwnershipLost, SupervisorError

@@ -10,7 +10,7 @@ first batch took 0.8 s and no turn could answer before it committed.
 The usual save is taken here: a checkpoint with messages and no state parts, its
 session's only save in the batch, and its log either new (no log and no older
 generation yet) or extended from what this store instance wrote last (the
-``_sqlite_log_cache.CachedLog`` matches the log's row), and its new bytes not due to merge with
+``_log_cache.CachedLog`` matches the log's row), and its new bytes not due to merge with
 earlier chunks (``_log_chunks``: one append in eight is, and runs alone). A prune
 to ``keep_last`` it needs costs a statement of its own, as on the full path. The rows
 are exactly those ``SQLiteCheckpointStore._write`` writes for such a save. Every

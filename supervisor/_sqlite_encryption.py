@@ -17,8 +17,8 @@ from typing import Protocol
 
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._envelopes import Envelopes
+from supervisor._log_cache import LogCache
 from supervisor._row_codec import RowCodec, SealedRows
-from supervisor._sqlite_log_cache import LogCache
 from supervisor._sqlite_schema import open_database, reporting_store_errors
 from supervisor._store_encryption import encrypt_rows, reencrypt_rows, scrub
 from supervisor.errors import SupervisorError

@@ -4,7 +4,7 @@ parts, the checkpoint row, and the prune after it.
 Saves run inside their group-commit batch's transaction (``GroupCommit``); the
 usual ones are written together by ``_saves_together``, every other one here.
 The messages extend the session's log when they can: the log this store instance
-wrote last (``_sqlite_log_cache``) or, failing that, the log's bytes read back and
+wrote last (``_log_cache``) or, failing that, the log's bytes read back and
 hashed; else they start a new log generation. Damage SQLite meets in the file
 while a save reads an old log or deletes old rows (``_sqlite_schema.is_damage``)
 fails that save alone, and the session's later saves avoid what met it: a new log,
@@ -24,12 +24,12 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from actors import Snapshot
+from supervisor._log_cache import CachedLog, LogCache
 from supervisor._log_chunks import LogUnreadable, log_rows, value_limit, write_log
 from supervisor._message_log import SplitSnapshot
 from supervisor._row_codec import RowCodec
 from supervisor._saves_together import CHECKPOINT_COLUMNS, CHECKPOINT_UPSERT, checkpoint_row
 from supervisor._sqlite_cleanup import collect
-from supervisor._sqlite_log_cache import CachedLog, LogCache
 from supervisor._sqlite_schema import is_damage, is_too_big, too_long
 
 __all__ = ["WritingStore", "cleaning", "remember", "write"]

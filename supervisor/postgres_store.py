@@ -22,6 +22,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors import MigrationRegistry, Snapshot
+from supervisor._log_cache import CachedLog, LogCache
 from supervisor._message_log import SplitSnapshot, split
 from supervisor._pg_connections import (
     MAX_POOL_SIZE,
@@ -34,7 +35,6 @@ from supervisor._pg_connections import (
 )
 from supervisor._pg_failures import reported_at_opening, retrying
 from supervisor._pg_group_commit import PoolCommit
-from supervisor._pg_logs import CachedLog, LogCache
 from supervisor._pg_pool import PoolUse, borrowed, lanes_busy, open_pool
 from supervisor._pg_reads import checkpoint_infos, decode
 from supervisor._pg_schema import check_schema_name, migrate, qualify
@@ -402,7 +402,7 @@ class PostgresCheckpointStore(ClosingContext):
         Raises:
             ValueError: it holds a NUL character (the message says where).
         """
-        check_text("session id", session_id)
+        check_text("session_id", session_id)
 
     def list(self, session_id: str) -> builtins.list[CheckpointInfo]:
         """The session's checkpoints, newest first by ``(epoch, checkpoint_id)``."""

@@ -2,7 +2,7 @@
 
 The store's parts: ``_sqlite_opening`` (its options, its one connection),
 ``_sqlite_writes`` (a save's rows on the full path; ``_saves_together`` writes the
-usual saves of a batch together), ``_sqlite_log_cache`` (the message logs an
+usual saves of a batch together), ``_log_cache`` (the message logs an
 instance remembers), ``_sqlite_reads`` (a checkpoint read back and decoded),
 ``_sqlite_cleanup`` (deleting, pruning, and what only the removed rows used),
 ``_sqlite_encryption`` (encrypting a file in place, key rotation), over
@@ -25,13 +25,13 @@ from typing import ClassVar
 from actors import MigrationRegistry, Snapshot
 from supervisor._encryption_keys import EncryptionKeys
 from supervisor._group_commit import GroupCommit
+from supervisor._log_cache import LogCache
 from supervisor._message_log import split
 from supervisor._row_codec import RowCodec
 from supervisor._saved_at import from_micros
 from supervisor._saves_together import QueuedSave, write_together
 from supervisor._sqlite_cleanup import delete_rows, prune_rows
 from supervisor._sqlite_encryption import encrypt_file, rotate
-from supervisor._sqlite_log_cache import LogCache
 from supervisor._sqlite_opening import check_options, open_connection
 from supervisor._sqlite_read_only import refuse
 from supervisor._sqlite_reads import checkpoint_rows, decode, read, session_ids

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import Plugin, PluginContext
+from actors import PluginContext
 from supervisor import AgentHost, MemoryCheckpointStore
 from tests.supervisor.host_helpers import (
     WAIT,
@@ -26,6 +26,7 @@ from tests.supervisor.host_helpers import (
     template,
     thread_only,
 )
+from tests.supervisor.test_hunt10_host_event_seq_after_stop import HeldRestart
 
 
 def _user_texts(host: AgentHost, sid: str) -> list[str]:
@@ -86,21 +87,6 @@ def test_steering_accepted_while_hibernated_survives_a_shutdown(mode: str, tmp_p
         assert _user_texts(again, sid) == ["first", "still here", "second"]
     finally:
         again.shutdown()
-
-
-class HeldRestart(Plugin):
-    """Holds a resumed ``session_start`` (a crash restart) until ``release`` is set."""
-
-    name = "held_restart"
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def session_start(self, ctx: PluginContext) -> None:
-        if ctx.resumed:
-            self.entered.set()
-            assert self.release.wait(WAIT), "the test never released the restart"
 
 
 @thread_only("the plugin's session_start is held by an event of this process")

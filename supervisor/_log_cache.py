@@ -1,9 +1,11 @@
-"""What a SQLite store instance remembers of the message logs it wrote (``LogCache``).
+"""What a store instance remembers of the message logs it wrote (``LogCache``): the
+SQLite and PostgreSQL stores alike.
 
 A save of a session whose log this instance wrote last, and whose messages extend
-it, hashes and writes only the new bytes (``_sqlite_writes``). An optimisation
-only: every entry is checked against the database's ``message_logs`` row before
-use, so a missing or stale one just means a full save.
+it, hashes and writes only the new bytes (``_sqlite_writes``, ``_pg_writes``). An
+optimisation only: every entry is checked against the database's ``message_logs``
+row before use (PostgreSQL: by the save function), so a missing or stale one just
+means a full save.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def test_an_mcp_tool_listed_with_an_empty_schema_is_offered_as_an_object_schema(
     that forgot to say so, offered with ``"type": "object"`` (the check above would refuse
     it, failing the plugin's start for every session)."""
     plugin = MCPTools(StdioServer("unused"))
-    listed = mcp_types.Tool(name="ping", inputSchema={})
+    listed = mcp_types.Tool(name="ping", input_schema={})
     made = plugin._tool(None, listed, "ping")  # type: ignore[arg-type]  # (not called)
     assert made.parameters == {"type": "object"}
     assert listed.input_schema == {}  # the listing is left as the server sent it

@@ -298,8 +298,22 @@ def require_store(data_dir: Path) -> None:
 
 
 def read_only(db: Path) -> sqlite3.Connection:
-    """A connection that cannot write ``db`` (nor create it)."""
-    return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    """A connection that cannot write ``db`` (nor create it), and leaves no file behind.
+
+    When no host has the store open (no ``-wal`` or ``-journal`` file), it is opened
+    read-write with ``query_only``, as the store's own read-only connections are:
+    closing it, the file's last connection, then removes the ``-wal`` and ``-shm``
+    files SQLite makes for a WAL database, which a ``mode=ro`` connection leaves in
+    the data directory (a command that stopped at a store of an older schema did).
+    """
+    idle = not any(db.with_name(db.name + end).exists() for end in ("-wal", "-journal"))
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode={'rw' if idle else 'ro'}", uri=True)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _keys(

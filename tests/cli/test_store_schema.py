@@ -63,6 +63,20 @@ def test_a_store_of_an_older_schema_is_not_migrated(tmp_path: Path, command: lis
         f"writes {current}: start a host of this version on {str(tmp_path)!r} to migrate it, "
         "or use the sessionvisor that wrote it\n"
     )
+    # left as found: no -wal/-shm (looked at first: opening the file to read its version
+    # would remove them)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [db.name, db.name + ".sessionvisor"]
+    assert _user_version(db) == current - 1
+
+
+def test_doctor_leaves_a_store_of_an_older_schema_as_it_found_it(tmp_path: Path) -> None:
+    current = SQLiteCheckpointStore.SCHEMA_VERSION
+    db = _store_of_schema(tmp_path, current - 1)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(main, ["doctor", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert f"has schema version {current - 1}, this sessionvisor writes {current}" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no -wal/-shm left behind
     assert _user_version(db) == current - 1
 
 

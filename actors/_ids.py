@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["CheckpointIdGenerator", "new_checkpoint_id"]
+__all__ = ["PROCESS_IDS", "CheckpointIdGenerator", "new_checkpoint_id"]
 
 _SEQ_BITS = 80
 _SEQ_START_BITS = 79  # random start below half the range leaves room to count up
@@ -111,10 +111,15 @@ def _parse(checkpoint_id: str | None) -> tuple[int, int] | None:
         return None
 
 
-_DEFAULT = CheckpointIdGenerator()
+PROCESS_IDS = CheckpointIdGenerator()
+"""The process's one generator: every id made here (a snapshot's, ``new_checkpoint_id``'s)
+comes from it. Two generators would each draw their own random start in a millisecond,
+so an id of one could sort before an id the other made earlier in that millisecond: a
+host that gave a turn's snapshot an id after a copy's saw the session's next snapshot
+sort before it, and came back from the older turn."""
 
 
 def new_checkpoint_id(after: str | None = None) -> str:
     """A fresh checkpoint id from the process-wide generator, sorting after ``after`` when
     given (see ``CheckpointIdGenerator.new``). Thread-safe."""
-    return _DEFAULT.new(after)[0]
+    return PROCESS_IDS.new(after)[0]

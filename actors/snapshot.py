@@ -43,7 +43,7 @@ from actors._codec import (
     map_header,
 )
 from actors._history import EncodedMessages
-from actors._ids import CheckpointIdGenerator
+from actors._ids import PROCESS_IDS
 from actors._strip import PLAIN_SCALARS as _PLAIN_SCALARS
 from actors._strip import STRIPPED_KEY, strip_live
 from actors.errors import InvalidMessage, SnapshotDecodeError, SnapshotEncodeError
@@ -72,7 +72,7 @@ _FIELDS = (
     "stripped_fields",
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_IDS = CheckpointIdGenerator()
+_IDS = PROCESS_IDS  # with every other id of the process: they sort as made
 
 
 def schema_version() -> int:

@@ -105,7 +105,9 @@ class Checkpoints:
         with order.lock:
             placed = order.place(snapshot) if newest_taken else snapshot
             saved = self._save(placed, events)
-            order.saved(saved.checkpoint_id, copy=False, mark=event_seq(saved))
+            order.saved(
+                saved.checkpoint_id, copy=False, mark=event_seq(saved), taken=snapshot.checkpoint_id
+            )
             return saved
 
     def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
@@ -294,13 +296,20 @@ class SaveOrder:
     turn's, a hibernation's, a stop's); one taken by ``checkpoint()`` while turns went
     on may be older than a turn's snapshot not saved yet, and keeps its id. One that is
     older than a saved real state keeps its id: it is not the newest.
+
+    "Older" compares the ids snapshots were *taken* with, never the ids they were placed
+    at. A placed id is made by the host when it saves, and the session's next snapshot
+    may sort before it (made in the same millisecond by a worker process's generator,
+    whose random start there may be lower): compared with the placed id, that newer
+    state looked older than the placed one, kept its id, and the session came back from
+    the older turn.
     """
 
     __slots__ = ("__weakref__", "_real", "_top", "lock", "mark")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self._real = ""  # the highest id of a real state saved ("" sorts before any id)
+        self._real = ""  # the highest id a real state saved was taken with ("" sorts first)
         self._top = ""  # the highest id saved, copies included
         self.mark = 0  # the event mark of the newest (highest id) saved (``cover_stop``)
 
@@ -312,11 +321,14 @@ class SaveOrder:
             return dataclasses.replace(snapshot, checkpoint_id=new_checkpoint_id(after=self._top))
         return snapshot
 
-    def saved(self, checkpoint_id: str, *, copy: bool, mark: int = 0) -> None:
-        """Count a save that succeeded, of a checkpoint with event ``mark``. The caller holds
-        ``lock``."""
+    def saved(
+        self, checkpoint_id: str, *, copy: bool, mark: int = 0, taken: str | None = None
+    ) -> None:
+        """Count a save that succeeded, of a checkpoint with event ``mark``, saved under
+        ``checkpoint_id`` and taken with ``taken`` (that same id if not given: not placed).
+        The caller holds ``lock``."""
         if checkpoint_id >= self._top:  # the newest of them: the one a next life starts from
             self.mark = mark
         if not copy:
-            self._real = max(self._real, checkpoint_id)
+            self._real = max(self._real, checkpoint_id if taken is None else taken)
         self._top = max(self._top, checkpoint_id)

@@ -25,6 +25,7 @@ from actors.errors import SteeringQueueFull as SteeringQueueFull
 from actors.errors import ToolDefinitionError as ToolDefinitionError
 from actors.errors import TurnLimitExceeded as TurnLimitExceeded
 from actors.errors import UnknownModel as UnknownModel
+from actors.errors import UnsendableRequest as UnsendableRequest
 from actors.events import RESERVED_EVENT_TYPES as RESERVED_EVENT_TYPES
 from actors.events import Event as Event
 from actors.events import EventBatch as EventBatch
@@ -124,6 +125,7 @@ __all__ = [
     "ToolDefinitionError",
     "TurnLimitExceeded",
     "UnknownModel",
+    "UnsendableRequest",
     "Usage",
     "current_step",
     "decode_plain",

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors._codec import encode_plain
-from actors._strip import strip_live
-from actors.errors import SnapshotDecodeError
+from actors._strip import first_live, strip_live
+from actors.errors import SnapshotDecodeError, SnapshotEncodeError
 from actors.template import AgentTemplate
 
 __all__ = ["check_metadata", "check_session_arguments", "restored_turns", "session_id_of"]
@@ -67,23 +67,45 @@ def check_session_arguments(template: object, metadata: object, checkpointer: ob
 def check_metadata(metadata: Mapping[str, Any]) -> None:
     """Refuse ``metadata`` a checkpoint could not hold, naming the path (``metadata.a``).
 
-    Every snapshot of the session holds its metadata (live values stripped, as a plugin's
-    are): metadata with a set, an object, an integer beyond 64 bits, a key that is not a
-    ``str`` or a naive datetime started a session every snapshot of which then failed,
-    and with a ``checkpointer`` every turn of which failed. Costs one walk and encoding of
-    the metadata, as each snapshot does.
+    Every snapshot of the session holds its metadata: metadata with a set, an object, an
+    integer beyond 64 bits, a key that is not a ``str`` or a naive datetime started a
+    session every snapshot of which then failed, and with a ``checkpointer`` every turn of
+    which failed. A live value (``actors._strip``: a lock, a socket, a callable) is refused
+    too: a snapshot stripped it to a marker, and since nothing rebuilds metadata on resume
+    (a plugin's state has ``session_start``), the user found the marker in its place. Costs
+    one walk and encoding of the metadata, as each snapshot does.
 
     Raises:
         SnapshotEncodeError: (a ``TypeError``) naming the path of the first value no
-            checkpoint can hold.
+            checkpoint can hold, or of the first live value.
         ValueError: the metadata holds a reference cycle (naming where) or nests deeper
             than Python can walk.
     """
     try:
-        plain, _ = strip_live(metadata, root="metadata")
+        plain, stripped = strip_live(metadata, root="metadata")
     except RecursionError:
         raise ValueError("metadata nests deeper than a checkpoint can hold") from None
+    if stripped:
+        _refuse_live(metadata)
     encode_plain(plain, root="metadata")
+
+
+def _refuse_live(metadata: Mapping[str, Any]) -> None:
+    """Raise ``SnapshotEncodeError`` naming the first live value of ``metadata`` (which
+    ``strip_live`` walked: it holds no cycle)."""
+    found = first_live(metadata, "metadata")
+    if found is None:  # pragma: no cover - strip_live stripped something, first_live finds it
+        return
+    path, value = found
+    kind = type(value)
+    raise SnapshotEncodeError(
+        path,
+        value,
+        f"a live {kind.__module__}.{kind.__qualname__}; session metadata must be plain data, "
+        "which a checkpoint keeps and a resume gives back, and nothing would rebuild a "
+        "live value there after a resume: keep live objects in a plugin's state (rebuilt "
+        "by its session_start) or on a tool",
+    )
 
 
 def restored_turns(restored: Mapping[str, Any]) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "ToolDefinitionError",
     "TurnLimitExceeded",
     "UnknownModel",
+    "UnsendableRequest",
 ]
 
 
@@ -141,6 +142,15 @@ class ProviderError(ActorsError, RuntimeError):
     """
 
 
+class UnsendableRequest(ProviderError, ValueError):
+    """The conversation holds what the model's provider cannot be sent, found by its adapter
+    before any request: the Anthropic Messages API takes no user message without text, and
+    with the user's empty text left out a request would end with the model's own last answer,
+    which the API continues as a prefill instead of answering. The turn fails and is rolled
+    back, as for any model error; the message says what to send instead.
+    """
+
+
 class ModelCallAborted(ProviderError):
     """A model's ``generate`` or ``respond`` raised a ``BaseException`` that is not an
     ``Exception``: ``asyncio.CancelledError`` (an asyncio call inside the model was
@@ -207,6 +217,7 @@ for _cls in (
     SteeringQueueFull,
     PluginError,
     ProviderError,
+    UnsendableRequest,
     ModelCallAborted,
     CheckpointAborted,
     SnapshotEncodeError,

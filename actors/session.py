@@ -26,6 +26,7 @@ from actors._arguments import (
     restored_turns,
     session_id_of,
 )
+from actors._call_ids import CallIds
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
@@ -286,8 +287,9 @@ class AgentSession(pykka.ThreadingActor):
         event_buffer_size: Most events retained.
         metadata: Plain user data kept in the state, and in every snapshot: what no
             checkpoint can hold (a set, an object, an integer beyond 64 bits, a key that
-            is not a ``str``) is refused here, naming its path. Live values are stripped
-            from snapshots, as a plugin's are.
+            is not a ``str``) is refused here, naming its path, and so is a live value (a
+            lock, a socket, a callable): nothing would rebuild it on resume. The session
+            keeps its own copy of the containers.
         steering: A queue to use (for a host that keeps a handle on it).
         event_buffer: A buffer to use (likewise).
         checkpointer: Called with a fresh ``Snapshot`` after every
@@ -311,7 +313,7 @@ class AgentSession(pykka.ThreadingActor):
         TypeError: ``template`` is not an ``AgentTemplate``, ``session_id`` not a ``str``,
             ``metadata`` not a mapping, or ``checkpointer`` not callable.
         SnapshotEncodeError: (a ``TypeError``) ``metadata`` holds what no checkpoint can
-            hold, naming its path (``metadata.a``).
+            hold, or a live value, naming its path (``metadata.a``).
         ValueError: ``session_id`` is empty, or ``max_steps`` or ``checkpoint_every`` is
             not a positive integer, or ``metadata`` holds a reference cycle.
         SnapshotDecodeError: ``restored_state`` is not a valid session state.
@@ -380,8 +382,9 @@ class AgentSession(pykka.ThreadingActor):
             if steering is None:  # a queue passed in is its owner's (a host restores it)
                 self.steering.requeue(saved_steering(restored))
             self._turns = restored_turns(restored)
-            self._metadata = dict(
-                metadata if metadata is not None else restored.get("metadata", {})
+            # Its own containers: what the caller changes in them later is not checked.
+            self._metadata: dict[str, Any] = _copy_containers(
+                dict(metadata if metadata is not None else restored.get("metadata", {}))
             )
             if metadata is None and self._metadata and not restored_checked:
                 check_metadata(self._metadata)  # a hand-made state's (a store's is plain)
@@ -403,6 +406,7 @@ class AgentSession(pykka.ThreadingActor):
         # strips and encodes each message once, for every later snapshot.
         self._message_list: list[Message] | None = None  # see ``_messages``
         self._history = HistoryCodec()
+        self._call_ids = CallIds()  # the history's tool-call ids (see ``_record``)
         self._start_error: BaseException | None = None
         # Held until ``on_start`` is over (a one-shot signal to ``start``, the one waiter:
         # a lock costs a tenth of an Event); ``_start_ok`` when the hooks all succeeded
@@ -662,6 +666,7 @@ class AgentSession(pykka.ThreadingActor):
         # A new list, not ``del``: prompts handed to the model are views of the old one.
         self._messages = self._messages[: mark.messages]
         self._history.truncate(mark.messages)
+        self._call_ids.forget()
         self._turns = mark.turns
         self._provider_state = mark.provider_state
         if mark.plugin_states is not None:  # in place: a plugin may hold on to its ctx.state
@@ -994,10 +999,15 @@ class AgentSession(pykka.ThreadingActor):
 
         ``spent``, not the usage of what ``after_model`` put in its place: a host sums the
         events' usage (``SessionInfo.usage``), and a rewritten answer's (zero by default)
-        made the call free there; one that was not a ``Usage`` failed the turn."""
+        made the call free there; one that was not a ``Usage`` failed the turn.
+
+        A call whose id is empty, or already in the history or the message, gets a new id
+        (``actors._call_ids``): its tool message answers that one, and the conversation
+        stays one every provider takes."""
         message, refused = storable_message(response.message)
         check_provider_state(response)
         stop_reason = stop_reason_of(response)
+        message = self._call_ids.unique(message, self._messages)
         self._messages.append(message)
         if response.provider_state is not None:
             self._provider_state = response.provider_state

@@ -75,10 +75,18 @@ Delta = TextDelta | ToolCallDelta
 """What a streaming model emits."""
 
 
-def parse_tool_arguments(raw: str | None) -> dict[str, Any]:
+def parse_tool_arguments(raw: object) -> dict[str, Any]:
     """A tool call's JSON arguments as a dict: ``{}`` for empty text, and
     ``{INVALID_ARGUMENTS: raw}`` for text that is not a JSON object (the session then
-    tells the model instead of running the tool). Pure, thread-safe."""
+    tells the model instead of running the tool). Pure, thread-safe.
+
+    Arguments already read (a dict, which some servers and proxies send in place of the
+    JSON text) are taken as they are; any other JSON value (a list, a number) is no
+    object, and is kept as its JSON text under ``INVALID_ARGUMENTS``."""
+    if isinstance(raw, dict):
+        return dict(raw)
+    if raw is not None and not isinstance(raw, str):
+        return {INVALID_ARGUMENTS: json.dumps(raw, ensure_ascii=False, default=str)}
     if raw is None or not raw.strip():
         return {}
     try:

@@ -33,6 +33,7 @@ from actors import (
     SteeringQueueFull,
     TurnLimitExceeded,
     UnknownModel,
+    UnsendableRequest,
 )
 from gateway.schemas import MAX_SESSION_ID
 from supervisor import (
@@ -274,6 +275,8 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             return _retry(503, "credentials-unavailable", "Credentials unavailable", str(error))
         case SteeringQueueFull():
             return _retry(429, "steering-queue-full", "Too many steering messages", str(error))
+        case UnsendableRequest():  # before ProviderError: the client's input, not retryable
+            return Problem(422, "invalid-input", "Invalid input", str(error))
         case ProviderError():
             return _retry(502, "provider-error", "The model provider failed", str(error))
         case TurnLimitExceeded():

@@ -10,7 +10,9 @@ Mapping, both ways:
   ``input``); ``tool`` messages as ``tool_result`` blocks (``tool_use_id``) of
   the next user message, which also takes any user text that follows them; a
   message of one text block goes as its text; text that is empty or only whitespace
-  goes as none (the API refuses such a block);
+  goes as none (the API refuses such a block), except the user's last: a request whose
+  user turn would hold nothing raises ``UnsendableRequest`` before it is sent (left out,
+  the model would continue its own last answer as a prefill);
 - a ``@tool`` as ``{name, description, input_schema}``;
 - usage: input tokens are ``input_tokens`` plus the cache's
   (``cache_read_input_tokens``, ``cache_creation_input_tokens``), cached input
@@ -30,6 +32,8 @@ earlier answers is not sent (the API ignores it).
 A streamed ``tool_use`` block's arguments are its ``input_json_delta`` pieces, or, when
 none comes (some Anthropic-compatible servers), the ``input`` its start held. An
 ``input`` given as JSON text (a proxy's) is read as the other adapters read arguments.
+A ``tool_use`` block without an id (a compatible server's) gets ``call_<index>``, streamed
+or not.
 
 ``max_tokens`` is required by the API: 4096 unless the settings say otherwise.
 A stream cut off halfway raises ``anthropic.APIConnectionError``, and one that
@@ -47,8 +51,8 @@ import anthropic
 import httpx2
 
 from actors.adapters._base import ProviderAdapter, api_key, merged_headers
-from actors.adapters._mapping import normalized_stop, split_system
-from actors.errors import ProviderError
+from actors.adapters._mapping import normalized_stop, split_system, token_count
+from actors.errors import ProviderError, UnsendableRequest
 from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
 from actors.request import Credentials, ModelRequest
@@ -194,22 +198,47 @@ def _usage(usage: Any, output: Any = None) -> Usage:
     """The Messages API's usage as ``Usage``; ``output``, a stream's last ``message_delta``
     usage, overrides the counts it has."""
     counts = {
-        name: getattr(usage, name, None) or 0
+        name: token_count(getattr(usage, name, None))
         for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     }
-    out_tokens = getattr(usage, "output_tokens", 0) or 0
+    out_tokens = token_count(getattr(usage, "output_tokens", None))
     details = getattr(usage, "output_tokens_details", None)
     if output is not None:
         counts.update(
-            {name: getattr(output, name) for name in counts if getattr(output, name, None)}
+            {
+                name: token_count(getattr(output, name))
+                for name in counts
+                if getattr(output, name, None)
+            }
         )
-        out_tokens = output.output_tokens or out_tokens
+        out_tokens = token_count(getattr(output, "output_tokens", None)) or out_tokens
         details = getattr(output, "output_tokens_details", None) or details
     return Usage(
-        sum(counts.values()),
+        min(sum(counts.values()), 2**63 - 1),
         out_tokens,
         counts["cache_read_input_tokens"],
-        getattr(details, "thinking_tokens", 0) or 0,
+        token_count(getattr(details, "thinking_tokens", None)),
+    )
+
+
+def _check_asks(
+    conversation: Sequence[Message], mapped: Sequence[Mapping[str, Any]], model_string: str
+) -> None:
+    """Raise ``UnsendableRequest`` if ``conversation`` ends with the user's turn but ``mapped``
+    (its Messages API form) holds none: the user's text was empty or only whitespace, which
+    the API refuses and the mapping leaves out. Sent anyway, the request ended with the
+    model's own last answer, which the API continues as a prefill instead of answering it
+    (or held no message at all: HTTP 400). A conversation that ends with an assistant
+    message (a prefill a plugin chose) goes as it is."""
+    if not conversation or conversation[-1].role == "assistant":
+        return
+    if mapped and mapped[-1]["role"] == "user":
+        return
+    raise UnsendableRequest(
+        f"{model_string} cannot be sent an empty user message: the Messages API refuses "
+        "text that is empty or only whitespace, and without it the request would end with "
+        "the model's own last answer, which it would continue instead of answering; "
+        "send some text"
     )
 
 
@@ -242,10 +271,12 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
 
     def _arguments(self, request: ModelRequest) -> dict[str, Any]:
         system, conversation = split_system(request.messages)
+        messages = anthropic_messages(conversation, request.provider_state)
+        _check_asks(conversation, messages, self.model_string)
         arguments: dict[str, Any] = {
             "model": self.model_id,
             "max_tokens": self.settings.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": anthropic_messages(conversation, request.provider_state),
+            "messages": messages,
         }
         if system is not None:
             arguments["system"] = system
@@ -270,9 +301,12 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
         thinking: list[dict[str, Any]] = []
         for block in answer.content:
             if block.type == "text":
-                texts.append(block.text)
+                if isinstance(block.text, str):  # a compatible server's null: no text
+                    texts.append(block.text)
             elif block.type == "tool_use":
-                calls.append(ToolCall(block.id, block.name, _input_of(block.input)))
+                # No id (a compatible server's): ``call_<index>``, as a streamed call gets.
+                call_id = getattr(block, "id", None) or f"call_{len(calls)}"
+                calls.append(ToolCall(call_id, block.name, _input_of(block.input)))
             elif block.type in _THINKING:
                 thinking.append(block.model_dump(mode="json", exclude_none=True))
         return ModelResponse(
@@ -348,7 +382,8 @@ class _StreamRead:
         if kind == "content_block_delta":
             delta = event.delta
             if delta.type == "text_delta":
-                self.request.emit(TextDelta(delta.text))
+                if isinstance(delta.text, str):  # a compatible server's null: no text
+                    self.request.emit(TextDelta(delta.text))
             elif delta.type == "input_json_delta" and event.index in self.calls:
                 index = self.calls[event.index]
                 self.inputs.pop(event.index, None)  # the pieces are the arguments

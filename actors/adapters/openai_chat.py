@@ -26,7 +26,11 @@ without an ``index`` (a new call id then opens the next call), and later deltas
 of a call that repeat its id and name as empty strings (read as absent). A whole
 answer's tool call counts when it has a ``function``, whatever its ``type`` (some
 servers leave it out, or send null). A tool call without an id (or with ``""``), streamed
-or not, gets ``call_<index>``.
+or not, gets ``call_<index>``. Arguments sent as a JSON object instead of its text (some
+proxies) are taken as they are, streamed or not; a chunk whose choice has no ``delta``
+(Azure's content-filter chunks) counts for its ``finish_reason`` alone; ``content`` given
+as a list of parts (Mistral's reasoning models: ``thinking`` and ``text`` chunks) is its
+``text`` parts joined. A choice without a ``message`` is a ``ProviderError``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,12 @@ from typing import Any
 
 import openai
 
-from actors.adapters._mapping import arguments_json, normalized_stop
+from actors.adapters._mapping import (
+    arguments_json,
+    arguments_text,
+    normalized_stop,
+    token_count,
+)
 from actors.adapters._openai_base import OpenAIAdapter
 from actors.errors import ProviderError
 from actors.messages import Message, ToolCall, Usage
@@ -107,13 +116,13 @@ def chat_usage(usage: Any) -> Usage:
     """A ``CompletionUsage`` (or ``None``) as ``Usage``."""
     if usage is None:
         return Usage()
-    prompt = usage.prompt_tokens_details
-    completion = usage.completion_tokens_details
+    prompt = getattr(usage, "prompt_tokens_details", None)
+    completion = getattr(usage, "completion_tokens_details", None)
     return Usage(
-        usage.prompt_tokens or 0,
-        usage.completion_tokens or 0,
-        (prompt.cached_tokens or 0) if prompt is not None else 0,
-        (completion.reasoning_tokens or 0) if completion is not None else 0,
+        token_count(getattr(usage, "prompt_tokens", None)),
+        token_count(getattr(usage, "completion_tokens", None)),
+        token_count(getattr(prompt, "cached_tokens", None)),
+        token_count(getattr(completion, "reasoning_tokens", None)),
     )
 
 
@@ -157,7 +166,12 @@ class OpenAIChatModel(OpenAIAdapter):
         if not completion.choices:
             raise ProviderError(f"{self.model_string} answered without a choice")
         choice = completion.choices[0]
-        answer = choice.message
+        answer = getattr(choice, "message", None)
+        if answer is None:
+            raise ProviderError(
+                f"{self.model_string} answered a choice without a message: not a Chat "
+                "Completions answer (check base_url)"
+            )
         # A call with a ``function``, whatever its ``type`` says: vLLM, Ollama and Mistral
         # models on Azure may leave ``"type": "function"`` out, or send null, and such
         # calls were dropped (the turn ended with an empty answer). A ``custom`` call has none.
@@ -173,7 +187,8 @@ class OpenAIChatModel(OpenAIAdapter):
             for index, call in enumerate(answer.tool_calls or ())
             if (function := getattr(call, "function", None)) is not None
         )
-        text = answer.content if answer.content is not None else answer.refusal
+        content = _content_text(answer.content)
+        text = content if content is not None else answer.refusal
         stop = normalized_stop(choice.finish_reason, _STOP)
         if answer.refusal and stop == "stop":
             stop = "content_filter"
@@ -206,24 +221,10 @@ class OpenAIChatModel(OpenAIAdapter):
                 for choice in chunk.choices or ():  # None: a chunk of usage or filter results
                     if several and choice.index not in (0, None):
                         continue
-                    delta = choice.delta
-                    refused = refused or bool(delta.refusal)
-                    text = delta.content or delta.refusal
-                    if text:
-                        request.emit(TextDelta(text))
-                    for call in delta.tool_calls or ():
-                        # An empty id or name is none: some servers (DashScope, DeepSeek)
-                        # repeat both as "" on every later delta of a call.
-                        function = call.function
-                        call_id = call.id or None
-                        request.emit(
-                            ToolCallDelta(
-                                calls.index(call.index, call_id),
-                                call_id,
-                                None if function is None else function.name or None,
-                                "" if function is None else function.arguments or "",
-                            )
-                        )
+                    # None (or none at all): Azure's content-filter chunks; the finish counts.
+                    delta = getattr(choice, "delta", None)
+                    if delta is not None:
+                        refused = _take_delta(delta, request, calls) or refused
                     if choice.finish_reason is not None:
                         finish = choice.finish_reason
         if finish is None:
@@ -236,6 +237,45 @@ class OpenAIChatModel(OpenAIAdapter):
         if refused and stop == "stop":
             stop = "content_filter"
         return ModelResponse(message, chat_usage(usage), stop_reason=stop)
+
+
+def _content_text(content: object) -> str | None:
+    """A message's (or a delta's) ``content`` as text: a ``str`` as it is; a list of parts
+    (Mistral's reasoning models send ``thinking`` and ``text`` chunks) as its ``text``
+    parts joined, ``None`` when it has none; anything else as ``None``."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts = [
+        part["text"]
+        for part in content
+        if isinstance(part, dict)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    ]
+    return "".join(texts) if texts else None
+
+
+def _take_delta(delta: Any, request: ModelRequest, calls: _CallIndexes) -> bool:
+    """Emit what one chunk's ``delta`` holds; whether it held a refusal."""
+    text = _content_text(delta.content) or delta.refusal
+    if text:
+        request.emit(TextDelta(text))
+    for call in delta.tool_calls or ():
+        # An empty id or name is none: some servers (DashScope, DeepSeek)
+        # repeat both as "" on every later delta of a call.
+        function = call.function
+        call_id = call.id or None
+        request.emit(
+            ToolCallDelta(
+                calls.index(call.index, call_id),
+                call_id,
+                None if function is None else function.name or None,
+                "" if function is None else arguments_text(function.arguments),
+            )
+        )
+    return bool(delta.refusal)
 
 
 class _CallIndexes:

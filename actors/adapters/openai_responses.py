@@ -32,7 +32,10 @@ Mapping, both ways:
 A streamed function call's arguments are its ``function_call_arguments.delta``
 pieces or, when none comes (some compatible servers), the whole arguments an event
 of its item carries (``output_item.added``, ``function_call_arguments.done``,
-``output_item.done``), taken once.
+``output_item.done``), taken once. Arguments sent as a JSON object instead of its text
+(some compatible servers) are taken as they are, streamed or not; a function call
+without a ``call_id`` gets ``call_<index>``, streamed or not; a ``message`` item whose
+``content`` is the text itself (or null) is read as that text (or none).
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ from typing import Any
 
 import openai
 
-from actors.adapters._mapping import arguments_json, normalized_stop, split_system
+from actors.adapters._mapping import (
+    arguments_json,
+    arguments_text,
+    normalized_stop,
+    split_system,
+    token_count,
+)
 from actors.adapters._openai_base import OpenAIAdapter
 from actors.errors import ProviderError
 from actors.messages import Message, ToolCall, Usage
@@ -110,9 +119,14 @@ def responses_usage(usage: Any) -> Usage:
     """A ``ResponseUsage`` (or ``None``) as ``Usage``."""
     if usage is None:
         return Usage()
-    cached = getattr(usage.input_tokens_details, "cached_tokens", 0) or 0
-    reasoning = getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0
-    return Usage(usage.input_tokens or 0, usage.output_tokens or 0, cached, reasoning)
+    cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None)
+    reasoning = getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None)
+    return Usage(
+        token_count(getattr(usage, "input_tokens", None)),
+        token_count(getattr(usage, "output_tokens", None)),
+        token_count(cached),
+        token_count(reasoning),
+    )
 
 
 def unsent(
@@ -167,23 +181,36 @@ def _message_of(response: Any, model_string: str) -> Message:
     calls: list[ToolCall] = []
     for item in response.output:
         if item.type == "message":
-            for part in item.content:
-                if part.type == "output_text":
-                    texts.append(part.text)
-                elif part.type == "refusal":
-                    texts.append(part.refusal)
+            texts.extend(_texts_of(item))
         elif item.type == "function_call":
-            calls.append(ToolCall(item.call_id, item.name, parse_tool_arguments(item.arguments)))
+            # No call_id (a compatible server's): ``call_<index>``, as a streamed call gets.
+            call_id = getattr(item, "call_id", None) or f"call_{len(calls)}"
+            calls.append(ToolCall(call_id, item.name, parse_tool_arguments(item.arguments)))
     return Message.assistant("".join(texts) if texts else None, tuple(calls))
+
+
+def _texts_of(item: Any) -> list[str]:
+    """The texts and refusals of a ``message`` output item, in order. Its ``content`` is a
+    list of parts; some compatible servers send the text itself, or null (no text)."""
+    content = getattr(item, "content", None)
+    if isinstance(content, str):
+        return [content]
+    texts = []
+    for part in content or ():
+        kind = getattr(part, "type", None)
+        text = getattr(part, "text" if kind == "output_text" else "refusal", None)
+        if kind in ("output_text", "refusal") and isinstance(text, str):
+            texts.append(text)
+    return texts
 
 
 def _refused(response: Any) -> bool:
     """Whether a finished ``Response`` holds a refusal."""
     return any(
-        part.type == "refusal"
+        getattr(part, "type", None) == "refusal"
         for item in response.output or ()
-        if item.type == "message"
-        for part in item.content
+        if item.type == "message" and not isinstance(getattr(item, "content", None), str)
+        for part in getattr(item, "content", None) or ()
     )
 
 
@@ -262,7 +289,8 @@ class OpenAIResponsesModel(OpenAIAdapter):
             for event in events:
                 kind = event.type
                 if kind in ("response.output_text.delta", "response.refusal.delta"):
-                    request.emit(TextDelta(event.delta))
+                    if isinstance(event.delta, str):  # a compatible server's null: no text
+                        request.emit(TextDelta(event.delta))
                 elif kind == "response.function_call_arguments.delta":
                     calls.piece(event.output_index, event.delta)
                 elif kind == "response.output_item.added" and event.item.type == "function_call":
@@ -314,11 +342,11 @@ class _StreamedCalls:
     def _index(self, output_index: int) -> int:
         return self._indexes.setdefault(output_index, len(self._indexes))
 
-    def opened(self, output_index: int, call_id: str, name: str, arguments: str | None) -> None:
+    def opened(self, output_index: int, call_id: str, name: str, arguments: object) -> None:
         """An ``output_item.added`` of a function call (its arguments, if any, held back)."""
         self._request.emit(ToolCallDelta(self._index(output_index), call_id, name))
         if arguments and output_index not in self._pieces:
-            self._pending[output_index] = arguments
+            self._pending[output_index] = arguments_text(arguments)
 
     def piece(self, output_index: int, arguments: str) -> None:
         """A ``function_call_arguments.delta``: the arguments come as pieces."""
@@ -326,12 +354,12 @@ class _StreamedCalls:
         self._pending.pop(output_index, None)
         self._request.emit(ToolCallDelta(self._index(output_index), arguments=arguments))
 
-    def whole(self, output_index: int, arguments: str | None) -> None:
+    def whole(self, output_index: int, arguments: object) -> None:
         """The item's whole arguments (its ``.done`` events): emitted unless pieces came."""
         if output_index in self._pieces:
             return
         held = self._pending.pop(output_index, None)
-        text = arguments or held
+        text = arguments_text(arguments) or held
         if text:
             self._pieces.add(output_index)  # emitted now: not again at the item's next .done
             self._request.emit(ToolCallDelta(self._index(output_index), arguments=text))

@@ -13,7 +13,6 @@ checkpoint (``SnapshotDecodeError``), as a restored state of other wrong shapes 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -69,7 +68,7 @@ def test_good_arguments_still_make_a_session_that_checkpoints() -> None:
     ref = AgentSession.start(
         _template(),
         session_id="s1",
-        metadata={"tenant_id": "t", "lock": threading.Lock(), "n": [1, {"a": None}]},
+        metadata={"tenant_id": "t", "n": [1, {"a": None}]},
         checkpointer=saved.append,
     )
     try:

@@ -93,8 +93,7 @@ storable_leaves: st.SearchStrategy[Any] = st.one_of(
     st.booleans(),
     st.none(),
     st.binary(max_size=4),
-    _live(),  # stripped: a marker in the snapshot
-    st.just({"__stripped__": "earlier.Thing"}),
+    st.just({"__stripped__": "earlier.Thing"}),  # a marker of an older checkpoint: plain
 )
 storable_values = st.recursive(
     storable_leaves,
@@ -106,7 +105,7 @@ storable_values = st.recursive(
     max_leaves=6,
 )
 """Metadata a checkpoint can hold (``AgentSession`` refuses the rest): ``values`` without
-sets, non-``str`` keys, lone surrogates or integers beyond 64 bits."""
+sets, non-``str`` keys, lone surrogates, integers beyond 64 bits or live values."""
 
 
 kept_states = st.dictionaries(

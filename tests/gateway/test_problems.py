@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors import UnsendableRequest
 from gateway.problems import Problem, problem_for
 from supervisor import HostShutDown, StoreBusy, StoreFull, StoreUnreachable
 
@@ -43,4 +44,11 @@ def test_a_host_shutting_down_is_a_retryable_503_not_an_internal_error() -> None
         "Server shutting down",
         "this server is shutting down; send again once it is back (or to another node)",
         retry_after=1,
+    )
+
+
+def test_a_request_the_provider_cannot_be_sent_is_the_clients_to_fix_not_retryable() -> None:
+    error = UnsendableRequest("the user's last turn holds no text: send some text")
+    assert problem_for(error, "s1") == Problem(
+        422, "invalid-input", "Invalid input", "the user's last turn holds no text: send some text"
     )

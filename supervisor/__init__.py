@@ -41,6 +41,7 @@ from supervisor.child_spec import ChildInfo as ChildInfo
 from supervisor.child_spec import ChildSpec as ChildSpec
 from supervisor.child_spec import RestartType as RestartType
 from supervisor.child_spec import Strategy as Strategy
+from supervisor.errors import CallAborted as CallAborted
 from supervisor.errors import CheckpointNotFound as CheckpointNotFound
 from supervisor.errors import ChildAlreadyExists as ChildAlreadyExists
 from supervisor.errors import ChildNotFound as ChildNotFound
@@ -105,6 +106,7 @@ __all__ = [
     "AgentHost",
     "AsyncAgentHost",
     "Backoff",
+    "CallAborted",
     "CheckpointInfo",
     "CheckpointNotFound",
     "CheckpointStore",

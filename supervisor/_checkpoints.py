@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from actors._ids import new_checkpoint_id
+from supervisor._outcome import tamed
 from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore, SnapshotTooNew
 from supervisor.errors import CheckpointNotFound
 
@@ -51,6 +52,22 @@ SaveObserver = Callable[[CheckpointInfo, float], object]
 
 Redaction = Callable[[Snapshot], Snapshot]
 """A policy applied to every checkpoint before it is saved (``strip_secrets`` by default)."""
+
+
+def _tamed_off_main(error: BaseException, session_id: str) -> BaseException:
+    """What a save that raised ``error`` raises: a ``SystemExit`` or ``KeyboardInterrupt``
+    becomes a ``CallAborted`` caused by it, unless on the main thread (where they stop the
+    program, as Ctrl-C means).
+
+    A save runs on a session's thread, a helper thread, or whichever thread reads a
+    worker's pipe: there either one would crash the session (a ``KeyboardInterrupt``
+    stops every actor), or end the pipe's reader and leave the call unanswered, or
+    reach an asyncio loop through a future. As a ``CallAborted`` it fails the save as
+    any store error does (a turn is rolled back).
+    """
+    if threading.current_thread() is threading.main_thread():
+        return error
+    return tamed(error, f"the checkpoint save of session {session_id!r}")
 
 
 class Checkpoints:
@@ -98,17 +115,28 @@ class Checkpoints:
 
         Raises:
             OwnershipLost: (a cluster node) another node owns the session now.
+            CallAborted: off the main thread, the store raised ``SystemExit`` or
+                ``KeyboardInterrupt`` (its ``__cause__``; see ``_tamed_off_main``).
             Exception: what the store raised (the caller's operation fails).
         """
-        if order is None:
-            return self._save(snapshot, events)
-        with order.lock:
-            placed = order.place(snapshot) if newest_taken else snapshot
-            saved = self._save(placed, events)
-            order.saved(
-                saved.checkpoint_id, copy=False, mark=event_seq(saved), taken=snapshot.checkpoint_id
-            )
-            return saved
+        try:
+            if order is None:
+                return self._save(snapshot, events)
+            with order.lock:
+                placed = order.place(snapshot) if newest_taken else snapshot
+                saved = self._save(placed, events)
+                order.saved(
+                    saved.checkpoint_id,
+                    copy=False,
+                    mark=event_seq(saved),
+                    taken=snapshot.checkpoint_id,
+                )
+                return saved
+        except BaseException as exc:
+            aborted = _tamed_off_main(exc, snapshot.session_id)
+            if aborted is exc:
+                raise
+            raise aborted from exc
 
     def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
         if self.redact is not None:

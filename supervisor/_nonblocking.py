@@ -38,6 +38,7 @@ from supervisor._helpers import HelperThreads
 from supervisor._host_policy import HostPolicy
 from supervisor._host_record import SessionRecord
 from supervisor._incarnations import Incarnations
+from supervisor._outcome import tamed
 from supervisor._runtime import NotDelivered, SessionRuntime
 from supervisor._session_table import SessionTable
 from supervisor._timer import CallTimer, Deadline
@@ -58,6 +59,10 @@ _CLOSED = "this AgentHost shut down before the call completed"
 def settle(future: Future[T], value: T | None, error: BaseException | None) -> None:
     """Resolve ``future`` unless it is resolved already (cancelled, or failed at shutdown).
 
+    A ``SystemExit`` or ``KeyboardInterrupt`` (a store's, a plugin's) is set as a
+    ``CallAborted`` caused by it (``tamed``): raised as is by ``result()``, it would
+    stop whoever reads it (an asyncio event loop, a server's request thread).
+
     Its done-callbacks run here, on the thread completing the call (a session's, a
     worker pipe's reader, ...). ``concurrent.futures`` logs an ``Exception`` one of
     them raises, but lets ``SystemExit`` and the like through: that would crash the
@@ -69,7 +74,7 @@ def settle(future: Future[T], value: T | None, error: BaseException | None) -> N
         if error is None:
             future.set_result(value)  # type: ignore[arg-type]
         else:
-            future.set_exception(error)
+            future.set_exception(tamed(error))
     except InvalidStateError:
         pass
     except KeyboardInterrupt:
@@ -262,7 +267,8 @@ def _told_if_cancelled(future: Future[Any]) -> None:
 def outcome_of(work: Callable[[], Any]) -> tuple[Any, BaseException | None]:
     """``(work(), None)``, or ``(None, what it raised)`` whatever its type, as the blocking
     call raises it to its caller. A ``SystemExit`` or ``GeneratorExit`` (from a store, say)
-    must reach the call's future, not escape the thread that ran the work: the future
+    must reach the call's future (``settle`` makes the first a ``CallAborted``), not escape
+    the thread that ran the work: the future
     would never resolve, a ``stop_session`` would hold its session's queue for good, and
     a session's thread (a checkpoint's save) or a worker pipe's reader would end."""
     try:

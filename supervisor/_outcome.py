@@ -3,6 +3,11 @@
 A non-blocking call can end in several ways that race: its answer (or error),
 and its deadline on the host's timer. Whichever comes first is handed to the
 call's ``done`` callback; the others are ignored, and the deadline is cancelled.
+
+``tamed`` gives a call's caller a ``CallAborted`` instead of a
+``SystemExit`` or ``KeyboardInterrupt`` raised on a thread of the host, where it
+cannot stop the program: set on a future, it would stop whoever reads the result
+(an asyncio event loop re-raises those two out of ``run_forever``).
 """
 
 from __future__ import annotations
@@ -12,12 +17,21 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from actors._loop import ends_session
+from supervisor.errors import CallAborted
+
 if TYPE_CHECKING:
     from supervisor._timer import Deadline
 
-__all__ = ["OneOutcome"]
+__all__ = ["OneOutcome", "tamed"]
 
 logger = logging.getLogger("supervisor.host")
+
+
+def tamed(error: BaseException, during: str = "the call") -> BaseException:
+    """``error``, or a ``CallAborted`` caused by it if it is one that stops a program or a
+    thread (``actors._loop.ends_session``): what a future or an awaiting task may carry."""
+    return CallAborted(error, during) if ends_session(error) else error
 
 
 class OneOutcome:

@@ -11,6 +11,11 @@ take-over: a resume) on a thread, never on the loop.
 Cancelling a task that awaits a call detaches that task only: the call goes
 on (queued calls run in their turn), and its turn is checkpointed as usual.
 To withdraw a call that has not started, use ``host.futures`` and ``cancel()``.
+
+No coroutine here raises ``SystemExit`` or ``KeyboardInterrupt`` (a store's or a
+plugin's, raised on a thread of the host): asyncio re-raises those two out of
+the event loop, which would stop the whole application. The awaiting task gets a
+``CallAborted`` (a ``RuntimeError``) caused by it instead.
 """
 
 from __future__ import annotations
@@ -20,14 +25,15 @@ import collections
 import contextlib
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Self, TypeVar, Unpack
+from typing import Any, Self, TypeVar, Unpack
 
 from actors import AgentTemplate, Event, Message, Snapshot
 from supervisor._futures import EventWatch
 from supervisor._host_policy import check_since
 from supervisor._host_record import SessionInfo
+from supervisor._outcome import tamed
 from supervisor._session_attrs import SessionMetadata
 from supervisor.host import AgentHost
 
@@ -50,7 +56,9 @@ async def wait_future(future: Future[T]) -> T:
     one either, so that one arrives as the ``RuntimeError`` Python makes of it,
     the ``StopIteration`` as its ``__cause__``. A ``StopAsyncIteration`` arrives
     the same way: raised as is, it would silently end the iteration of an
-    ``__anext__`` awaiting the call. Every other exception arrives as is.
+    ``__anext__`` awaiting the call. A ``SystemExit`` or ``KeyboardInterrupt``
+    arrives as a ``CallAborted`` caused by it (see the module docstring). Every
+    other exception arrives as is.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[Future[T]] = loop.create_future()
@@ -63,10 +71,32 @@ async def wait_future(future: Future[T]) -> T:
     done = await waiter
     if done.cancelled():
         raise asyncio.CancelledError
+    with _no_exit("the awaited call"):
+        try:
+            return done.result()
+        except StopAsyncIteration as exc:
+            raise RuntimeError("the call raised StopAsyncIteration") from exc
+
+
+@contextlib.contextmanager
+def _no_exit(during: str) -> Iterator[None]:
+    """Raise a ``SystemExit`` or ``KeyboardInterrupt`` raised inside (handed over from
+    another thread) as a ``CallAborted`` caused by it; anything else as it is. A task
+    raising one of those two stops its event loop."""
     try:
-        return done.result()
-    except StopAsyncIteration as exc:
-        raise RuntimeError("the call raised StopAsyncIteration") from exc
+        yield
+    except BaseException as exc:
+        aborted = tamed(exc, during)
+        if aborted is exc:
+            raise
+        raise aborted from exc
+
+
+async def _to_thread(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``asyncio.to_thread(call, ...)``, whose ``SystemExit`` or ``KeyboardInterrupt``
+    arrives as a ``CallAborted`` (``_no_exit``)."""
+    with _no_exit(getattr(call, "__qualname__", "the call")):
+        return await asyncio.to_thread(call, *args, **kwargs)
 
 
 def _hand_over(done: Future[T], waiter: asyncio.Future[Future[T]]) -> None:
@@ -186,8 +216,8 @@ class AsyncAgentHost:
         incarnation was serving (nothing was killed). On a cluster node, one it does not
         hold is looked up (and may be taken over) on an executor thread."""
         if self.host.futures.finds_at_once(session_id):
-            return self.host.kill(session_id, reason, tenant_id=tenant_id)
-        return await asyncio.to_thread(self.host.kill, session_id, reason, tenant_id=tenant_id)
+            return self.host.kill(session_id, reason, tenant_id=tenant_id)  # no user code
+        return await _to_thread(self.host.kill, session_id, reason, tenant_id=tenant_id)
 
     async def list_sessions(self, tenant_id: str | None = None) -> list[SessionInfo]:
         """``AgentHost.list_sessions`` (the host's table, in memory: nothing waits)."""
@@ -205,28 +235,28 @@ class AsyncAgentHost:
         self, session_id: str, *, tenant_id: str | None = None
     ) -> Snapshot | None:
         """``AgentHost.latest_checkpoint``: a store read, on an executor thread."""
-        return await asyncio.to_thread(self.host.latest_checkpoint, session_id, tenant_id=tenant_id)
+        return await _to_thread(self.host.latest_checkpoint, session_id, tenant_id=tenant_id)
 
     async def hibernate_idle(self) -> list[str]:
         """``AgentHost.hibernate_idle``, on an executor thread (it waits for each
         session's final checkpoint)."""
-        return await asyncio.to_thread(self.host.hibernate_idle)
+        return await _to_thread(self.host.hibernate_idle)
 
     async def resume_all(
         self, template: AgentTemplate | Callable[[str], AgentTemplate | None]
     ) -> list[str]:
         """``AgentHost.resume_all``, on an executor thread (it reads the store and starts
         every session)."""
-        return await asyncio.to_thread(self.host.resume_all, template)
+        return await _to_thread(self.host.resume_all, template)
 
     async def wait_for_workers(self, timeout: float | None = None) -> bool:
         """``AgentHost.wait_for_workers``, on an executor thread. Cancelling the awaiting
         task leaves that thread waiting until ``timeout`` (or the workers serve): give one."""
-        return await asyncio.to_thread(self.host.wait_for_workers, timeout)
+        return await _to_thread(self.host.wait_for_workers, timeout)
 
     async def shutdown(self) -> None:
         """``AgentHost.shutdown`` on a thread of its own (it waits for every session)."""
-        await asyncio.to_thread(self.host.shutdown)
+        await _to_thread(self.host.shutdown)
 
 
 class EventStream:
@@ -318,8 +348,9 @@ class EventStream:
         )
         if futures.finds_at_once(self.session_id):
             watch = subscribe()
-        else:
-            watch = await _off_the_loop(loop, subscribe)
+        else:  # a take-over may load a checkpoint (a store's ``SystemExit``: ``_no_exit``)
+            with _no_exit("subscribing to the session's events"):
+                watch = await _off_the_loop(loop, subscribe)
         subscription.watch = watch
         self._watch = watch
         self._subscription = subscription

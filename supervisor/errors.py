@@ -11,6 +11,7 @@ import os
 import socket
 
 __all__ = [
+    "CallAborted",
     "CheckpointNotFound",
     "ChildAlreadyExists",
     "ChildNotFound",
@@ -64,6 +65,29 @@ class HostShutDown(SupervisorError, RuntimeError):
 
     def __init__(self, detail: str = "this AgentHost is shut down; create a new one") -> None:
         super().__init__(detail)
+
+
+class CallAborted(SupervisorError, RuntimeError):
+    """A call's work raised ``SystemExit`` or ``KeyboardInterrupt`` (or a group holding one)
+    on a thread of the host, where it cannot stop the program: a checkpoint store's
+    ``save`` or ``load``, say, run by a session's thread, a helper thread or the reader
+    of a worker's pipe. The call failed; nothing else did (a turn whose save it was is
+    rolled back, and the session goes on). ``error`` is the original, also the
+    ``__cause__``: its traceback shows what raised it. A blocking call made on the main
+    thread, where those two mean "stop the program", raises them as they are instead.
+    """
+
+    def __init__(self, error: BaseException, during: str = "the call") -> None:
+        self.error = error
+        self.during = during
+        super().__init__(
+            f"{during} raised {error!r} on a thread of the host, where it cannot stop the "
+            f"program; the call failed instead (see the __cause__ for what raised it)"
+        )
+        self.__cause__ = error
+
+    def __reduce__(self) -> tuple[type[CallAborted], tuple[BaseException, str]]:
+        return (CallAborted, (self.error, self.during))
 
 
 class SessionAlreadyExists(SupervisorError):
@@ -746,6 +770,7 @@ class StoreBusy(SupervisorError, TimeoutError):
 for _cls in (
     SupervisorError,
     HostShutDown,
+    CallAborted,
     OwnershipLost,
     SessionOwnedElsewhere,
     NodeFenced,

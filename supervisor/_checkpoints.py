@@ -103,15 +103,12 @@ class Checkpoints:
         snapshot: Snapshot,
         events: EventBuffer | None = None,
         order: SaveOrder | None = None,
-        *,
-        newest_taken: bool = False,
     ) -> Snapshot:
         """Save ``snapshot`` durably, marked with the last event of the session's stream
         ``events`` (if given: its ``mark``, which counts an event reserved to follow the
-        save); return what was saved. With the session's ``order``, under its lock; and if
-        ``newest_taken`` (no snapshot of the session can be taken between ``snapshot``
-        and this save), given a later id if a copy of an older state was saved since it
-        was taken (see ``SaveOrder``).
+        save); return what was saved. With the session's ``order``, under its lock, and
+        given a later id if it holds a newer state than what sorts after it (see
+        ``SaveOrder``).
 
         Raises:
             OwnershipLost: (a cluster node) another node owns the session now.
@@ -123,7 +120,7 @@ class Checkpoints:
             if order is None:
                 return self._save(snapshot, events)
             with order.lock:
-                placed = order.place(snapshot) if newest_taken else snapshot
+                placed = order.place(snapshot)
                 saved = self._save(placed, events)
                 order.saved(
                     saved.checkpoint_id,
@@ -166,8 +163,7 @@ class Checkpoints:
         return functools.partial(self._save_in_order, events, chosen)
 
     def _save_in_order(self, events: EventBuffer, order: SaveOrder, snapshot: Snapshot) -> Snapshot:
-        # A turn's snapshot: its session takes no other until this save returns.
-        return self.save(snapshot, events, order, newest_taken=True)
+        return self.save(snapshot, events, order)
 
     def latest(self, session_id: str, events: EventBuffer | None = None) -> Snapshot | None:
         """The session's newest checkpoint that loads, or ``None`` if it has none.
@@ -319,11 +315,11 @@ class SaveOrder:
     made when it is saved, so it would sort after a snapshot of a newer state taken before
     it and saved after it (a turn that ended meanwhile, waiting on ``lock``): the copy, the
     older state, would be what the session comes back from. Such a snapshot, newer than
-    every real (not copied) state saved so far, is given an id after the copy instead,
-    if it is the newest its session took (``Checkpoints.save``'s ``newest_taken``: a
-    turn's, a hibernation's, a stop's); one taken by ``checkpoint()`` while turns went
-    on may be older than a turn's snapshot not saved yet, and keeps its id. One that is
-    older than a saved real state keeps its id: it is not the newest.
+    every real (not copied) state saved so far, is given an id after the copy instead.
+    One that is older than a saved real state keeps its id: it is not the newest (a
+    ``checkpoint()`` snapshot whose save a later turn's overtook). The checkpoint an
+    incarnation starts from counts as a copy (``continues_from``): every state the
+    incarnation takes is newer.
 
     "Older" compares the ids snapshots were *taken* with, never the ids they were placed
     at. A placed id is made by the host when it saves, and the session's next snapshot
@@ -333,21 +329,36 @@ class SaveOrder:
     the older turn.
     """
 
-    __slots__ = ("__weakref__", "_real", "_top", "lock", "mark")
+    __slots__ = ("__weakref__", "_floor", "_real", "_top", "lock", "mark")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._real = ""  # the highest id a real state saved was taken with ("" sorts first)
         self._top = ""  # the highest id saved, copies included
+        self._floor = ""  # the checkpoint the latest incarnation started from
         self.mark = 0  # the event mark of the newest (highest id) saved (``cover_stop``)
 
     def place(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot``, with an id after the last copy if one of an older state sorts
-        after it. The caller holds ``lock``."""
+        """``snapshot``, with an id after the last copy (or the checkpoint its incarnation
+        started from) if one of an older state sorts after it. The caller holds ``lock``."""
         taken = snapshot.checkpoint_id
-        if self._real < taken < self._top:
-            return dataclasses.replace(snapshot, checkpoint_id=new_checkpoint_id(after=self._top))
+        top = max(self._top, self._floor)
+        if self._real < taken < top:
+            return dataclasses.replace(snapshot, checkpoint_id=new_checkpoint_id(after=top))
         return snapshot
+
+    def continues_from(self, snapshot: Snapshot) -> None:
+        """An incarnation of the session starts from ``snapshot``: every snapshot it takes
+        holds a newer state, so one whose id sorts before ``snapshot``'s is placed after
+        it, as after a copy. That happens when the checkpoint was stamped by a process
+        whose ids run ahead of the one taking the next (another node's clock, or a
+        generator an ``after`` moved on): its turns sorted before the checkpoint they
+        continued, and every later resume came back from it.
+
+        Without ``lock``: a start must not wait for a save that holds it (a copy reading
+        a slow store), and the incarnation takes its first snapshot after this returns.
+        """
+        self._floor = max(self._floor, snapshot.checkpoint_id)
 
     def saved(
         self, checkpoint_id: str, *, copy: bool, mark: int = 0, taken: str | None = None

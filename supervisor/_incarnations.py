@@ -271,6 +271,8 @@ class Incarnations:
         snapshot = pending
         if snapshot is None and record.incarnations > 0:  # a first start is new or resumed
             snapshot = self._checkpoints.latest(record.session_id, record.events)
+        if snapshot is not None:  # its turns sort after it, whoever's clock stamped it
+            record.save_order.continues_from(snapshot)
         record.restart_usage(snapshot)
         launch = SessionLaunch(
             session_id=record.session_id,
@@ -614,7 +616,7 @@ class Incarnations:
         it was not hibernated after all (moved, given up). The caller holds the op_lock."""
         try:
             # Taken under the op_lock: no turn of it ran since, nor can before this save.
-            self._checkpoints.save(snapshot, record.events, record.save_order, newest_taken=True)
+            self._checkpoints.save(snapshot, record.events, record.save_order)
         except OwnershipLost:
             self.lose(record)
             return False
@@ -782,7 +784,7 @@ class Incarnations:
             logger.debug("session %r is not running; its last checkpoint stands", record.session_id)
             self._cover_stop(record)
         else:  # a stop holds the op_lock, a shutdown refuses calls: no turn of it runs first
-            self._checkpoints.save(snapshot, record.events, record.save_order, newest_taken=True)
+            self._checkpoints.save(snapshot, record.events, record.save_order)
 
     def _first_snapshot_once_back(self, record: SessionRecord) -> Snapshot | None:
         """A snapshot of a session being restarted that has no checkpoint yet, taken once its

@@ -73,7 +73,15 @@ class SessionLink:
     additionally by the host's per-session lock.
     """
 
-    __slots__ = ("call_timeout", "checkpointer", "client", "events", "mirror", "session_id")
+    __slots__ = (
+        "call_timeout",
+        "checkpointer",
+        "client",
+        "events",
+        "mirror",
+        "session_id",
+        "steer",
+    )
 
     def __init__(
         self,
@@ -82,12 +90,15 @@ class SessionLink:
         events: EventBuffer,
         checkpointer: Checkpointer | None,
         call_timeout: float | None,
+        *,
+        steer: _Steer | None = None,
     ) -> None:
         self.client = client
         self.session_id = session_id
         self.events = events
         self.checkpointer = checkpointer
         self.call_timeout = call_timeout
+        self.steer = steer  # told when a turn's checkpoint is saved (``_Steer.saved``)
         self.mirror = HistoryMirror()  # the messages the worker's checkpoints brought so far
 
     def send(self, text: str, tag: str | None, timeout: float) -> Message:
@@ -322,6 +333,8 @@ class SessionLink:
                 turn = {} if finished is None else {"turn": finished.get("turn")}
                 events.publish("error", error=repr(exc), **turn)
                 raise
+            if self.steer is not None:
+                self.steer.saved()  # the turn's steering is used for good now
             if finished is not None:
                 events.publish("turn_finished", **finished)
         finally:
@@ -422,6 +435,19 @@ class _Steer:
             # ``release`` ran meanwhile and requeued the text here: it was accepted after all.
         except (WorkerCrashed, RemoteError, TimeoutError):
             pass  # the session is ending: ``release`` hands the text to the next incarnation
+
+    def saved(self) -> None:
+        """The checkpoint of the turn that just ended is saved: the texts that turn took
+        are used for good (the checkpoint holds them in its history), so a ``release``
+        from now on must not queue them again, even before ``turn_finished`` is seen.
+
+        Before, they were dropped only at ``turn_finished``: a session ending in between
+        (a stop answered, or a subscriber of ``turn_finished`` that ran before this
+        forwarder's) released them after the save, and the next incarnation got them a
+        second time."""
+        with self._lock:
+            self._finished, self._taken = self._taken, []
+            self._watch()
 
     def release(self) -> None:
         """Stop forwarding; queue again here what the worker never used in a finished turn."""
@@ -591,7 +617,9 @@ def _start_once(pool: WorkerPool, launch: SessionLaunch) -> pykka.ActorRef[Any]:
         forward.release()  # a no-op if it never started forwarding
         pool.release(session_id, client)
         raise
-    link = SessionLink(client, session_id, launch.events, launch.save, pool.call_timeout)
+    link = SessionLink(
+        client, session_id, launch.events, launch.save, pool.call_timeout, steer=forward
+    )
     try:
         ref: pykka.ActorRef[Any] = WorkerSession.start(pool, link, forward)
     except BaseException:

@@ -712,6 +712,9 @@ class Incarnations:
         try:
             with contextlib.suppress(Exception):
                 self.supervisors.of(record.session_id).terminate_child(record.session_id)
+            # Again once its incarnation is gone: a crash restart that began before the
+            # stop claimed the session anew, and that claim would keep it here, run nowhere.
+            self.ownership.release(record.session_id, stopped=False)
         finally:
             if moved:
                 self._forget_moved(record, why)

@@ -19,6 +19,14 @@ fence; its sweeper then takes nothing over for one TTL (after an outage of the
 database every lease lapsed at once, and the other nodes are about to renew
 theirs). Saves need no fence check of their own: the database refuses a save
 whose epoch is stale, whatever the node believes.
+
+A copy that outlived its lease: when the database saw this node as dead without the
+node fencing itself (its clock and the database's disagree), another node may have
+run the session meanwhile while the copy here lives on. If this node then claims the
+session again (a sweep, or that copy's own restart or reactivation), the claim's
+epoch is not the copy's: the copy lacks the other owners' turns and holds steering
+they used already. It never runs on the new epoch: it is stopped (``lose``), the
+claim released, and the session taken over anew from its latest checkpoint.
 """
 
 from __future__ import annotations
@@ -94,6 +102,11 @@ class ClusterNode:
         self._clock = config.clock
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
+        # Sessions the database gave this node again (at the epoch noted) while a copy of
+        # them still ran here on an older lease: that copy lacks what the owners between
+        # ran, so it is stopped (``lose``) and the claim released before the session runs
+        # here again, from its latest checkpoint (``_stale_claim``, ``release``).
+        self._stale: dict[str, int] = {}
         self._stopping = threading.Event()
         self._no_adoption = threading.Event()  # the host is shutting down: take nothing over
         self._wake = threading.Event()  # the housekeeping thread has sessions to lose
@@ -252,9 +265,17 @@ class ClusterNode:
         Raises:
             NodeFenced: the node is fenced (it claims nothing then).
             SessionOwnedElsewhere: a live other node owns it.
+            OwnershipLost: this node held an older lease on it: the session ran elsewhere
+                since, and the copy of it here is stopped (see the module docstring);
+                call again once it is, to take the session over from its checkpoint.
         """
         self.check_serving()
         sent = self._clock()
+        with self._lock:
+            stale = self._stale.get(session_id)
+            held = self._leases.get(session_id)
+        if stale is not None:  # its copy here is being stopped: not restarted on this claim
+            raise self._stale_claim(session_id, stale)
         try:
             epoch = self._table.claim(session_id, self.node_id, self.incarnation)
         except SessionOwnedElsewhere:
@@ -262,8 +283,29 @@ class ClusterNode:
                 self._leases.pop(session_id, None)
             raise
         with self._lock:
+            if held is not None and held.epoch != epoch and self._lose is not None:
+                # Our claims never bump an epoch we hold: the session left this node and
+                # came back, and the copy that asks (a restart, a reactivation) is stale.
+                # The housekeeping thread stops it and releases this claim (``_housekeep``).
+                if self._leases.get(session_id) is held:
+                    del self._leases[session_id]
+                self._stale[session_id] = epoch
+                self._to_lose.append(session_id)
+                self._wake.set()
+                raise self._stale_claim(session_id, epoch)
             self._leases[session_id] = _Lease(epoch, sent)
         return epoch
+
+    def _stale_claim(self, session_id: str, epoch: int) -> OwnershipLost:
+        """The error of a claim by a copy of the session that ran here before it moved."""
+        return OwnershipLost(
+            session_id,
+            self.node_id,
+            epoch,
+            "it ran on another node since its copy here last ran, so that copy is out of "
+            "date; it is stopped, and the session is taken over anew from its latest "
+            "checkpoint",
+        )
 
     def event_mark(self, session_id: str) -> int:
         """The highest event seq of the session any owner sent to other nodes (the
@@ -312,14 +354,29 @@ class ClusterNode:
         or waits too long for the session's row, leaves it to be claimed after the TTL."""
         with self._lock:
             lease = self._leases.pop(session_id, None)
-        if lease is None:
-            return
+            stale = self._stale.pop(session_id, None)
+        if lease is not None:
+            self._release(session_id, lease.epoch, stopped=stopped)
+        if stale is not None:  # the claim its stale copy could not run on
+            self._release(session_id, stale, stopped=stopped)
+
+    def _release_stale(self, session_id: str) -> None:
+        """Release the claim of a session whose stale copy here was stopped (if the host's
+        stop of that copy did not already), its state kept: it is taken over anew."""
+        with self._lock:
+            stale = self._stale.pop(session_id, None)
+        if stale is not None:
+            self._release(session_id, stale, stopped=False)
+
+    def _release(self, session_id: str, epoch: int, *, stopped: bool) -> None:
+        """Release the session if the database still gives it to us at ``epoch``; logged,
+        never raised, if the database cannot take it (see ``release``)."""
         try:
             self._table.release(
                 session_id,
                 self.node_id,
                 self.incarnation,
-                lease.epoch,
+                epoch,
                 "stopped" if stopped else None,
             )
         except _BEST_EFFORT as exc:
@@ -407,6 +464,8 @@ class ClusterNode:
                     logger.exception(
                         "node %r: stopping lost session %r failed", self.node_id, session_id
                     )
+                finally:  # a stale claim with no copy left to stop it is released here
+                    self._release_stale(session_id)
             if self.config.template is not None:
                 try:
                     self.sweep()
@@ -458,12 +517,12 @@ class ClusterNode:
             if sent < self._sweep_from:
                 break
             claimed = self._table.claim_orphans(self.node_id, self.incarnation, batch)
-            with self._lock:
-                for session_id, epoch in claimed:
-                    self._leases[session_id] = _Lease(epoch, sent)
+            stale = self._record_claims(claimed, sent)
             for session_id, _ in claimed:
                 if not self.adopting:
                     break  # claimed as the host began shutting down: its drain releases them
+                if session_id in stale:
+                    self._drop_stale_copy(session_id)
                 if self._adopt is not None:
                     try:
                         if self._adopt(session_id) is None:
@@ -485,6 +544,33 @@ class ClusterNode:
             if len(claimed) < batch or handed_back:
                 break  # the rest wait for the next sweep, after other nodes' sweeps
         return adopted
+
+    def _record_claims(self, claimed: list[tuple[str, int]], sent: float) -> set[str]:
+        """Note a sweep's claims as leases; the ids of those this node still ran a copy of
+        on an older lease (its own heartbeat looked dead to the database meanwhile), which
+        are noted stale instead (see ``_stale``), when a host runs the sessions."""
+        stale: set[str] = set()
+        with self._lock:
+            for session_id, epoch in claimed:
+                held = self._leases.get(session_id)
+                if self._lose is not None and (held is not None or session_id in self._stale):
+                    self._leases.pop(session_id, None)
+                    self._stale[session_id] = epoch
+                    stale.add(session_id)
+                else:
+                    self._leases[session_id] = _Lease(epoch, sent)
+        return stale
+
+    def _drop_stale_copy(self, session_id: str) -> None:
+        """Stop the stale copy of a session a sweep claimed back (on this, the housekeeping
+        thread, as ``lose`` always runs) and release the claim, so that the adoption that
+        follows resumes the session from its latest checkpoint, with what the owners
+        between saved, instead of running on the copy."""
+        assert self._lose is not None
+        try:
+            self._lose(session_id)
+        finally:
+            self._release_stale(session_id)
 
     def drain(self) -> None:
         """Release every session (their state kept, so sweepers resume the active ones at
@@ -512,6 +598,7 @@ class ClusterNode:
         finally:  # whatever happened: no lease kept, no connection left open
             with self._lock:
                 self._leases.clear()
+                self._stale.clear()
             self._close_heartbeat_connection()
 
     def _close_heartbeat_connection(self) -> None:

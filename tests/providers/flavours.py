@@ -82,3 +82,24 @@ def make_adapter(flavour: Flavour, server: WireServer) -> Iterator[AdapterFactor
     yield make
     for adapter in made:
         adapter.close()
+
+
+@pytest.fixture(name="chat")
+def chat_server() -> Iterator[WireServer]:
+    """A wire server speaking Chat Completions, closed after the test."""
+    with WireServer(CHAT) as wire:
+        yield wire
+
+
+@pytest.fixture(name="responses")
+def responses_server() -> Iterator[WireServer]:
+    """A wire server speaking the Responses API, closed after the test."""
+    with WireServer(RESPONSES) as wire:
+        yield wire
+
+
+@pytest.fixture(name="anthropic")
+def anthropic_server() -> Iterator[WireServer]:
+    """A wire server speaking Anthropic Messages, closed after the test."""
+    with WireServer(ANTHROPIC) as wire:
+        yield wire

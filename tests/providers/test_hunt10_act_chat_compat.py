@@ -19,20 +19,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from actors import Delta, Message, ModelRequest, ToolCall, ToolCallDelta
 from actors.adapters.openai_chat import OpenAIChatModel
-from tests.providers.wire import CHAT, Raw, WireServer
-
-
-@pytest.fixture
-def chat() -> Iterator[WireServer]:
-    with WireServer(CHAT) as server:
-        yield server
+from tests.providers.wire import Raw, WireServer
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None, **choice: Any) -> str:

@@ -12,20 +12,11 @@ arguments now count when no delta came; the deltas, when they come, are the argu
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from actors import Message, ModelRequest, ToolCall
 from actors.adapters.openai_responses import OpenAIResponsesModel
-from tests.providers.wire import RESPONSES, Raw, WireServer
-
-
-@pytest.fixture
-def responses() -> Iterator[WireServer]:
-    with WireServer(RESPONSES) as server:
-        yield server
+from tests.providers.wire import Raw, WireServer
 
 
 def _item(index: int, name: str, arguments: str) -> dict[str, Any]:

@@ -24,7 +24,6 @@ the mapping, or a "malformed response" the session refused), on every turn that 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,7 +43,7 @@ from actors.adapters import ProviderAdapter
 from actors.adapters.anthropic_messages import AnthropicModel
 from actors.adapters.openai_chat import OpenAIChatModel
 from actors.adapters.openai_responses import OpenAIResponsesModel
-from tests.providers.wire import ANTHROPIC, CHAT, RESPONSES, Raw, WireServer
+from tests.providers.wire import Raw, WireServer
 
 WAIT = 10.0
 
@@ -53,24 +52,6 @@ WAIT = 10.0
 def add(a: int) -> int:
     """Add one."""
     return a + 1
-
-
-@pytest.fixture
-def chat() -> Iterator[WireServer]:
-    with WireServer(CHAT) as server:
-        yield server
-
-
-@pytest.fixture
-def responses() -> Iterator[WireServer]:
-    with WireServer(RESPONSES) as server:
-        yield server
-
-
-@pytest.fixture
-def anthropic() -> Iterator[WireServer]:
-    with WireServer(ANTHROPIC) as server:
-        yield server
 
 
 def _ask(adapter: ProviderAdapter[Any], deltas: list[Any] | None = None) -> Any:

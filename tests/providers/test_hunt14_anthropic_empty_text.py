@@ -29,16 +29,10 @@ from actors import (
 )
 from actors.adapters.anthropic_messages import AnthropicModel
 from tests.providers.flavours import FLAVOURS, AdapterFactory, Flavour
-from tests.providers.wire import ANTHROPIC, Text, WireServer
+from tests.providers.wire import Text, WireServer
 
 WAIT = 10.0
 CALL = ToolCall("c1", "add", {"a": 1})
-
-
-@pytest.fixture
-def anthropic() -> Iterator[WireServer]:
-    with WireServer(ANTHROPIC) as server:
-        yield server
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from actors.adapters.anthropic_messages import AnthropicModel
 from actors.adapters.openai_chat import OpenAIChatModel
 from actors.adapters.openai_responses import OpenAIResponsesModel
 from tests.providers.flavours import AdapterFactory, Flavour
-from tests.providers.wire import CHAT, RESPONSES, WAIT, Raw, Text, WireServer
+from tests.providers.wire import WAIT, Raw, Text, WireServer
 
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 
@@ -37,18 +36,6 @@ _RESPONSES_USAGE = {
     "output_tokens_details": {"reasoning_tokens": 0},
     "total_tokens": 7,
 }
-
-
-@pytest.fixture
-def chat() -> Iterator[WireServer]:
-    with WireServer(CHAT) as server:
-        yield server
-
-
-@pytest.fixture
-def responses() -> Iterator[WireServer]:
-    with WireServer(RESPONSES) as server:
-        yield server
 
 
 def _ask(model: Any, deltas: list[Delta]) -> Any:

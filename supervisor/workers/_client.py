@@ -6,16 +6,24 @@ and unsolicited pushes (events, session downs) go to a callback. The reader
 thread waits on the pipe *and* the process sentinel together (one ``epoll``
 object kept for the worker's life), so a worker's death is noticed at once,
 without polling: every call still in flight then fails with ``WorkerCrashed``
-naming the pid and the exit code or signal, and the death callback runs.
+naming the pid and the exit code or signal (after the frames of its session
+still being delivered), and the death callback runs.
 
-A caller waiting for its reply reads the pipe itself when no other thread is
-reading it (``wait``; ``ask`` takes the pipe before it even writes the
-request): it takes the pipe out of the reader thread's ``epoll`` set, reads
-and delivers frames (anyone's) until its own reply is in, and puts the pipe
-back. The reader thread is not woken at all, so an uncontended call
-costs no thread hand-off in this process; with several callers, one reads and
-the others are handed their replies as before. Frames are read and delivered by
-one thread at a time, in order.
+A caller waiting for its reply reads the pipe itself whenever no other thread is
+reading it (``wait``; ``ask`` takes the pipe before it even writes the request):
+it takes the pipe out of the reader thread's ``epoll`` set, reads frames until its
+own reply is in, and puts the pipe back. The reader thread is not woken at all, so
+an uncontended call costs no thread hand-off in this process.
+
+Reading and delivering are apart: the pipe is read by one thread at a time, and a
+thread hands it on *before* it delivers a frame (events to subscribers, a reply's
+checkpoint save, a completion), so a callback may call the worker again, for any
+session, and be answered. Each session's frames are delivered in the pipe's order
+by one thread at a time (its lane, ``_lanes``): a caller delivers its own session's
+frames; another session's frame goes to the thread waiting for a reply there, or
+to the reader thread, or to a helper thread (``_dispatch``). A caller that cannot
+read sleeps on a lock of its own (``Parked``) until its reply is settled, the pipe
+is handed to it, or its session's frames wait for it.
 
 Why not ``concurrent.futures.Future`` and ``multiprocessing.connection.wait``:
 a ``send`` round trip is a handful of pipe writes and thread wake-ups, and on
@@ -28,7 +36,9 @@ and a persistent poll object cost a few.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -45,7 +55,8 @@ from typing import Any
 
 from supervisor.errors import WorkerCrashed
 from supervisor.workers._frames import read_frame, write_frame
-from supervisor.workers._io import DEFAULT, PipeIO
+from supervisor.workers._io import DEFAULT, PipeIO, Poller
+from supervisor.workers._lanes import Item, Lane, Parked
 from supervisor.workers._memory_limit import MEMORY_EXIT
 from supervisor.workers._protocol import POKE, decode_error, pack, unpack
 from supervisor.workers._worker_process import WorkerSetup, worker_main
@@ -66,12 +77,23 @@ _LEAD_LIMIT = 65536
 """``ask`` takes the pipe before writing only requests up to this size: a socket pair's
 buffer (over 200 KiB on Linux) takes them at once, so the write does not block."""
 
+_UNORDERED = frozenset({"history", "steer"})
+"""Operations whose replies are delivered as soon as they are read, not after the frames of
+their session being delivered: nothing in them depends on those (no checkpoint, no events,
+no ``HistoryMirror`` update). A subscriber's ``steer`` or ``history`` of a session whose own
+subscriber waits in turn for another session then never waits for that delivery: in thread
+mode ``steer`` does not wait for the session's thread either. (``snapshot`` replies update
+the session's ``HistoryMirror`` and ``stop`` ends its steering: both keep the order.)"""
+
+_NO_LANE = object()
+"""The lane a thread waits in when it waits for no ordered reply (see ``_dispatch``)."""
+
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
 
 
 class Reply:
-    """The reply to one call: settled once, by the reader thread (or at the worker's death).
+    """The reply to one call: settled once, by the thread delivering it (or at the worker's death).
 
     Thread-safe. Any number of threads may wait in ``result``. The waiting is a
     lock the constructor acquires and ``_settle`` releases: the cheapest wake-up
@@ -79,7 +101,18 @@ class Reply:
     settled, on the settling thread (a non-blocking call's completion: nobody waits).
     """
 
-    __slots__ = ("_done", "_error", "_gate", "_on_done", "_on_reply", "_value")
+    __slots__ = (
+        "_done",
+        "_error",
+        "_gate",
+        "_id",
+        "_key",
+        "_on_done",
+        "_on_reply",
+        "_ordered",
+        "_parked",
+        "_value",
+    )
 
     def __init__(
         self,
@@ -93,6 +126,10 @@ class Reply:
         self._done = False
         self._value: Any = None
         self._error: BaseException | None = None
+        self._id: int | None = None  # the request's id (set by ``WorkerClient``)
+        self._key: str | None = None  # the session the call is about: its frames' lane
+        self._ordered = True  # delivered in its session's lane (see ``_UNORDERED``)
+        self._parked: list[Parked] | None = None  # threads in ``WorkerClient.wait`` for it
 
     def done(self) -> bool:
         """True once the reply (or the failure) is in."""
@@ -126,6 +163,10 @@ class Reply:
         self._error = error
         self._done = True
         self._gate.release()
+        parked = self._parked
+        if parked is not None:
+            for waiter in list(parked):
+                waiter.wake()
         on_done = self._on_done
         if on_done is not None:
             try:
@@ -163,20 +204,23 @@ class WorkerClient:
     """One worker process and the calls in flight to it.
 
     Thread-safe: any thread may ``call``, ``submit`` and ``wait``. Frames are
-    delivered, and ``on_push`` (events, downs) runs, on whichever thread reads
-    the pipe: the reader thread, or a caller in ``wait``. ``on_death`` runs
+    delivered, and ``on_push`` (events, downs) runs, on the thread waiting for a
+    reply of the frame's session (its caller), else on the reader thread or the
+    helper thread; each session's in order, one at a time. ``on_death`` runs
     once, on the reader thread.
 
     Args:
         context: The multiprocessing context (``forkserver`` or ``spawn``).
-        on_push: Called with every unsolicited frame, in the pipe's order, and with
-            every reply that carries its call's events (``"events"``), before the
-            reply is delivered.
+        on_push: Called with every unsolicited frame, in the pipe's order for each
+            session, and with every reply that carries its call's events
+            (``"events"``), before the reply is delivered.
         on_death: Called once on the reader thread when the worker has died or
-            was shut down, after every in-flight call has failed.
+            was shut down, once every in-flight call is failed or queued to fail
+            after its session's frames (``after_delivered`` orders what it does).
         setup: What the worker applies before it serves (memory limit, initializer).
         io: The pipe backend (``supervisor.workers._io``): with a shared one, a
-            caller in ``wait`` reads the pipe itself; else only the reader thread does.
+            caller in ``wait`` reads the pipe whenever nobody else does; with the
+            portable one, only while the reader thread is not polling it.
     """
 
     def __init__(
@@ -221,27 +265,23 @@ class WorkerClient:
         self._futures: dict[int, Reply] = {}
         self._dead = False
         self._closing = False
-        # Who reads the pipe: ``_holder`` is the ident of the thread reading it
-        # (the reader thread for one frame at a time, or a caller in ``wait``),
-        # or None. A caller takes the pipe out of ``_epoll`` while it reads.
-        # ``_pipe_lock`` guards _holder, _depth, _ending and _epoll changes; ``_pipe`` (on
-        # it) is waited on only by the reader thread once ``_ending``, so a caller stepping
-        # down notifies it only then.
-        self._pipe_lock = threading.Lock()
-        self._pipe = threading.Condition(self._pipe_lock)
-        self._fd = parent_conn.fileno()
-        self._holder: int | None = None
-        self._depth = 0  # nested ``wait``s of the holding caller (a callback that calls)
-        self._ending = False  # the reader is burying the worker: nobody else reads
+        self._init_reading(parent_conn.fileno())
         # The reader thread's wait: pipe and sentinel. With a shared backend a caller
         # pauses the pipe in it while the caller reads.
         self._io = io
         self._read_timeout = -1.0  # the socket's SO_RCVTIMEO, in seconds (0: none)
         try:
             self._epoll = io.poller(parent_conn.fileno(), process.sentinel)
-            # The holding thread's own wait (a caller's, or the reader thread's when a
-            # callback it runs while delivering calls the worker again): a blocking ``read``
-            # on the socket itself, bounded by its receive timeout (see ``_read_until``).
+            # Portable backend: what the reader thread waits on while a caller reads the
+            # pipe (which nothing can take out of ``_epoll``'s set): the sentinel, and a
+            # pipe a caller that stops reading writes to (``_hand_on_pipe``).
+            self._wake_fds: tuple[int, int] | None = None
+            self._sentinel_poll: Poller | None = None
+            if not io.shared:
+                self._wake_fds = _nonblocking_pipe()
+                self._sentinel_poll = io.poller(process.sentinel, self._wake_fds[0])
+            # A caller's wait while it holds the pipe: a blocking ``read`` on the socket
+            # itself, bounded by its receive timeout (see ``_read_turn``).
             self._sock = socket.socket(fileno=os.dup(self._fd))  # a socket pair (POSIX)
             self._reader = threading.Thread(
                 target=self._read, name=f"sessionvisor-worker-{self.pid}-reader", daemon=True
@@ -251,6 +291,30 @@ class WorkerClient:
             self._abandon()
             raise
 
+    def _init_reading(self, fd: int) -> None:
+        """The state of who reads the pipe and who delivers what was read."""
+        # Who reads the pipe: ``_holder`` is the ident of the thread reading one frame
+        # off it (the reader thread, or a caller in ``wait``), or None; it hands the pipe
+        # on before it delivers the frame (``_lanes``). ``_pipe_lock`` guards _holder,
+        # _paused, _polling, _eof, _ending, _lanes, _parked and _epoll changes; ``_pipe``
+        # (on it) is waited on by the reader thread only: for the pipe to be free again
+        # before it polls (portable backend) or buries the worker (``_ending``).
+        self._pipe_lock = threading.Lock()
+        self._pipe = threading.Condition(self._pipe_lock)
+        self._fd = fd
+        self._holder: int | None = None
+        self._paused = False  # the pipe is out of ``_epoll``'s set (shared backend)
+        self._polling = False  # the reader thread waits in ``_epoll`` (portable: nobody reads)
+        self._reader_waits = False  # the reader thread waits on ``_pipe`` for the pipe
+        self._reader_ident: int | None = None
+        self._eof = False  # a caller read the pipe's end: only the reader thread reads now
+        self._ending = False  # the reader is burying the worker: nobody else reads
+        self._lanes: dict[str | None, Lane] = {}  # frames read, not yet delivered, by session
+        self._parked: collections.deque[Parked] = collections.deque()  # want the pipe
+        self._reader_lanes = 0  # lanes the reader thread is delivering (see ``_dispatch``)
+        self._helper: threading.Thread | None = None  # delivers lanes left without an owner
+        self._orphans = threading.Condition(self._pipe_lock)  # one is left: wakes the helper
+
     def _abandon(self) -> None:
         """Undo a start whose reading side could not be set up (no file descriptor or thread
         left): kill and reap the worker, close what was opened for it. Left running, it
@@ -258,11 +322,12 @@ class WorkerClient:
         self.kill()
         with contextlib.suppress(Exception):
             self.process.join(_JOIN_TIMEOUT)
-        for opened in ("_epoll", "_sock"):
+        for opened in ("_epoll", "_sock", "_sentinel_poll"):
             resource = getattr(self, opened, None)
             if resource is not None:
                 with contextlib.suppress(OSError):
                     resource.close()
+        self._close_wake_fds()
         self._conn.close()
         with contextlib.suppress(ValueError):  # still running after the kill (not expected)
             self.process.close()
@@ -292,16 +357,25 @@ class WorkerClient:
         """Send a request; the ``Reply`` gets its payload or exception. Any thread.
 
         ``on_reply``, if given, turns a successful reply's payload into the
-        ``Reply``'s value on the thread that reads the reply, before any waiter
-        sees it and before later frames (a death included) are handled; what it
-        raises becomes the ``Reply``'s error. It runs even when nobody waits any
-        more (the caller timed out). ``on_done``, if given, gets the settled
-        ``Reply`` on the same thread, right after (or on this one, if the worker
-        is dead already).
+        ``Reply``'s value on the thread that delivers the reply, before any waiter
+        sees it and before later frames of the call's session (a death included)
+        are delivered; what it raises becomes the ``Reply``'s error. It runs even
+        when nobody waits any more (the caller timed out). ``on_done``, if given,
+        gets the settled ``Reply`` on the same thread, right after (or on this one,
+        if the worker is dead already and none of the session's frames waits).
         """
+        reply = Reply(on_reply, on_done)
+        return self._write(self._request(op, payload, reply), reply)
+
+    def _request(self, op: str, payload: Any, reply: Reply) -> bytes:
+        """The request's bytes; ``reply`` numbered and keyed (the session it is about)."""
         call_id = next(self._ids)  # atomic; replies are matched by id, not by order
-        data = pack({"id": call_id, "op": op, "payload": payload})
-        return self._write(call_id, data, Reply(on_reply, on_done))
+        reply._id = call_id
+        if type(payload) is dict:
+            session = payload.get("session")
+            reply._key = session if type(session) is str else None
+        reply._ordered = op not in _UNORDERED
+        return pack({"id": call_id, "op": op, "payload": payload})
 
     def ask(
         self,
@@ -310,37 +384,43 @@ class WorkerClient:
         on_reply: Callable[[Any], Any] | None = None,
         timeout: float | None = None,
     ) -> Reply:
-        """``submit``, then read the pipe on this thread (as ``wait`` does) until the reply
-        is in or ``timeout`` passes; returns the ``Reply``, settled unless the time ran
-        out or another thread was reading the pipe (``wait`` for it then). Any thread.
+        """``submit``, then ``wait`` for the reply until it is in or ``timeout`` passes;
+        returns the ``Reply``, settled unless the time ran out. Any thread.
 
         Unlike ``submit`` then ``wait``, this takes the pipe *before* it writes the
-        request: the reply cannot then be read by the reader thread, which would hand
-        it over (a thread switch dearer than the round trip's own work) whenever this
-        thread lost the processor between writing and taking the pipe, as it does when
-        the woken worker preempts it. A request too large to go into the socket's
-        buffer at once (``_LEAD_LIMIT``) is written first, as ``submit`` does: while a
-        write blocks, the reader thread must stay free to read what the worker writes.
+        request when nobody reads it: the reply cannot then be read by the reader
+        thread, which would hand it over (a thread switch dearer than the round
+        trip's own work) whenever this thread lost the processor between writing and
+        taking the pipe, as it does when the woken worker preempts it. A request too
+        large to go into the socket's buffer at once (``_LEAD_LIMIT``) is written
+        first, as ``submit`` does: while a write blocks, the reader thread must stay
+        free to read what the worker writes.
         """
-        call_id = next(self._ids)
-        data = pack({"id": call_id, "op": op, "payload": payload})
-        if len(data) > _LEAD_LIMIT or not self._lead():
-            return self._write(call_id, data, Reply(on_reply))
+        reply = Reply(on_reply)
+        data = self._request(op, payload, reply)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if len(data) > _LEAD_LIMIT or not self._take_pipe():
+            self._write(data, reply)
+            self._await(reply, deadline)
+            return reply
         try:
-            reply = self._write(call_id, data, Reply(on_reply))
-            self._read_until(reply, None if timeout is None else time.monotonic() + timeout)
-        finally:
-            self._step_down()
+            self._write(data, reply)
+        except BaseException:
+            self._hand_on_pipe()
+            raise
+        self._await(reply, deadline)  # starts with the pipe held: it reads at once
         return reply
 
-    def _write(self, call_id: int, data: bytes, future: Reply) -> Reply:
-        """Register ``future`` as the reply of request ``call_id`` and write the request."""
+    def _write(self, data: bytes, future: Reply) -> Reply:
+        """Register ``future`` as the reply of its request (``data``) and write the request."""
+        call_id = future._id
+        assert call_id is not None  # (numbered by ``_request``)
         with self._lock:
             dead = self._dead
             if not dead:
                 self._futures[call_id] = future
         if dead:  # settled outside the lock: its ``on_done`` may submit again
-            future._settle(None, self._crashed())
+            self._fail(future, self._crashed())
             return future
         with self._write_lock:
             # A broken pipe means the worker died: the reader fails this future with its
@@ -393,26 +473,23 @@ class WorkerClient:
             return future.result(_JOIN_TIMEOUT)
 
     def wait(self, reply: Reply, timeout: float | None = None) -> Any:
-        """``reply.result(timeout)``, reading the pipe on this thread while no other thread is.
+        """``reply.result(timeout)``, reading the pipe on this thread whenever no other
+        thread is reading it (see ``_await``).
 
         Raises what ``Reply.result`` raises.
         """
         if reply._done:
             return reply.result()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self._lead():
-            try:
-                self._read_until(reply, deadline)
-            finally:
-                self._step_down()
-        if deadline is None:
+        self._await(reply, None if timeout is None else time.monotonic() + timeout)
+        if reply._done:
             return reply.result()
-        try:
-            return reply.result(max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:
-            if reply.done():
-                raise  # the error *is* the reply
-            raise TimeoutError(f"no reply within {timeout} s") from None
+        raise TimeoutError(f"no reply within {timeout} s")
+
+    def after_delivered(self, session_id: str | None, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the frames of ``session_id`` read so far are delivered: at once
+        if none waits, else on the thread delivering them, right after them. The pool
+        reports a session's death this way: after its last reply (and its checkpoint)."""
+        self._after_lane(session_id, fn)
 
     def kill(self) -> None:
         """SIGKILL the worker (its death is then handled like any other). Idempotent."""
@@ -459,43 +536,83 @@ class WorkerClient:
     # -- the reader thread --------------------------------------------------------
 
     def _read(self) -> None:
-        fd = self._conn.fileno()
-        me = threading.get_ident()
+        fd = self._fd
+        me = self._reader_ident = threading.get_ident()
         try:
             while True:
-                ready = self._epoll.poll()
-                if any(ready_fd != fd for ready_fd in ready):
-                    break  # the sentinel: drain what the worker wrote, then bury it
-                with self._pipe:
+                if not self._before_poll():
+                    break  # the sentinel, while a caller read the pipe
+                try:
+                    ready = self._epoll.poll()
+                except BaseException:
+                    with self._pipe_lock:
+                        self._polling = False
+                    raise
+                with self._pipe_lock:  # (at once: with the portable backend no caller
+                    self._polling = False  # reads between the poll and this read)
+                    if any(ready_fd != fd for ready_fd in ready):
+                        break  # the sentinel: drain what the worker wrote, then bury it
                     if self._holder is not None:
                         continue  # a caller read it first; the pipe is out of the set now
-                    self._holder, self._depth = me, 1
-                try:
-                    if not self._read_one():
-                        break
-                except BlockingIOError:
-                    # A caller took the pipe between this thread's wake-up and its read, and
-                    # read the frame that woke it; the receive timeout it left ended this
-                    # read. Nothing is wrong: wait for the next frame.
-                    pass
-                finally:
-                    with self._pipe:
-                        self._holder, self._depth = None, 0
-                        self._pipe.notify_all()
-            with self._pipe:  # nobody else reads from now on
-                self._ending = True
-                self._wake_holder()
-                self._pipe.wait_for(lambda: self._holder is None)
-                self._holder, self._depth = me, 1
-            while self._conn.poll() and self._read_one():
-                pass
+                    self._holder = me
+                if not self._read_turn(me, _NO_LANE, None):
+                    break
+            self._drain_pipe(me)
         except Exception:  # pragma: no cover - a bug; never leave calls hanging
             logger.exception("reader of worker pid %s failed", self.pid)
         finally:
             with self._pipe:
                 self._ending = True
                 self._pipe.wait_for(lambda: self._holder in (None, me))
-            self._bury()
+                self._holder = me
+            self._bury(me)
+
+    def _before_poll(self) -> bool:
+        """Make the pipe the reader thread's to poll: in its poll set again (a caller that
+        read it last put it back already), and, with the portable backend (where nothing
+        pauses a poll), read by nobody else while it polls: while a caller reads it, the
+        reader thread waits for the sentinel or the caller's hand-over. False: the
+        sentinel (the worker is gone)."""
+        while True:
+            with self._pipe_lock:
+                if self._io.shared or self._holder is None:
+                    if self._paused and self._holder is None:
+                        self._epoll.resume(self._fd)
+                        self._paused = False
+                    self._polling = True
+                    return True
+                self._reader_waits = True
+            assert self._sentinel_poll is not None
+            assert self._wake_fds is not None
+            ready = self._sentinel_poll.poll()
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_fds[0], 512):
+                    pass
+            with self._pipe_lock:
+                self._reader_waits = False
+            if self.process.sentinel in ready:
+                return False
+
+    def _close_wake_fds(self) -> None:
+        fds, self._wake_fds = getattr(self, "_wake_fds", None), None
+        for fd in fds or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _drain_pipe(self, me: int) -> None:
+        """The worker is gone: read what it wrote before it went, into the lanes (delivered
+        once every call still waiting has been failed: ``_bury``)."""
+        with self._pipe:  # nobody else reads from now on
+            self._ending = True
+            self._wake_holder()
+            self._pipe.wait_for(lambda: self._holder is None)
+            self._holder = me
+        while self._conn.poll():
+            try:
+                data = read_frame(self._conn)
+            except (EOFError, OSError):
+                return
+            self._dispatch(unpack(data), me, _NO_LANE, deliver=False)
 
     def _wake_holder(self) -> None:
         """End the reading side of the socket (the worker's process has ended): a caller
@@ -505,80 +622,46 @@ class WorkerClient:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RD)
 
-    def _read_one(self) -> bool:
-        """Read and deliver one frame (the caller holds the pipe); False at the pipe's end.
+    # -- reading one frame, and handing the pipe on ----------------------------------
 
-        Raises:
-            BlockingIOError: no frame began within the socket's receive timeout.
+    def _read_turn(self, me: int, key: object, deadline: float | None) -> bool:
+        """Read one frame (this thread holds the pipe) and dispatch it (``_dispatch``: the
+        pipe is handed on before anything is delivered). False at the pipe's end. The reader
+        thread reads without a deadline; a caller's read is bounded by the socket's
+        receive timeout.
+
+        The wait is a blocking ``read`` on the socket, not a poller: the kernel wakes a
+        reader blocked in ``read`` as the synchronous partner of the writer, which a
+        waiter in ``epoll_wait`` is not, and on this kind of machine that is ~10 us per
+        round trip and lets the scheduler run both ends on one CPU, as it does for a
+        plain ``Pipe``. The worker's death ends the read: its socket closes, or the
+        reader thread, woken by the process sentinel, shuts the reading side down
+        (``_wake_holder``).
         """
+        if me != self._reader_ident:
+            wait = 0.0  # no receive timeout
+            if deadline is not None:
+                wait = min(max(deadline - time.monotonic(), 0.0), _READ_SLICE)
+            if wait != self._read_timeout:
+                self._set_read_timeout(wait)
         try:
             data = read_frame(self._conn)
         except BlockingIOError:
-            raise  # a bounded read by a caller timed out: not the pipe's end
-        except (EOFError, OSError):
-            return False
-        self._deliver(unpack(data))
-        return True
-
-    # -- a caller reading its own reply ---------------------------------------------
-
-    def _lead(self) -> bool:
-        """Hold the pipe for this thread if nobody else does (again, if it already does)."""
-        me = threading.get_ident()
-        with self._pipe_lock:
-            if self._holder == me:
-                self._depth += 1  # a callback run by this thread's delivery waits in turn
-                return True
-            if not self._io.shared or self._holder is not None or self._ending or self._dead:
-                return False
-            self._holder = me
-            self._depth = 1
-            self._epoll.pause(self._fd)  # the reader thread stays asleep
+            # No frame within the wait; or, on the reader thread, a caller took the pipe
+            # between this thread's wake-up and its read and read the frame that woke it
+            # (the receive timeout it left ended this read). Nothing is wrong.
+            self._hand_on_pipe()
             return True
-
-    def _step_down(self) -> None:
-        with self._pipe_lock:
-            self._depth -= 1
-            if self._depth:
-                return
-            self._holder = None
-            if self._ending:
-                self._pipe.notify_all()  # the reader thread waits to bury the worker
-            else:
-                # Level-triggered: this wakes the reader thread only if a frame waits.
-                self._epoll.resume(self._fd)
-
-    def _read_until(self, reply: Reply, deadline: float | None) -> None:
-        """Deliver frames until ``reply`` is settled, the deadline passes, or the pipe ends
-        (the reader thread then buries the worker, which settles ``reply``).
-
-        The wait is a blocking ``read`` on the socket, bounded by its receive timeout,
-        not a poller: the kernel wakes a reader blocked in ``read`` as the synchronous
-        partner of the writer, which a waiter in ``epoll_wait`` is not, and on this
-        kind of machine that is ~10 us per round trip and lets the scheduler run both
-        ends on one CPU, as it does for a plain ``Pipe``. The worker's death ends the
-        read: its socket closes, or the reader thread, woken by the process sentinel,
-        shuts the reading side down (``_wake_holder``).
-        """
-        while not reply._done:
-            if deadline is None:
-                wait = 0.0  # no receive timeout
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                wait = min(left, _READ_SLICE)
-            if wait != self._read_timeout:
-                self._set_read_timeout(wait)
-            try:
-                if not self._read_one():
-                    return
-            except BlockingIOError:
-                continue  # no frame within ``wait``: look at the deadline again
-            except Exception:  # pragma: no cover - a bug; never leave calls hanging
-                logger.exception("reading worker pid %s failed; killing it", self.pid)
-                self.kill()
-                return
+        except (EOFError, OSError):
+            with self._pipe_lock:
+                self._eof = True
+            self._hand_on_pipe()
+            return False
+        except BaseException:
+            self._hand_on_pipe()
+            raise
+        self._dispatch(unpack(data), me, key)
+        return True
 
     def _set_read_timeout(self, seconds: float) -> None:
         """Set the socket's receive timeout (0: none); a blocking ``read`` of a frame's
@@ -591,12 +674,381 @@ class WorkerClient:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
         self._read_timeout = seconds
 
-    def _deliver(self, frame: dict[str, Any]) -> None:
+    def _take_pipe(self) -> bool:
+        """Hold the pipe for this thread if nobody reads it and a caller may (``_can_take``)."""
+        with self._pipe_lock:
+            if not self._can_take():
+                return False
+            self._take(threading.get_ident())
+            return True
+
+    def _can_take(self) -> bool:
+        """Whether a caller may read the pipe now (the caller holds ``_pipe_lock``)."""
+        return (
+            self._holder is None
+            and not (self._ending or self._eof or self._dead)
+            and (self._io.shared or not self._polling)
+        )
+
+    def _take(self, ident: int) -> None:
+        """Give the pipe to thread ``ident`` (the caller holds ``_pipe_lock``): out of the
+        reader thread's poll set, which does not wake for it meanwhile."""
+        self._holder = ident
+        if self._io.shared and not self._paused:
+            self._epoll.pause(self._fd)
+            self._paused = True
+
+    def _hand_on_pipe(self) -> None:
+        """Stop holding the pipe (this thread read a frame, or gave up): to a parked waiter
+        whose reply is still unread, else to the reader thread (the pipe back in its poll
+        set; level-triggered, this wakes it only if a frame waits)."""
+        with self._pipe_lock:
+            self._hand_on_locked()
+
+    def _hand_on_locked(self) -> None:
+        """``_hand_on_pipe``, the caller holding ``_pipe_lock``."""
+        self._holder = None
+        if self._ending:
+            self._pipe.notify_all()  # the reader thread waits to bury the worker
+            return
+        if self._reader_waits and self._wake_fds is not None:  # (portable backend)
+            with contextlib.suppress(OSError):  # (full: a wake-up is pending anyway)
+                os.write(self._wake_fds[1], b"w")
+        for waiter in self._parked:
+            if not waiter.reply._done and waiter.reply._id in self._futures:
+                self._parked.remove(waiter)
+                self._take(waiter.ident)
+                waiter.wake()
+                return
+        if self._paused:
+            self._epoll.resume(self._fd)
+            self._paused = False
+
+    # -- a caller waiting for its reply ------------------------------------------------
+
+    def _await(self, reply: Reply, deadline: float | None) -> None:
+        """Return once ``reply`` is settled or the deadline passed. Meanwhile this thread
+        reads the pipe whenever nobody else does (and delivers what it reads), delivers
+        the frames of ``reply``'s session that wait for it (it is delivering that
+        session's frames already: a subscriber calling its own session), and otherwise
+        sleeps until one of those changes (``Parked``)."""
+        me = threading.get_ident()
+        key = reply._key if reply._ordered else _NO_LANE
+        try:
+            while not reply._done:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                step = self._next_step(reply, me)
+                if step is None:
+                    self._read_turn(me, key, deadline)
+                elif isinstance(step, Lane):
+                    self._drain(step, reply._key, me)
+                else:
+                    try:
+                        if not reply._done:
+                            step.wait(left)
+                    finally:
+                        self._unpark(step)
+        finally:
+            self._release_if_held(me)
+            if reply._ordered:
+                self._pass_on_lane(reply._key)
+
+    def _next_step(self, reply: Reply, me: int) -> Lane | Parked | None:
+        """What ``_await`` does next: read the pipe (None: this thread holds it now), deliver
+        a lane (this thread owns it now), or sleep (registered as a ``Parked``).
+
+        A thread handed the pipe while it slept reads only if its reply is still unread: a
+        reply read by another thread is settled by the thread delivering it, and this one
+        would meanwhile block in ``read`` (until a frame or its timeout) instead of waking.
+        """
+        while True:
+            with self._pipe_lock:
+                unread = reply._id in self._futures
+                if self._holder == me:
+                    if unread:
+                        return None
+                else:
+                    lane = self._lanes.get(reply._key) if reply._ordered else None
+                    if lane is not None and lane.items and lane.owner in (None, me):
+                        self._claim(lane, me)
+                        return lane
+                    if unread and self._can_take():
+                        self._take(me)
+                        return None
+                    return self._park(reply, me)
+            self._hand_on_pipe()  # its reply was read meanwhile: the pipe goes on
+
+    def _park(self, reply: Reply, me: int) -> Parked:
+        """Register this thread as waiting for ``reply`` (the caller holds ``_pipe_lock``).
+        Its reply's settling, the pipe's hand-over and a frame of its session that waits
+        for it wake it (see ``_await``)."""
+        parked = Parked(me, reply)
+        self._parked.append(parked)
+        if reply._parked is None:
+            reply._parked = []
+        reply._parked.append(parked)
+        return parked
+
+    def _unpark(self, parked: Parked) -> None:
+        with self._pipe_lock:
+            with contextlib.suppress(ValueError):
+                self._parked.remove(parked)
+            waiters = parked.reply._parked
+            if waiters is not None:
+                with contextlib.suppress(ValueError):
+                    waiters.remove(parked)
+
+    def _pass_on_lane(self, key: str | None) -> None:
+        """A thread leaving ``_await`` (its reply settled, or its time up) passes on the frames
+        of its session that wait for a deliverer: it may have been woken for them
+        (``_wake_lane_waiters``) while it slept, after its reply was settled or its wait ran
+        out, and it will not deliver them. Another thread waiting there is woken instead,
+        else the helper thread delivers them; left, they waited for the next frame of the
+        session (a non-blocking call's completion or a session's ``down`` never came)."""
+        if self._lanes.get(key) is None:  # (nothing was queued for it while it slept)
+            return
+        with self._pipe_lock:
+            lane = self._lanes.get(key)
+            if lane is None or not lane.items or lane.owner is not None:
+                return
+            if self._wake_lane_waiters(lane, key):
+                return
+        self._orphaned()
+
+    def _release_if_held(self, me: int) -> None:
+        """Hand the pipe on if this thread holds it (handed over while it stopped waiting)."""
+        if self._holder == me:  # (only this thread, not parked now, makes that true or false)
+            self._hand_on_pipe()
+
+    # -- delivering frames, in each session's order -------------------------------------
+
+    def _dispatch(
+        self, frame: dict[str, Any], me: int, key: object, *, deliver: bool = True
+    ) -> None:
+        """Put a frame this thread read (it holds the pipe) into its session's lane, hand
+        the pipe on, and deliver the lane if this thread should (``_delivers``; the reader
+        thread delivers what nobody waits for); else the frame waits in the lane for its
+        owner, for the thread waiting for a reply there (woken), or for the helper thread
+        (``_orphaned``). ``key``: the lane this thread waits for a reply in, if any.
+        ``deliver=False``: the worker is gone and its last frames are queued only
+        (``_bury`` delivers them)."""
+        lane_key, item = self._item(frame)
+        if item is not None and item[1] is not None and not item[1]._ordered:
+            if deliver:
+                self._hand_on_pipe()
+            self._deliver(*item)  # no order to keep (``_UNORDERED``)
+            return
+        mine: Lane | None = None
+        orphaned = False
+        with self._pipe_lock:
+            if item is not None:
+                lane = self._lanes.get(lane_key)
+                if lane is None:
+                    lane = self._lanes[lane_key] = Lane()
+                lane.items.append(item)
+                if not deliver:
+                    pass  # (the worker's last frames: ``_bury`` wakes the waiters)
+                elif self._delivers(lane, lane_key, me, key):
+                    self._claim(lane, me)
+                    mine = lane
+                elif not self._wake_lane_waiters(lane, lane_key) and lane.owner is None:
+                    if me == self._reader_ident and not self._reader_lanes:
+                        self._claim(lane, me)  # nobody waits for it: the reader thread
+                        mine = lane
+                    else:
+                        orphaned = True
+            if deliver and (mine is not None or me == self._reader_ident):
+                # (A caller that delivers nothing reads on: ``_await`` finds it holding.)
+                self._hand_on_locked()
+        if mine is not None:
+            self._drain(mine, lane_key, me)
+        elif orphaned:
+            self._orphaned()
+
+    def _delivers(self, lane: Lane, lane_key: str | None, me: int, key: object) -> bool:
+        """Whether this thread, waiting for a reply in lane ``key``, delivers ``lane`` (in
+        which it just put a frame) itself (the caller holds ``_pipe_lock``): only if it is
+        that lane, free or its own (then nested, as a session's own thread would answer
+        it). Any other lane is left to the thread waiting for a reply in it (woken), else
+        to the reader thread when that read the frame, else to the helper thread
+        (``_orphaned``).
+
+        A thread never delivers another session's frames while it waits: their callbacks
+        (subscribers, a checkpoint's save) would then wait for its own call, and its call
+        for them. A subscriber of that session calling back into whatever this thread
+        waits for (a session it delivers, a start it waits for on a supervisor's thread)
+        would wait for ever, though no session waits for itself; in thread mode each
+        session has its own thread. The frames of the caller's own session (its reply,
+        its events) are delivered on the caller's thread, as in thread mode a session's
+        are on its own."""
+        if lane_key != key:
+            return False
+        return lane.owner is None or lane.owner == me
+
+    def _claim(self, lane: Lane, me: int) -> None:
+        """Make this thread ``lane``'s deliverer (the caller holds ``_pipe_lock``)."""
+        if not lane.depth:
+            self._reader_lanes += me == self._reader_ident
+        lane.owner = me
+        lane.depth += 1
+
+    def _orphaned(self) -> None:
+        """A lane was left without a deliverer: wake the helper thread, which delivers such
+        lanes (started the first time one is left, it serves until the worker is gone).
+        Left so: a frame nobody waits for (an event pushed, a non-blocking call's reply)
+        read by a thread waiting for its own reply while the reader thread is busy."""
+        with self._pipe_lock:
+            if self._dead:
+                return
+            if self._helper is not None:
+                self._orphans.notify()
+                return
+            helper = self._helper = threading.Thread(
+                target=self._help, name=f"sessionvisor-worker-{self.pid}-delivery", daemon=True
+            )
+        try:
+            helper.start()
+        except RuntimeError:  # no thread to be had: the reader thread delivers them
+            logger.warning("could not start a delivery thread for worker pid %s", self.pid)
+            with self._pipe_lock:
+                self._helper = None
+
+    def _help(self) -> None:
+        """The helper thread: deliver the lanes left without a deliverer, until the worker is
+        gone and none is left."""
+        me = threading.get_ident()
+        while True:
+            with self._pipe_lock:
+                self._orphans.wait_for(lambda: self._dead or self._orphan() is not None)
+                found = self._orphan()
+                if found is None:
+                    self._helper = None
+                    return
+                key, lane = found
+                self._claim(lane, me)
+            self._drain(lane, key, me)
+
+    def _orphan(self) -> tuple[str | None, Lane] | None:
+        """A lane with frames and no deliverer (the caller holds ``_pipe_lock``)."""
+        waiting = self._lanes.items()
+        return next(((k, ln) for k, ln in waiting if ln.owner is None and ln.items), None)
+
+    def _deliver_orphans(self, me: int) -> None:
+        """Deliver every lane left without a deliverer, one after the other."""
+        while True:
+            with self._pipe_lock:
+                found = self._orphan()
+                if found is None:
+                    return
+                key, lane = found
+                self._claim(lane, me)
+            self._drain(lane, key, me)
+
+    def _item(self, frame: dict[str, Any]) -> tuple[str | None, Item | None]:
+        """A frame's lane (its session's) and entry; a ``poke`` is answered here instead.
+        A reply's call is taken off the table of calls in flight here, as it is read."""
         call_id = frame.get("id")
+        future: Reply | None = None
         if call_id is None:
             if frame.get("op") == POKE:  # a session in the worker waits to be woken
                 self._poke_back()
+                return None, None
+        else:
+            with self._lock:
+                future = self._futures.pop(call_id, None)
+        if future is not None:
+            return future._key, (frame, future, None)
+        session = frame.get("session")
+        return (session if type(session) is str else None), (frame, None, None)
+
+    def _wake_lane_waiters(self, lane: Lane, key: str | None) -> bool:
+        """Wake the threads waiting for a reply of ``key`` that may deliver ``lane`` (the
+        caller holds ``_pipe_lock``): its owner, or anyone when it has none. True if any.
+        A thread whose reply is settled is not one: it leaves without delivering."""
+        woken = False
+        for waiter in self._parked:
+            reply = waiter.reply
+            if (
+                reply._key == key
+                and reply._ordered
+                and not reply._done
+                and lane.owner in (None, waiter.ident)
+            ):
+                waiter.wake()
+                woken = True
+        return woken
+
+    def _drain(self, lane: Lane, key: str | None, me: int) -> None:
+        """Deliver ``lane``'s entries in order until it is empty (this thread owns it)."""
+        left = False
+        try:
+            while True:
+                with self._pipe_lock:
+                    if not lane.items:
+                        self._leave(lane, key, me)
+                        left = True
+                        return
+                    frame, future, fn = lane.items.popleft()
+                self._deliver(frame, future, fn)
+        finally:
+            if not left:  # an exception: entries may be left, for another deliverer
+                with self._pipe_lock:
+                    orphaned = self._leave(lane, key, me)
+                if orphaned:
+                    self._orphaned()
+
+    def _leave(self, lane: Lane, key: str | None, me: int) -> bool:
+        """This thread stops delivering ``lane`` (the caller holds ``_pipe_lock``); the lane
+        is forgotten once nobody delivers it and it is empty. True if entries are left that
+        no waiting thread takes (``_orphaned``)."""
+        lane.depth -= 1
+        if lane.depth:
+            return False
+        lane.owner = None
+        self._reader_lanes -= me == self._reader_ident
+        if not lane.items:
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
+            return False
+        return not self._wake_lane_waiters(lane, key)
+
+    def _fail(self, future: Reply, error: BaseException) -> None:
+        """Fail a call the worker will not answer (it is dead), after the frames of its
+        session still being delivered if it is ordered: a stop must not be seen over
+        before the session's last turn is saved."""
+        if future._ordered:
+            self._after_lane(future._key, functools.partial(future._settle, None, error))
+        else:
+            future._settle(None, error)
+
+    def _after_lane(self, key: str | None, fn: Callable[[], None]) -> None:
+        """Run ``fn`` after the frames of ``key`` still to be delivered, or now if none."""
+        with self._pipe_lock:
+            lane = self._lanes.get(key)
+            if lane is not None:
+                lane.items.append((None, None, fn))
+                self._wake_lane_waiters(lane, key)
                 return
+        fn()
+
+    def _deliver(
+        self,
+        frame: dict[str, Any] | None,
+        future: Reply | None,
+        fn: Callable[[], None] | None,
+    ) -> None:
+        """Deliver one lane entry: a pushed frame, a reply (its events first), or ``fn``."""
+        if fn is not None:
+            try:
+                fn()
+            except Exception:
+                logger.exception("handling the death of worker pid %s failed", self.pid)
+            return
+        if frame is None:  # pragma: no cover - entries hold a frame or a function
+            return
+        if frame.get("id") is None:
             if frame.get("op") == "ready":
                 self.ready = True
                 self._settled.set()
@@ -605,8 +1057,6 @@ class WorkerClient:
         if "events" in frame:  # events the call published, before its reply
             _hold_turn_finished(frame)
             self._push(frame)
-        with self._lock:
-            future = self._futures.pop(call_id, None)
         if future is None:
             return  # a late reply to a call already failed
         if frame.get("ok"):
@@ -630,8 +1080,11 @@ class WorkerClient:
         except Exception:
             logger.exception("handling %r from worker pid %s failed", frame.get("op"), self.pid)
 
-    def _bury(self) -> None:
-        """The worker is gone: reap it, fail what was in flight, close the pipe, tell the pool."""
+    def _bury(self, me: int) -> None:
+        """The worker is gone: reap it, fail what was in flight, close the pipe, tell the
+        pool, deliver what nobody else delivers. Each session's failures come after the
+        frames of that session still being delivered (a stop is not seen over before the
+        session's last checkpoint is saved), as does its death (``after_delivered``)."""
         self.process.join(_JOIN_TIMEOUT)
         if self.process.exitcode is None:  # EOF without exit (should not happen): make sure
             self.kill()
@@ -641,14 +1094,18 @@ class WorkerClient:
         with self._lock:
             self._dead = True
             futures, self._futures = self._futures, {}
+        crashed = self._crashed()
         for future in futures.values():
-            future._settle(None, self._crashed())
+            self._fail(future, crashed)
         self._settled.set()
         with contextlib.suppress(OSError):  # a write blocked on a pipe that a child of the
             self._sock.shutdown(socket.SHUT_RDWR)  # worker keeps open fails now
         with self._write_lock:  # no write is under way, and none starts on its fd again
             self._conn.close()
         self._epoll.close()
+        if self._sentinel_poll is not None:
+            self._sentinel_poll.close()
+        self._close_wake_fds()
         self._sock.close()
         with contextlib.suppress(ValueError):
             self.process.close()
@@ -663,6 +1120,25 @@ class WorkerClient:
             self._on_death(self)
         except Exception:
             logger.exception("death handler of worker pid %s failed", self.pid)
+        self._deliver_leftovers(me)
+
+    def _deliver_leftovers(self, me: int) -> None:
+        """Deliver the lanes nobody delivers (the worker's last frames, read by this thread
+        at its end), one after the other. A thread waiting for a reply in one of them may
+        take it first (they are all woken): a callback of one lane may wait for another."""
+        with self._pipe_lock:
+            for waiter in self._parked:
+                waiter.wake()
+            self._orphans.notify_all()  # the helper thread ends
+        self._deliver_orphans(me)
+
+
+def _nonblocking_pipe() -> tuple[int, int]:
+    """A pipe whose ends neither read nor write blocks (a wake-up: one byte is enough)."""
+    fds = os.pipe()
+    for fd in fds:
+        os.set_blocking(fd, False)
+    return fds
 
 
 def _hold_turn_finished(frame: dict[str, Any]) -> None:

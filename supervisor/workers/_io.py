@@ -5,8 +5,9 @@ thread may change while one waits, and ``eventfd`` wake-ups), with which a
 caller waiting for its reply, or an idle session in a worker, reads the pipe
 itself and no thread hand-off is needed (those two wait in a blocking ``read``
 of the pipe; the reader threads they take the pipe from wait in the ``epoll``
-sets); and ``_io_portable`` (plain ``poll``), with which only the reader
-thread of each end reads its pipe. ``DEFAULT`` is
+sets); and ``_io_portable`` (plain ``poll``), with which the reader thread
+of each end reads its pipe (on the host's end a caller may read it too, only while
+the reader thread does not poll it: ``WorkerClient``). ``DEFAULT`` is
 the best the platform has. ``named("portable")`` selects the portable
 one on any platform (``AgentHost(worker_io="portable")``), so its path is
 tested on Linux too. No flag changes at run time: each ``WorkerClient`` and

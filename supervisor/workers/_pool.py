@@ -36,6 +36,7 @@ set before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import multiprocessing
@@ -334,7 +335,7 @@ class WorkerPool:
         with self._lock:
             if client in self._workers:
                 self._workers.remove(client)
-            victims = [p.ref for p in self._placements.values() if p.client is client]
+            victims = [(sid, p.ref) for sid, p in self._placements.items() if p.client is client]
             if not self._closed:
                 self.deaths += 1
             # (During the constructor, which raises WorkerStartError, nothing is replaced.)
@@ -359,9 +360,9 @@ class WorkerPool:
             if self._on_give_up is not None:
                 self._on_give_up(message)
         reason = f"worker pid {client.pid} died ({client.exit_status})"
-        for ref in victims:
-            if ref is not None:
-                kill(ref, reason)
+        for session_id, ref in victims:
+            if ref is not None:  # after the session's last frames (its last checkpoint)
+                client.after_delivered(session_id, functools.partial(kill, ref, reason))
         if replace:
             self._replace()
         else:

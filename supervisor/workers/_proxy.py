@@ -4,10 +4,10 @@
 to the worker from the calling thread: it writes the request on the worker's
 pipe and waits for the reply, reading the pipe itself while no other thread
 does (see ``WorkerClient.wait``). The checkpoint a ``send`` reply carries is
-saved through the host's checkpoint writer on the thread that reads the reply,
-before the caller gets the answer and before any later frame (the worker's
-death included) is handled: a restart never loads a checkpoint older than an
-answer handed out.
+saved through the host's checkpoint writer on the thread that delivers the
+reply, before the caller gets the answer and before any later frame of the
+session (its death at its worker's included) is handled: a restart never loads a
+checkpoint older than an answer handed out.
 
 ``WorkerSession`` is the session's actor here: to the registry, monitors and
 the supervisor it is an ordinary ``SupervisedActor``, whose death is the
@@ -669,10 +669,13 @@ class WorkerSession(SupervisedActor):
         """End the remote session and wait for it: its last reply (and the checkpoint that
         reply carries) is handled before this proxy's death is reported."""
         self._steer.queue.stop_forwarding(self._steer)
-        if self.client.alive:
-            with contextlib.suppress(Exception):
-                payload = {"session": self.session_id, "abnormal": abnormal}
-                self.client.submit("stop", payload).result(self.pool.call_timeout or 30.0)
+        with contextlib.suppress(Exception):
+            # Waited for through the client, which reads the pipe when nobody else does: the
+            # thread delivering frames may be a subscriber's, waiting for this stop. Written
+            # to a dead worker, the stop fails only after the session's last frames.
+            payload = {"session": self.session_id, "abnormal": abnormal}
+            stop = self.client.submit("stop", payload)
+            self.client.wait(stop, self.pool.call_timeout or 30.0)
         self._steer.release()  # after the stop: the last turn's events are in by then
         self.pool.release(self.session_id, self.client)
 

@@ -180,9 +180,9 @@ def test_a_caller_reads_its_reply_even_when_it_came_before_the_caller_got_to_rea
     reads its answer itself, never handed over by the reader thread."""
     write = WorkerClient._write
 
-    def preempted(client: WorkerClient, call_id: int, data: bytes, on_reply: Any) -> Any:
-        reply = write(client, call_id, data, on_reply)
-        if on_reply is not None:  # a send: stall until its answer waits in the socket
+    def preempted(client: WorkerClient, data: bytes, future: Any) -> Any:
+        reply = write(client, data, future)
+        if reply._on_reply is not None:  # a send: stall until its answer waits in the socket
             deadline = time.monotonic() + WAIT
             while not reply.done() and time.monotonic() < deadline:
                 if select.select([client._fd], [], [], 0.001)[0] and client._holder is not None:

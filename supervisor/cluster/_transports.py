@@ -236,7 +236,8 @@ class RedisPubSub:
         self, deliver: Callable[[str], None], ready: threading.Event, stopping: threading.Event
     ) -> None:
         while not stopping.is_set():
-            pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+            # ``pubsub`` is untyped before redis 8.2, typed from it: either passes mypy
+            pubsub = self._client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
             try:
                 pubsub.subscribe(self.channel)
                 while not stopping.is_set():

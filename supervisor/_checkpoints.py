@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from actors._ids import new_checkpoint_id
-from supervisor._outcome import tamed
+from supervisor._outcome import raise_tamed
 from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore, SnapshotTooNew
 from supervisor.errors import CheckpointNotFound
 
@@ -52,22 +52,6 @@ SaveObserver = Callable[[CheckpointInfo, float], object]
 
 Redaction = Callable[[Snapshot], Snapshot]
 """A policy applied to every checkpoint before it is saved (``strip_secrets`` by default)."""
-
-
-def _tamed_off_main(error: BaseException, session_id: str) -> BaseException:
-    """What a save that raised ``error`` raises: a ``SystemExit`` or ``KeyboardInterrupt``
-    becomes a ``CallAborted`` caused by it, unless on the main thread (where they stop the
-    program, as Ctrl-C means).
-
-    A save runs on a session's thread, a helper thread, or whichever thread reads a
-    worker's pipe: there either one would crash the session (a ``KeyboardInterrupt``
-    stops every actor), or end the pipe's reader and leave the call unanswered, or
-    reach an asyncio loop through a future. As a ``CallAborted`` it fails the save as
-    any store error does (a turn is rolled back).
-    """
-    if threading.current_thread() is threading.main_thread():
-        return error
-    return tamed(error, f"the checkpoint save of session {session_id!r}")
 
 
 class Checkpoints:
@@ -113,7 +97,7 @@ class Checkpoints:
         Raises:
             OwnershipLost: (a cluster node) another node owns the session now.
             CallAborted: off the main thread, the store raised ``SystemExit`` or
-                ``KeyboardInterrupt`` (its ``__cause__``; see ``_tamed_off_main``).
+                ``KeyboardInterrupt`` (its ``__cause__``).
             Exception: what the store raised (the caller's operation fails).
         """
         try:
@@ -130,10 +114,13 @@ class Checkpoints:
                 )
                 return saved
         except BaseException as exc:
-            aborted = _tamed_off_main(exc, snapshot.session_id)
-            if aborted is exc:
+            # A ``SystemExit`` or ``KeyboardInterrupt`` off the main thread (a session's, a
+            # helper's, a worker pipe's reader) would crash the session, end the reader and
+            # leave the call unanswered, or reach an asyncio loop: as a ``CallAborted`` it
+            # fails the save as any store error does. On the main thread it stops the program.
+            if threading.current_thread() is threading.main_thread():
                 raise
-            raise aborted from exc
+            raise_tamed(exc, f"the checkpoint save of session {snapshot.session_id!r}")
 
     def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
         if self.redact is not None:
@@ -160,10 +147,7 @@ class Checkpoints:
         """``save`` bound to one session's event stream and ``order`` (see ``SaveOrder``; one
         of its own if none), for its runtime."""
         chosen = SaveOrder() if order is None else order
-        return functools.partial(self._save_in_order, events, chosen)
-
-    def _save_in_order(self, events: EventBuffer, order: SaveOrder, snapshot: Snapshot) -> Snapshot:
-        return self.save(snapshot, events, order)
+        return functools.partial(self.save, events=events, order=chosen)
 
     def latest(self, session_id: str, events: EventBuffer | None = None) -> Snapshot | None:
         """The session's newest checkpoint that loads, or ``None`` if it has none.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from actors._loop import ends_session
 from supervisor.errors import CallAborted
@@ -23,7 +23,7 @@ from supervisor.errors import CallAborted
 if TYPE_CHECKING:
     from supervisor._timer import Deadline
 
-__all__ = ["OneOutcome", "tamed"]
+__all__ = ["OneOutcome", "raise_tamed", "tamed"]
 
 logger = logging.getLogger("supervisor.host")
 
@@ -32,6 +32,15 @@ def tamed(error: BaseException, during: str = "the call") -> BaseException:
     """``error``, or a ``CallAborted`` caused by it if it is one that stops a program or a
     thread (``actors._loop.ends_session``): what a future or an awaiting task may carry."""
     return CallAborted(error, during) if ends_session(error) else error
+
+
+def raise_tamed(error: BaseException, during: str) -> NoReturn:
+    """Raise ``tamed(error, during)``: ``error`` itself (its traceback kept), or the
+    ``CallAborted`` caused by it. Called in an ``except`` that caught ``error``."""
+    aborted = tamed(error, during)
+    if aborted is error:
+        raise error
+    raise aborted from error
 
 
 class OneOutcome:

@@ -33,7 +33,7 @@ from actors import AgentTemplate, Event, Message, Snapshot
 from supervisor._futures import EventWatch
 from supervisor._host_policy import check_since
 from supervisor._host_record import SessionInfo
-from supervisor._outcome import tamed
+from supervisor._outcome import raise_tamed
 from supervisor._session_attrs import SessionMetadata
 from supervisor.host import AgentHost
 
@@ -86,10 +86,7 @@ def _no_exit(during: str) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        aborted = tamed(exc, during)
-        if aborted is exc:
-            raise
-        raise aborted from exc
+        raise_tamed(exc, during)
 
 
 async def _to_thread(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

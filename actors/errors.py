@@ -134,8 +134,8 @@ class PluginError(ActorsError, RuntimeError):
 class ProviderError(ActorsError, RuntimeError):
     """A provider's answer that an adapter cannot use although its SDK raised nothing: a
     stream that ended before the provider finished it (the connection closed cleanly
-    halfway), or a response the provider marked failed. Like any model error it fails the
-    turn, which is rolled back.
+    halfway), a response the provider marked failed, or a tool call without a tool name.
+    Like any model error it fails the turn, which is rolled back.
 
     Differs from the SDK's own errors (``openai.RateLimitError``,
     ``anthropic.APIConnectionError``, ...), which adapters let through unchanged.

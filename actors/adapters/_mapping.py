@@ -6,10 +6,26 @@ import json
 import math
 from collections.abc import Sequence
 
+from actors.errors import ProviderError
 from actors.messages import Message, ToolCall
+from actors.request import ModelRequest
 from actors.streaming import INVALID_ARGUMENTS
 
-__all__ = ["arguments_json", "arguments_text", "normalized_stop", "split_system", "token_count"]
+__all__ = [
+    "arguments_json",
+    "arguments_text",
+    "normalized_stop",
+    "split_system",
+    "streamed_answer",
+    "token_count",
+    "tool_name",
+]
+
+_NAMELESS = (
+    "{model} answered a tool call without a tool name ({which}): no tool can run it, and no "
+    "provider takes it back in a later request"
+)
+"""Why a turn fails when the model's answer holds a call without a name."""
 
 
 def arguments_json(call: ToolCall) -> str:
@@ -70,3 +86,35 @@ def token_count(value: object) -> int:
     else:
         return 0
     return min(max(number, 0), _MAX_COUNT)
+
+
+def tool_name(name: object, index: int, call_id: str, model_string: str) -> str:
+    """The tool name a provider gave the call at ``index`` of its whole answer.
+
+    Raises:
+        ProviderError: the name is absent, null, ``""`` or no text (some compatible
+            servers'). Unlike the odd output the adapters read as what it holds, such a call
+            has lost what it is: no tool can run it, and sent back with the history (as
+            every later request does) the provider refuses it, HTTP 400 on every turn.
+            Failing the turn rolls it back; the session goes on. A stream's call without a
+            name fails alike (``streamed_answer``).
+    """
+    if isinstance(name, str) and name:
+        return name
+    which = f"tool call #{index}, id {call_id!r}"
+    raise ProviderError(_NAMELESS.format(model=model_string, which=which))
+
+
+def streamed_answer(request: ModelRequest, model_string: str) -> Message:
+    """The assistant message a stream's deltas made (an empty one when none came).
+
+    Raises:
+        ProviderError: a streamed tool call never got a name (see ``tool_name``); the
+            ``StreamAssembler``'s ``ValueError`` says which, and is the cause.
+    """
+    if not request.streamed:
+        return Message.assistant(None)
+    try:
+        return request.streamed_message()
+    except ValueError as exc:  # the only one a stream that emitted makes: a nameless call
+        raise ProviderError(_NAMELESS.format(model=model_string, which=exc)) from exc

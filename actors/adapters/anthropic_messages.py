@@ -13,6 +13,13 @@ Mapping, both ways:
   goes as none (the API refuses such a block), except the user's last: a request whose
   user turn would hold nothing raises ``UnsendableRequest`` before it is sent (left out,
   the model would continue its own last answer as a prefill);
+- a tool-call id the API refuses (it takes ``^[a-zA-Z0-9_-]+$`` only; ids another
+  provider gave, such as ``call.1`` or ``fc:abc``, in a history resumed on an Anthropic
+  model) goes cleaned, in its ``tool_use`` and its ``tool_result`` alike: each character
+  the API refuses as ``_``, then ``_`` and 8 hex digits of the id's SHA-256, so distinct
+  ids stay distinct and an id is the same in every request (``_2``, ... if another call
+  has it already). Only the request changes: the session's history keeps the original.
+  Sent as they were, they failed every later request of the session (HTTP 400);
 - a ``@tool`` as ``{name, description, input_schema}``;
 - usage: input tokens are ``input_tokens`` plus the cache's
   (``cache_read_input_tokens``, ``cache_creation_input_tokens``), cached input
@@ -26,14 +33,17 @@ Extended thinking (``options={"thinking": {...}}``): the API wants an answer's
 thinking blocks back, unchanged, when it answered with tool calls (else the
 request that carries the tool results fails with HTTP 400). The adapter keeps
 them in the provider state (``{"thinking": [blocks], "before": <first call id>}``)
-and puts them back before the tool calls of that assistant message; thinking of
-earlier answers is not sent (the API ignores it).
+and puts them back first in that assistant message: the conversation's last that called
+tools, whose first call has that id or one the session made of it (``<id>_2``, ...: the
+history had the id already, see ``actors._call_ids``); thinking of earlier answers is not
+sent (the API ignores it).
 
 A streamed ``tool_use`` block's arguments are its ``input_json_delta`` pieces, or, when
 none comes (some Anthropic-compatible servers), the ``input`` its start held. An
 ``input`` given as JSON text (a proxy's) is read as the other adapters read arguments.
 A ``tool_use`` block without an id (a compatible server's) gets ``call_<index>``, streamed
-or not.
+or not; one without a ``name`` (absent, null or ``""``) is a ``ProviderError``, streamed or
+not (see ``actors.adapters._mapping.tool_name``).
 
 ``max_tokens`` is required by the API: 4096 unless the settings say otherwise.
 A stream cut off halfway raises ``anthropic.APIConnectionError``, and one that
@@ -43,7 +53,9 @@ outside a stream.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,7 +63,13 @@ import anthropic
 import httpx2
 
 from actors.adapters._base import ProviderAdapter, api_key, merged_headers
-from actors.adapters._mapping import normalized_stop, split_system, token_count
+from actors.adapters._mapping import (
+    normalized_stop,
+    split_system,
+    streamed_answer,
+    token_count,
+    tool_name,
+)
 from actors.errors import ProviderError, UnsendableRequest
 from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
@@ -66,6 +84,12 @@ DEFAULT_MAX_TOKENS = 4096
 
 _THINKING = ("thinking", "redacted_thinking")
 """The content blocks of extended thinking, which go back to the API with tool results."""
+
+_SENDABLE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+"""A tool-call id the API takes (its ``^[a-zA-Z0-9_-]+$``; ``fullmatch``, ASCII only)."""
+
+_REFUSED_ID_CHARACTERS = re.compile(r"[^a-zA-Z0-9_-]")
+"""A character the API refuses in a tool-call id."""
 
 _STOP = {
     "end_turn": "stop",
@@ -90,22 +114,78 @@ def _tool_input(call: ToolCall) -> dict[str, Any]:
     return dict(call.arguments)
 
 
-def _blocks(message: Message, thinking: _Thinking = None) -> list[dict[str, Any]]:
+def _call_ids_in(message: Message) -> list[str]:
+    """The tool-call ids ``message`` sends: its calls', or the one a tool result answers."""
     if message.role == "tool":
+        return [message.tool_call_id or ""]
+    return [call.id for call in message.tool_calls]
+
+
+def _cleaned_id(call_id: str) -> str:
+    """``call_id`` as an id the API takes: each character it refuses as ``_`` (``call``
+    for an empty id), then ``_`` and the first 8 hex digits of the id's SHA-256, so ids
+    that clean to the same text (``call.1``, ``call:1``) stay apart."""
+    readable = _REFUSED_ID_CHARACTERS.sub("_", call_id) or "call"
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{readable}_{digest}"
+
+
+def _sendable_ids(messages: Sequence[Message]) -> dict[str, str]:
+    """The id to send in place of each tool-call id of ``messages`` the API refuses (see the
+    module docstring); ``{}`` when it takes them all (the usual case: one check per id).
+
+    A cleaned id depends on the original alone (the same in every request, as the
+    conversation grows: the prompt cache keeps matching), unless another call of the
+    conversation has it already: then it takes ``_2``, ``_3``, ... (the first free)."""
+    taken: set[str] = set()
+    refused: dict[str, None] = {}  # in order of appearance, once each
+    for message in messages:
+        for call_id in _call_ids_in(message):
+            if _SENDABLE_ID.fullmatch(call_id):
+                taken.add(call_id)
+            else:
+                refused[call_id] = None
+    sendable: dict[str, str] = {}
+    for call_id in refused:
+        base = fresh = _cleaned_id(call_id)
+        number = 2
+        while fresh in taken:
+            fresh = f"{base}_{number}"
+            number += 1
+        taken.add(fresh)
+        sendable[call_id] = fresh
+    return sendable
+
+
+def _blocks(
+    message: Message,
+    thinking: Sequence[Mapping[str, Any]] = (),
+    ids: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """``message`` as content blocks, ``thinking`` first (the blocks of the answer it is, see
+    ``_thinking_with``); ``ids``: the id to send for a tool-call id the API refuses
+    (``_sendable_ids``)."""
+    ids = ids or {}
+    if message.role == "tool":
+        call_id = message.tool_call_id or ""
         return [
             {
                 "type": "tool_result",
-                "tool_use_id": message.tool_call_id or "",
+                "tool_use_id": ids.get(call_id, call_id),
                 "content": message.content or "",
             }
         ]
     blocks: list[dict[str, Any]] = []
-    if thinking is not None and message.tool_calls and message.tool_calls[0].id == thinking[0]:
-        blocks.extend(dict(block) for block in thinking[1])
+    blocks.extend(dict(block) for block in thinking)
     if _has_text(message.content):
         blocks.append({"type": "text", "text": message.content})
     blocks.extend(
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)}
+        {
+            "type": "tool_use",
+            "id": ids.get(call.id, call.id),
+            "name": call.name,
+            "input": _tool_input(call),
+        }
         for call in message.tool_calls
     )
     return blocks
@@ -125,6 +205,8 @@ def anthropic_messages(
     with no block list built and taken apart again.
     """
     thinking = _thinking_of(provider_state)
+    thinker = _thinking_with(messages, thinking)
+    ids = _sendable_ids(messages)
     out: list[dict[str, Any]] = []
     last_role = None
     for message in messages:
@@ -134,7 +216,7 @@ def anthropic_messages(
                 out.append({"role": role, "content": message.content})
                 last_role = role
             continue
-        blocks = _blocks(message, thinking)
+        blocks = _blocks(message, thinking[1] if thinking and message is thinker else (), ids)
         if not blocks:
             continue
         if role == last_role:  # joins the message before it
@@ -161,6 +243,26 @@ def _thinking_of(state: Mapping[str, Any] | None) -> _Thinking:
     if not isinstance(before, str) or not isinstance(blocks, list):
         return None
     return before, [b for b in blocks if isinstance(b, Mapping)]
+
+
+def _thinking_with(messages: Sequence[Message], thinking: _Thinking) -> Message | None:
+    """The message ``thinking``'s blocks go with: the last assistant message that called
+    tools (a provider state holds the thinking of the latest answer only, and only when it
+    called tools), if its first call has the id kept with them, or one the session made of
+    it (``<id>_<n>``: an id the history had already, see ``actors._call_ids``; a server
+    without ids gives ``call_0`` on every answer). ``None`` when that message is another
+    answer's (a plugin rewrote it): the blocks go nowhere, as the thinking of earlier
+    answers does."""
+    if thinking is None:
+        return None
+    kept = thinking[0]
+    for message in reversed(messages):
+        if message.role == "assistant" and message.tool_calls:
+            first = message.tool_calls[0].id
+            number = first.removeprefix(f"{kept}_")
+            renamed = number != first and number.isascii() and number.isdigit()
+            return message if first == kept or renamed else None
+    return None
 
 
 def _state_after(
@@ -306,7 +408,9 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
             elif block.type == "tool_use":
                 # No id (a compatible server's): ``call_<index>``, as a streamed call gets.
                 call_id = getattr(block, "id", None) or f"call_{len(calls)}"
-                calls.append(ToolCall(call_id, block.name, _input_of(block.input)))
+                name = getattr(block, "name", None)
+                name = tool_name(name, len(calls), call_id, self.model_string)
+                calls.append(ToolCall(call_id, name, _input_of(block.input)))
             elif block.type in _THINKING:
                 thinking.append(block.model_dump(mode="json", exclude_none=True))
         return ModelResponse(
@@ -334,7 +438,7 @@ class AnthropicModel(ProviderAdapter[anthropic.Anthropic]):
                 f"the stream of {self.model_string} ended before message_stop: the "
                 "connection closed early"
             )
-        message = request.streamed_message() if request.streamed else Message.assistant(None)
+        message = streamed_answer(request, self.model_string)
         return ModelResponse(
             message,
             _usage(read.started, read.last),

@@ -30,7 +30,9 @@ or not, gets ``call_<index>``. Arguments sent as a JSON object instead of its te
 proxies) are taken as they are, streamed or not; a chunk whose choice has no ``delta``
 (Azure's content-filter chunks) counts for its ``finish_reason`` alone; ``content`` given
 as a list of parts (Mistral's reasoning models: ``thinking`` and ``text`` chunks) is its
-``text`` parts joined. A choice without a ``message`` is a ``ProviderError``.
+``text`` parts joined. A choice without a ``message`` is a ``ProviderError``, and so is a
+tool call without a function name (absent, null or ``""``), streamed or not: no tool can
+run it, and sent back with the history it failed every later request of the session.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ from actors.adapters._mapping import (
     arguments_json,
     arguments_text,
     normalized_stop,
+    streamed_answer,
     token_count,
+    tool_name,
 )
 from actors.adapters._openai_base import OpenAIAdapter
 from actors.errors import ProviderError
@@ -178,12 +182,9 @@ class OpenAIChatModel(OpenAIAdapter):
         # A call with no id (or ``""``: a server's) gets ``call_<index>``, as a streamed one
         # does: ``None`` failed every turn that called a tool (an id must be a str), and
         # ``""`` on every call gave the provider results it could not tell apart.
+        # A call without a name is a ``ProviderError`` (see ``tool_name``).
         calls = tuple(
-            ToolCall(
-                getattr(call, "id", None) or f"call_{index}",
-                function.name,
-                parse_tool_arguments(function.arguments),
-            )
+            _call_of(call, function, index, self.model_string)
             for index, call in enumerate(answer.tool_calls or ())
             if (function := getattr(call, "function", None)) is not None
         )
@@ -232,11 +233,19 @@ class OpenAIChatModel(OpenAIAdapter):
                 f"the stream of {self.model_string} ended before the model finished "
                 "(no finish_reason): the connection closed early"
             )
-        message = request.streamed_message() if request.streamed else Message.assistant(None)
+        message = streamed_answer(request, self.model_string)
         stop = normalized_stop(finish, _STOP)
         if refused and stop == "stop":
             stop = "content_filter"
         return ModelResponse(message, chat_usage(usage), stop_reason=stop)
+
+
+def _call_of(call: Any, function: Any, index: int, model_string: str) -> ToolCall:
+    """A whole answer's tool ``call`` (at ``index``, its ``function`` given) as a
+    ``ToolCall``: ``call_<index>`` without an id; ``ProviderError`` without a name."""
+    call_id = getattr(call, "id", None) or f"call_{index}"
+    name = tool_name(getattr(function, "name", None), index, call_id, model_string)
+    return ToolCall(call_id, name, parse_tool_arguments(function.arguments))
 
 
 def _content_text(content: object) -> str | None:

@@ -35,7 +35,9 @@ of its item carries (``output_item.added``, ``function_call_arguments.done``,
 ``output_item.done``), taken once. Arguments sent as a JSON object instead of its text
 (some compatible servers) are taken as they are, streamed or not; a function call
 without a ``call_id`` gets ``call_<index>``, streamed or not; a ``message`` item whose
-``content`` is the text itself (or null) is read as that text (or none).
+``content`` is the text itself (or null) is read as that text (or none). A function
+call without a ``name`` (absent, null or ``""``) is a ``ProviderError``, streamed or not
+(see ``actors.adapters._mapping.tool_name``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ from actors.adapters._mapping import (
     arguments_text,
     normalized_stop,
     split_system,
+    streamed_answer,
     token_count,
+    tool_name,
 )
 from actors.adapters._openai_base import OpenAIAdapter
 from actors.errors import ProviderError
@@ -185,7 +189,8 @@ def _message_of(response: Any, model_string: str) -> Message:
         elif item.type == "function_call":
             # No call_id (a compatible server's): ``call_<index>``, as a streamed call gets.
             call_id = getattr(item, "call_id", None) or f"call_{len(calls)}"
-            calls.append(ToolCall(call_id, item.name, parse_tool_arguments(item.arguments)))
+            name = tool_name(getattr(item, "name", None), len(calls), call_id, model_string)
+            calls.append(ToolCall(call_id, name, parse_tool_arguments(item.arguments)))
     return Message.assistant("".join(texts) if texts else None, tuple(calls))
 
 
@@ -313,7 +318,7 @@ class OpenAIResponsesModel(OpenAIAdapter):
                 "the connection closed early"
             )
         if request.streamed:
-            message = request.streamed_message()
+            message = streamed_answer(request, self.model_string)
         else:
             message = _message_of(final, self.model_string)
         return self._answer(final, message, conversation)

@@ -201,3 +201,34 @@ def test_provider_turns_run_in_lockstep_with_the_bare_calls(
     firsts = [calls[i][0] for i in range(0, len(calls), 3)]
     assert firsts[:4] == ["a", "b", "c", "a"]  # the order rotates turn by turn
     assert [text for name, text in calls if name == "b"][:4] == [f"hello {k}" for k in range(4)]
+
+
+def test_the_gateway_floor_runs_the_turn_and_answers_what_the_load_generator_reads(
+    tmp_path: Path,
+) -> None:
+    """The bare ASGI floor of ``bench_gateway`` creates sessions and runs real turns (a floor
+    that answered without the turn would make the gateway look slow), and refuses the rest."""
+    import httpx  # noqa: PLC0415  (the test extra)
+
+    from benchmarks._asgi_floor import FloorApp  # noqa: PLC0415
+    from benchmarks.bench_gateway import ECHO  # noqa: PLC0415
+    from supervisor import AgentHost, AsyncAgentHost  # noqa: PLC0415
+
+    async def exchange(host: AgentHost) -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=FloorApp(AsyncAgentHost(host), ECHO))
+        async with httpx.AsyncClient(transport=transport, base_url="http://floor") as client:
+            return [
+                await client.post("/v1/sessions", json={"session_id": "g0"}),
+                await client.post("/v1/sessions/g0/messages", json={"text": "hello"}),
+                await client.post("/v1/other", json={}),
+                await client.get("/v1/sessions"),
+            ]
+
+    with AgentHost(data_dir=tmp_path) as host:
+        created, sent, unknown, wrong_method = asyncio.run(exchange(host))
+        history = host.history("g0", tenant_id="bench")
+    assert (created.status_code, created.json()) == (201, {"session_id": "g0"})
+    assert sent.status_code == 200
+    assert sent.json() == {"role": "assistant", "content": "echo: hello"}
+    assert [m.content for m in history] == ["hello", "echo: hello"]
+    assert (unknown.status_code, wrong_method.status_code) == (404, 405)

@@ -4,15 +4,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint typecheck clean
+.PHONY: demo test bench lint typecheck clean constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when the project metadata changes.
-$(STAMP): pyproject.toml | $(BIN)/python
+# Reinstall only when the project metadata or the pinned versions change.
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat \
+		-c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+# Move the pins to the newest releases pyproject.toml allows (then run `make lint test`
+# and commit constraints.txt if they pass).
+constraints: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade --config-settings editable_mode=compat -e '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable; } > constraints.new
+	mv constraints.new constraints.txt
 	touch $(STAMP)
 
 DEMO ?= examples/crash_recovery.py

@@ -6,6 +6,9 @@ snapshots. Never imports ``supervisor``.
 
 from actors._codec import decode_plain as decode_plain
 from actors._codec import encode_plain as encode_plain
+from actors._session_calls import GetHistory as GetHistory
+from actors._session_calls import Send as Send
+from actors._session_calls import TakeSnapshot as TakeSnapshot
 from actors._step import StepKey as StepKey
 from actors._step import current_step as current_step
 from actors._strip import STRIPPED_KEY as STRIPPED_KEY
@@ -54,9 +57,6 @@ from actors.redact import strip_secrets as strip_secrets
 from actors.request import Credentials as Credentials
 from actors.request import ModelRequest as ModelRequest
 from actors.session import AgentSession as AgentSession
-from actors.session import GetHistory as GetHistory
-from actors.session import Send as Send
-from actors.session import TakeSnapshot as TakeSnapshot
 from actors.snapshot import SCHEMA_VERSION as SCHEMA_VERSION
 from actors.snapshot import Snapshot as Snapshot
 from actors.snapshot import schema_version as schema_version

@@ -10,12 +10,10 @@ buffer are the two parts shared with other threads, and both are thread-safe.
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Self, cast
 
 import pykka
@@ -35,16 +33,18 @@ from actors._loop import run as run_loop
 from actors._mailbox import new_inbox, new_reply
 from actors._prompt import PromptView
 from actors._restored import RestoredMessages
+from actors._session_calls import GetHistory, Send, StartCheck, TakeSnapshot
 from actors._step import STEP, StepKey
 from actors._storable import (
     check_provider_state,
     check_response,
     stop_reason_of,
     storable_message,
-    storable_text,
     user_text,
 )
 from actors._strip import STRIPPED_KEY, first_live, is_stripped_marker, strip_live
+from actors._tool_text import tool_error, tool_output
+from actors._turn_undo import TurnMark, Undo, copy_containers
 from actors.errors import (
     CheckpointAborted,
     ModelCallAborted,
@@ -65,139 +65,7 @@ from actors.streaming import Delta
 from actors.template import AgentTemplate
 from actors.tools import Tool
 
-__all__ = ["AgentSession", "GetHistory", "Send", "TakeSnapshot"]
-
-
-class _StartCheck:
-    """Asked by ``AgentSession.start`` to learn whether ``session_start`` succeeded."""
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Message form of ``AgentSession.send``: ``ref.ask(Send(text))`` runs one turn.
-
-    Same behaviour as the proxy call without the proxy's per-call cost, for
-    hosts that drive many turns. ``tag``, when given, is an opaque label of the
-    caller's choosing that the turn's ``turn_started`` event carries (as
-    ``tag``), so a follower of the session's events can tell which send a turn
-    serves (a gateway streaming one send's events among others' does). Neither field
-    is checked here (a message costs nothing to build): ``send`` checks both before the
-    turn starts, and the ask raises its ``TypeError`` or ``ValueError``.
-
-    Immutable and thread-safe.
-    """
-
-    text: str
-    tag: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TakeSnapshot:
-    """Message form of ``AgentSession.snapshot``: ``ref.ask(TakeSnapshot(label))``.
-
-    Immutable and thread-safe.
-    """
-
-    label: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GetHistory:
-    """Message form of ``AgentSession.history``: ``ref.ask(GetHistory())``.
-
-    Immutable and thread-safe.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class _TurnMark:
-    """What a turn changes in a session, as it was before the turn (see ``_rollback``)."""
-
-    messages: int
-    turns: int
-    provider_state: Any
-    plugin_states: _Undo | None  # None: no plugins, or too deep to record
-
-
-@dataclass(frozen=True, slots=True)
-class _Undo:
-    """The plugins' states as a turn found them, to be put back in place (``restore``).
-
-    ``states`` is each plugin's ``ctx.state`` dict object; ``contents`` holds every dict,
-    list and set found in them with a shallow copy of what it held. Restoring puts each
-    container's own items back into it, so a rolled-back state is made of the very
-    objects it was made of before the turn: a plugin's tool that closes over a list or
-    dict of its state (``notes = ctx.state["notes"]``) still writes into the state
-    afterwards. Copies swapped in instead left such a tool writing into a container no
-    checkpoint held any more, and what it wrote after the first failed turn was lost.
-    """
-
-    states: dict[str, dict[str, Any]]
-    contents: list[tuple[Any, Any]]
-
-    @classmethod
-    def record(cls, states: dict[str, dict[str, Any]]) -> _Undo:
-        """Record ``states`` (``RecursionError`` if they nest too deep)."""
-        contents: list[tuple[Any, Any]] = []
-        seen: set[int] = set()
-        for state in states.values():
-            _record_containers(state, contents, seen)
-        return cls(dict(states), contents)
-
-    def restore(self, contexts: Mapping[str, Any]) -> None:
-        """Put every recorded container's items back, and each plugin's ``ctx.state`` dict."""
-        for container, items in self.contents:
-            try:
-                if isinstance(container, list):
-                    container[:] = items
-                else:  # a dict or a set (a subclass's own methods: an OrderedDict keeps order)
-                    container.clear()
-                    container.update(items)
-            except Exception:  # an immutable subclass: the turn could not change it either
-                continue
-        for name, state in self.states.items():
-            ctx = contexts.get(name)
-            if ctx is not None:
-                ctx.state = state
-
-
-def _record_containers(value: Any, contents: list[tuple[Any, Any]], seen: set[int]) -> None:
-    """Add every dict, list and set under ``value`` (itself included, tuples walked) to
-    ``contents`` with a shallow copy of its items, once each; leaves are not copied.
-
-    Subclasses too (a ``Counter``, ``defaultdict`` or ``OrderedDict`` a plugin counts in):
-    recording only the exact types left what a failed turn wrote into those in place."""
-    if not isinstance(value, _WALKED):
-        return
-    if id(value) in seen:
-        return
-    seen.add(id(value))
-    if isinstance(value, dict):
-        contents.append((value, dict(value)))
-        children: Any = value.values()
-    elif isinstance(value, list):
-        contents.append((value, list(value)))
-        children = value
-    elif isinstance(value, set):
-        contents.append((value, set(value)))
-        return
-    else:
-        children = value
-    for child in children:
-        if isinstance(child, _WALKED):
-            _record_containers(child, contents, seen)
-
-
-_WALKED = (dict, list, set, tuple)
-
-
-def _copy_containers(value: Any) -> Any:
-    """Copy dicts and lists all the way down; leave leaves (live or not) as they are."""
-    if isinstance(value, dict):
-        return {k: _copy_containers(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_copy_containers(v) for v in value]
-    return value
+__all__ = ["AgentSession"]
 
 
 def _save(checkpointer: Callable[[Snapshot], object], snapshot: Snapshot) -> None:
@@ -214,33 +82,6 @@ def _save(checkpointer: Callable[[Snapshot], object], snapshot: Snapshot) -> Non
         if ends_session(exc):
             raise
         raise CheckpointAborted(exc) from exc
-
-
-def _tool_error(exc: BaseException) -> str:
-    """The text of a tool message for a tool that raised ``exc``: ``error: <class>: <text>``,
-    or ``error: <class>`` when its text cannot be had (a ``__str__`` that raises too)."""
-    try:
-        detail = str(exc)
-    except Exception:  # the tool failed all the same: say how, as far as can be told
-        return f"error: {type(exc).__name__}"
-    return storable_text(f"error: {type(exc).__name__}: {detail}")
-
-
-def _tool_output(result: object) -> str:
-    """A tool's ``result`` as the text of its tool message: a ``str`` as it is, anything
-    else as JSON (``str`` for what JSON lacks), else as ``repr`` shows it (a dict with
-    tuple keys, a cycle). Never raises: the tool ran, and an error here read to the model
-    as the tool's failure, inviting it to run the tool (and its side effects) again."""
-    if isinstance(result, str):
-        return storable_text(result)
-    try:
-        text = json.dumps(result, default=str)
-    except Exception:  # any failure of JSON or of a __str__ it called
-        try:
-            text = repr(result)
-        except Exception:  # a __repr__ that raises too
-            text = f"<{type(result).__name__} object>"
-    return storable_text(text)
 
 
 class AgentSession(pykka.ThreadingActor):
@@ -383,7 +224,7 @@ class AgentSession(pykka.ThreadingActor):
                 self.steering.requeue(saved_steering(restored))
             self._turns = restored_turns(restored)
             # Its own containers: what the caller changes in them later is not checked.
-            self._metadata: dict[str, Any] = _copy_containers(
+            self._metadata: dict[str, Any] = copy_containers(
                 dict(metadata if metadata is not None else restored.get("metadata", {}))
             )
             if metadata is None and self._metadata and not restored_checked:
@@ -391,7 +232,7 @@ class AgentSession(pykka.ThreadingActor):
             self.plugins = PluginRunner(
                 template.plugins,
                 session_id=self.session_id,
-                states=_copy_containers(restored.get("plugins", {})),
+                states=copy_containers(restored.get("plugins", {})),
                 stripped_fields=stripped_fields,
                 resumed=restored_state is not None,
                 events=self.event_buffer,
@@ -477,7 +318,7 @@ class AgentSession(pykka.ThreadingActor):
             return ref  # no hook to wait for: that round trip would only cost the caller
         try:
             if not (own_start and _started_well(ref, cls.start_timeout)):
-                ref.ask(_StartCheck(), timeout=cls.start_timeout)
+                ref.ask(StartCheck(), timeout=cls.start_timeout)
         except BaseException:
             ref.stop(block=False)
             raise
@@ -516,7 +357,7 @@ class AgentSession(pykka.ThreadingActor):
             return self.snapshot(message.label)
         if isinstance(message, GetHistory):
             return self.history()
-        if isinstance(message, _StartCheck):
+        if isinstance(message, StartCheck):
             if self._start_error is not None:
                 raise self._start_error
             return None
@@ -626,7 +467,7 @@ class AgentSession(pykka.ThreadingActor):
         self._steered = []
         return answer
 
-    def _settle(self, mark: _TurnMark, checkpointer: Callable[[Snapshot], object] | None) -> None:
+    def _settle(self, mark: TurnMark, checkpointer: Callable[[Snapshot], object] | None) -> None:
         """Save the turn begun at ``mark`` with ``checkpointer`` (when one is due), or check that
         a later checkpoint could hold what it changed; roll it back and publish its ``error``
         if not (see ``send``), before its ``turn_finished`` is published: a failed turn has
@@ -648,17 +489,17 @@ class AgentSession(pykka.ThreadingActor):
             self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
             raise
 
-    def _mark(self) -> _TurnMark:
+    def _mark(self) -> TurnMark:
         """Where the session stands before a turn: what ``_rollback`` returns it to."""
         states = None
         if self._has_plugins:
             try:
-                states = _Undo.record(self.plugins.states())
+                states = Undo.record(self.plugins.states())
             except RecursionError:  # already unstorable: the turn's checkpoint will say where
                 states = None
-        return _TurnMark(len(self._messages), self._turns, self._provider_state, states)
+        return TurnMark(len(self._messages), self._turns, self._provider_state, states)
 
-    def _rollback(self, mark: _TurnMark) -> None:
+    def _rollback(self, mark: TurnMark) -> None:
         """Undo the turn begun at ``mark`` (see ``send``), on the session's thread.
 
         The steering the turn took (``_steered``) goes back to the front of the queue.
@@ -780,7 +621,7 @@ class AgentSession(pykka.ThreadingActor):
         """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the
         plugins' states as they are now; costs a walk of those states, not of the history."""
         try:
-            states = _copy_containers(self._plugin_dicts())
+            states = copy_containers(self._plugin_dicts())
         except RecursionError:
             raise self._too_deep_error() from None
         stripped, _ = strip_live(states)
@@ -824,7 +665,7 @@ class AgentSession(pykka.ThreadingActor):
         later checkpointed turn would restore the same unstorable one, so no checkpoint of
         the session would succeed again."""
         try:
-            state = _copy_containers(self._provider_state)
+            state = copy_containers(self._provider_state)
         except RecursionError:
             raise SnapshotEncodeError(
                 "state.provider_state",
@@ -869,7 +710,7 @@ class AgentSession(pykka.ThreadingActor):
         parts += [(f"state.plugins.{name}", state) for name, state in states]
         for part, value in parts:
             try:
-                _copy_containers(value)
+                copy_containers(value)
             except RecursionError:
                 return part, value
         return "plugins", self.plugins.states()
@@ -881,11 +722,11 @@ class AgentSession(pykka.ThreadingActor):
             "session_id": self.session_id,
             "messages": [m.to_dict() for m in self._messages] if with_messages else None,
             "usage": self._usage.to_dict(),
-            "metadata": _copy_containers(self._metadata),
+            "metadata": copy_containers(self._metadata),
             "model": self.model_string,
             "instructions": self.template.instructions,
             "plugins": self._plugin_states(),
-            "provider_state": _copy_containers(self._provider_state),
+            "provider_state": copy_containers(self._provider_state),
             "turns": self._turns,
         }
         waiting = self.steering.waiting()
@@ -898,10 +739,10 @@ class AgentSession(pykka.ThreadingActor):
         template's order, then each state kept without its plugin, in the order it was
         restored (see ``PluginRunner``): carried unchanged, so a template that lists the
         plugin again gets it back. Copies, so no caller of ``state`` can change a kept one."""
-        states: dict[str, Any] = _copy_containers(self._plugin_dicts())
+        states: dict[str, Any] = copy_containers(self._plugin_dicts())
         kept = self.plugins.kept
         if kept:
-            states.update(_copy_containers(kept))
+            states.update(copy_containers(kept))
         return states
 
     # -- the turn loop -------------------------------------------------------------
@@ -1050,9 +891,9 @@ class AgentSession(pykka.ThreadingActor):
             except BaseException as exc:  # CancelledError & co.: the tool failed, no more
                 if ends_session(exc):
                     raise  # they keep their meaning: stop the process, end the session
-                output = _tool_error(exc)
+                output = tool_error(exc)
             else:
-                output, ok = _tool_output(result), True
+                output, ok = tool_output(result), True
         self._messages.append(Message.tool(asked, output))
         seconds = time.perf_counter() - started
         self.event_buffer.publish(

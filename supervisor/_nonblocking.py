@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
@@ -277,10 +278,29 @@ def outcome_of(work: Callable[[], Any]) -> tuple[Any, BaseException | None]:
         return None, exc
 
 
+def _withdraw_if_cancelled(call: _Exclusive) -> Callable[[Future[Any]], None]:
+    """A done-callback for ``call``'s future that withdraws ``call`` if it was cancelled;
+    it holds ``call`` weakly (see ``_Exclusive``)."""
+    reference = weakref.ref(call)
+
+    def withdraw(future: Future[Any]) -> None:
+        queued = reference()
+        if queued is not None and future.cancelled():
+            queued.withdraw()
+
+    return withdraw
+
+
 def _run_into(future: Future[Any], work: Callable[[], Any]) -> None:
     """Settle ``future`` with what ``work()`` returns or raises."""
     value, error = outcome_of(work)
     settle(future, value, error)
+
+
+_LEFT = Ticket(lambda: None)
+_LEFT.granted = True
+"""The ticket of a call that left the session's queue (started, withdrawn): the gate holds
+its own no more, and a granted ticket is never withdrawn."""
 
 
 class _Exclusive:
@@ -288,9 +308,19 @@ class _Exclusive:
 
     ``job`` is a ``Send`` carried through the runtime (``Incarnations.call``'s
     semantics), or a function run on a helper thread (``stop_session``).
+
+    Kept alive by whatever calls it next (the gate's queue, the timer, the runtime, a
+    helper thread), never by a cycle of its own: its future's done-callback holds it
+    weakly and its ticket is dropped once it left the queue (``_leave_queue``). Each call
+    left its future, its ticket and itself (17 objects) as cyclic garbage, which a turn
+    that outlives a young collection takes to the oldest generation: freed only by the
+    (rare, long) full collections.
     """
 
-    __slots__ = ("attempt", "calls", "future", "job", "record", "ref", "ticket", "timeout", "wait")
+    __slots__ = (
+        "__weakref__", "attempt", "calls", "future", "job", "record", "ref", "ticket", "timeout",
+        "wait",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -313,25 +343,34 @@ class _Exclusive:
     def queue(self) -> None:
         """Take a place in the session's queue (starting at once if it is free); a call
         still queued when the future is cancelled, or after ``timeout``, leaves it."""
-        self.future.add_done_callback(self._cancelled)
+        self.future.add_done_callback(_withdraw_if_cancelled(self))
         self.record.op_lock.when_free(self.ticket)
         if self.ticket.granted:
             return
         try:
             self.wait = self.calls.timer.call_later(self.timeout, self._waited_too_long)
         except RuntimeError as exc:  # the host shut down meanwhile
-            if self.record.op_lock.withdraw(self.ticket):
+            if self._leave_queue():
                 settle(self.future, None, exc)
             return
         if self.ticket.granted:  # granted meanwhile: ``_start`` may have missed the deadline
             self._cancel_wait()
 
-    def _cancelled(self, future: Future[Any]) -> None:
-        if future.cancelled() and self.record.op_lock.withdraw(self.ticket):
+    def withdraw(self) -> None:
+        """Leave the session's queue (the future was cancelled), if still in it."""
+        if self._leave_queue():
             self._cancel_wait()
 
+    def _leave_queue(self) -> bool:
+        """Take the call out of the session's queue; False if it was granted, or left,
+        already."""
+        if not self.record.op_lock.withdraw(self.ticket):
+            return False
+        self.ticket = _LEFT
+        return True
+
     def _waited_too_long(self) -> None:
-        if self.record.op_lock.withdraw(self.ticket):
+        if self._leave_queue():
             detail = f"session {self.record.session_id!r} stayed busy with another call"
             settle(self.future, None, TimeoutError(f"{detail} for {self.timeout} s"))
 
@@ -343,6 +382,7 @@ class _Exclusive:
     # -- holding the gate (from here on, ``_finish`` releases it) -------------------------
 
     def _start(self) -> None:
+        self.ticket = _LEFT
         self._cancel_wait()
         if not running(self.future):
             self.record.op_lock.release()

@@ -27,7 +27,8 @@ from supervisor import (
     WorkerCrashed,
     tune_interpreter,
 )
-from supervisor._nonblocking import HELPERS
+from supervisor._gate import Ticket
+from supervisor._nonblocking import HELPERS, _Exclusive
 from tests.supervisor.host_helpers import (
     WAIT,
     Fifo,
@@ -123,6 +124,42 @@ def test_cancel_withdraws_a_queued_call_only(make_host: HostFactory, fifo: Fifo)
     with pytest.raises(CancelledError):
         queued.result(0)
     assert [text for text, _ in pairs(host.store.load(sid).messages())] == ["running", "after"]
+
+
+def test_finished_and_cancelled_calls_leave_no_garbage_cycle(fifo: Fifo) -> None:
+    """A call's future, its place in the session's queue and the call itself are freed when
+    the call ends, not left as cyclic garbage: a turn outlives young collections, so such
+    garbage waited for a full collection (17 objects a call)."""
+    with AgentHost(store=MemoryCheckpointStore()) as host:
+        sid = held_session(host, fifo)
+        waiter = watch_events(host, sid)
+        fifo.release(1)
+        host.futures.send(sid, "warm").result(WAIT)
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            running = host.futures.send(sid, "running")
+            waiter.wait_for("turn_started", count=2)  # after the warm-up turn's
+            cancelled = host.futures.send(sid, "cancelled")
+            queued = [host.futures.send(sid, f"m{n}") for n in range(5)]
+            assert cancelled.cancel()
+            fifo.release(6)
+            answers = [f.result(WAIT).content for f in (running, *queued)]
+            del running, cancelled, queued
+            gc.collect()
+            cycles = sorted({type(o).__name__ for o in gc.garbage if isinstance(o, _CALL_PARTS)})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            if enabled:
+                gc.enable()
+    assert answers == ["echo: running", *(f"echo: m{n}" for n in range(5))]
+    assert cycles == []
+
+
+_CALL_PARTS = (Future, Ticket, _Exclusive)
 
 
 def test_a_timeout_fails_the_future_and_the_turn_still_completes_durably(

@@ -27,7 +27,7 @@ _NAME_RULE = "^[a-zA-Z0-9_-]{1,64}$"
 """The tool names OpenAI (function names) and Anthropic (tool names) accept; the adapters
 send ``Tool.name`` as it is, so a name outside it failed every model call of a session."""
 
-_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """``_NAME_RULE`` for ``fullmatch`` (``$`` would let a trailing newline through)."""
 
 _NAME_HELP = (
@@ -38,7 +38,7 @@ _NAME_HELP = (
 
 def _name_problem(name: str) -> str | None:
     """What is wrong with tool name ``name`` for the providers, or ``None`` if nothing."""
-    if _NAME.fullmatch(name):
+    if TOOL_NAME.fullmatch(name):
         return None
     if len(name) > 64:
         return f"it has {len(name)} characters; {_NAME_HELP}"

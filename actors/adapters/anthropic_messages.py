@@ -18,8 +18,11 @@ Mapping, both ways:
   model) goes cleaned, in its ``tool_use`` and its ``tool_result`` alike: each character
   the API refuses as ``_``, then ``_`` and 8 hex digits of the id's SHA-256, so distinct
   ids stay distinct and an id is the same in every request (``_2``, ... if another call
-  has it already). Only the request changes: the session's history keeps the original.
-  Sent as they were, they failed every later request of the session (HTTP 400);
+  has it already); a call's name the API refuses (``functions.add``: a tool the model
+  made up, which the session answered "unknown tool") goes cleaned alike, within 64
+  characters. Only the request changes: the session's history keeps the original. Sent
+  as they were, they failed every later request of the session (HTTP 400; see
+  ``actors.adapters._mapping.Spelling``);
 - a ``@tool`` as ``{name, description, input_schema}``;
 - usage: input tokens are ``input_tokens`` plus the cache's
   (``cache_read_input_tokens``, ``cache_creation_input_tokens``), cached input
@@ -53,7 +56,6 @@ outside a stream.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -64,7 +66,10 @@ import httpx2
 
 from actors.adapters._base import ProviderAdapter, api_key, merged_headers
 from actors.adapters._mapping import (
+    Spelling,
     normalized_stop,
+    sendable_ids,
+    sendable_name,
     split_system,
     streamed_answer,
     token_count,
@@ -85,11 +90,8 @@ DEFAULT_MAX_TOKENS = 4096
 _THINKING = ("thinking", "redacted_thinking")
 """The content blocks of extended thinking, which go back to the API with tool results."""
 
-_SENDABLE_ID = re.compile(r"[a-zA-Z0-9_-]+")
-"""A tool-call id the API takes (its ``^[a-zA-Z0-9_-]+$``; ``fullmatch``, ASCII only)."""
-
-_REFUSED_ID_CHARACTERS = re.compile(r"[^a-zA-Z0-9_-]")
-"""A character the API refuses in a tool-call id."""
+_CALL_IDS = Spelling(re.compile(r"[a-zA-Z0-9_-]+"), re.compile(r"[^a-zA-Z0-9_-]"), None, "call")
+"""The tool-call ids the API takes: its ``^[a-zA-Z0-9_-]+$`` (ASCII only, any length)."""
 
 _STOP = {
     "end_turn": "stop",
@@ -114,49 +116,6 @@ def _tool_input(call: ToolCall) -> dict[str, Any]:
     return dict(call.arguments)
 
 
-def _call_ids_in(message: Message) -> list[str]:
-    """The tool-call ids ``message`` sends: its calls', or the one a tool result answers."""
-    if message.role == "tool":
-        return [message.tool_call_id or ""]
-    return [call.id for call in message.tool_calls]
-
-
-def _cleaned_id(call_id: str) -> str:
-    """``call_id`` as an id the API takes: each character it refuses as ``_`` (``call``
-    for an empty id), then ``_`` and the first 8 hex digits of the id's SHA-256, so ids
-    that clean to the same text (``call.1``, ``call:1``) stay apart."""
-    readable = _REFUSED_ID_CHARACTERS.sub("_", call_id) or "call"
-    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{readable}_{digest}"
-
-
-def _sendable_ids(messages: Sequence[Message]) -> dict[str, str]:
-    """The id to send in place of each tool-call id of ``messages`` the API refuses (see the
-    module docstring); ``{}`` when it takes them all (the usual case: one check per id).
-
-    A cleaned id depends on the original alone (the same in every request, as the
-    conversation grows: the prompt cache keeps matching), unless another call of the
-    conversation has it already: then it takes ``_2``, ``_3``, ... (the first free)."""
-    taken: set[str] = set()
-    refused: dict[str, None] = {}  # in order of appearance, once each
-    for message in messages:
-        for call_id in _call_ids_in(message):
-            if _SENDABLE_ID.fullmatch(call_id):
-                taken.add(call_id)
-            else:
-                refused[call_id] = None
-    sendable: dict[str, str] = {}
-    for call_id in refused:
-        base = fresh = _cleaned_id(call_id)
-        number = 2
-        while fresh in taken:
-            fresh = f"{base}_{number}"
-            number += 1
-        taken.add(fresh)
-        sendable[call_id] = fresh
-    return sendable
-
-
 def _blocks(
     message: Message,
     thinking: Sequence[Mapping[str, Any]] = (),
@@ -164,7 +123,7 @@ def _blocks(
 ) -> list[dict[str, Any]]:
     """``message`` as content blocks, ``thinking`` first (the blocks of the answer it is, see
     ``_thinking_with``); ``ids``: the id to send for a tool-call id the API refuses
-    (``_sendable_ids``)."""
+    (``sendable_ids``). A call's name the API refuses goes cleaned (``sendable_name``)."""
     ids = ids or {}
     if message.role == "tool":
         call_id = message.tool_call_id or ""
@@ -183,7 +142,7 @@ def _blocks(
         {
             "type": "tool_use",
             "id": ids.get(call.id, call.id),
-            "name": call.name,
+            "name": sendable_name(call.name),
             "input": _tool_input(call),
         }
         for call in message.tool_calls
@@ -206,7 +165,7 @@ def anthropic_messages(
     """
     thinking = _thinking_of(provider_state)
     thinker = _thinking_with(messages, thinking)
-    ids = _sendable_ids(messages)
+    ids = sendable_ids(messages, _CALL_IDS)
     out: list[dict[str, Any]] = []
     last_role = None
     for message in messages:

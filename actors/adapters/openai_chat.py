@@ -10,6 +10,16 @@ Mapping, both ways:
   for an empty answer: the API takes ``null`` only beside tool calls) and its tool
   calls as ``tool_calls`` (``id``, ``function.name``, ``function.arguments``
   as JSON text); a ``tool`` message as ``role: tool`` with its ``tool_call_id``;
+- a tool-call id longer than the API takes (40 characters: a Responses item id
+  ``fc_...`` another library passed on, another provider's, one the session lengthened to
+  ``<id>_2``) goes shortened, in its call and its ``tool_call_id`` alike: its first 31
+  characters, ``_`` and 8 hex digits of its SHA-256, so distinct ids stay distinct and
+  an id is the same in every request (``_2``, ... if another call has it already); a
+  call's name the API refuses (it takes ``^[a-zA-Z0-9_-]{1,64}$``; ``functions.add``: a
+  tool the model made up, which the session answered "unknown tool") goes cleaned alike.
+  Only the request changes: the session's history keeps the original. Sent as they
+  were, they failed every later request of the session (HTTP 400; see
+  ``actors.adapters._mapping.Spelling``);
 - a ``@tool`` as ``{"type": "function", "function": {name, description, parameters}}``;
 - usage: ``prompt_tokens`` (cached: ``prompt_tokens_details.cached_tokens``),
   ``completion_tokens`` (reasoning: ``completion_tokens_details.reasoning_tokens``);
@@ -37,15 +47,19 @@ run it, and sent back with the history it failed every later request of the sess
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import openai
 
 from actors.adapters._mapping import (
+    Spelling,
     arguments_json,
     arguments_text,
     normalized_stop,
+    sendable_ids,
+    sendable_name,
     streamed_answer,
     token_count,
     tool_name,
@@ -69,15 +83,22 @@ _STOP = {
 }
 
 
+_CALL_IDS = Spelling(re.compile(r".{1,40}", re.DOTALL), None, 40, "call")
+"""The tool-call ids the API takes: 1 to 40 characters, any."""
+
+
 def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The conversation as Chat Completions ``messages``."""
+    """The conversation as Chat Completions ``messages``; tool-call ids and names the API
+    refuses go cleaned (see the module docstring)."""
+    ids = sendable_ids(messages, _CALL_IDS)
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "tool":
+            call_id = message.tool_call_id or ""
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": message.tool_call_id or "",
+                    "tool_call_id": ids.get(call_id, call_id),
                     "content": message.content or "",
                 }
             )
@@ -89,9 +110,12 @@ def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             if message.tool_calls:
                 item["tool_calls"] = [
                     {
-                        "id": call.id,
+                        "id": ids.get(call.id, call.id),
                         "type": "function",
-                        "function": {"name": call.name, "arguments": arguments_json(call)},
+                        "function": {
+                            "name": sendable_name(call.name),
+                            "arguments": arguments_json(call),
+                        },
                     }
                     for call in message.tool_calls
                 ]

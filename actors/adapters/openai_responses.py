@@ -19,6 +19,17 @@ Mapping, both ways:
 - ``user`` and ``assistant`` text as input messages; an assistant's tool calls
   as ``function_call`` items (``call_id``, ``name``, ``arguments``); a ``tool``
   message as a ``function_call_output`` item;
+- a ``call_id`` longer than the API takes (64 characters: another provider's or
+  library's) goes shortened when the whole conversation is sent, in its ``function_call``
+  and its ``function_call_output`` alike: its first 55 characters, ``_`` and 8 hex digits
+  of its SHA-256, so distinct ids stay distinct and an id is the same in every request
+  (``_2``, ... if another call has it already). Continuing from a
+  ``previous_response_id``, the results answer calls the server holds under the ids it
+  gave: those go as they are. A call's name the API refuses (it takes
+  ``^[a-zA-Z0-9_-]{1,64}$``; ``functions.add``: a tool the model made up, which the
+  session answered "unknown tool") goes cleaned alike. Only the request changes: the
+  session's history keeps the original. Sent as they were, they failed every later
+  request of the session (HTTP 400; see ``actors.adapters._mapping.Spelling``);
 - a ``@tool`` as ``{"type": "function", name, description, parameters}``;
 - usage: ``input_tokens`` (cached: ``input_tokens_details.cached_tokens``),
   ``output_tokens`` (reasoning: ``output_tokens_details.reasoning_tokens``);
@@ -44,15 +55,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
 
 from actors.adapters._mapping import (
+    Spelling,
     arguments_json,
     arguments_text,
     normalized_stop,
+    sendable_ids,
+    sendable_name,
     split_system,
     streamed_answer,
     token_count,
@@ -78,15 +93,24 @@ __all__ = [
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
-def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Conversation messages (no system ones) as Responses ``input`` items."""
+_CALL_IDS = Spelling(re.compile(r".{1,64}", re.DOTALL), None, 64, "call")
+"""The ``call_id`` values the API takes: 1 to 64 characters, any."""
+
+
+def responses_input(messages: Sequence[Message], continuing: bool = False) -> list[dict[str, Any]]:
+    """Conversation messages (no system ones) as Responses ``input`` items; call ids and
+    names the API refuses go cleaned (see the module docstring). ``continuing``: the
+    messages follow a response the server holds (``previous_response_id``), so the results
+    among them answer calls under the ids the server gave, which go as they are."""
+    ids = {} if continuing else sendable_ids(messages, _CALL_IDS)
     items: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "tool":
+            call_id = message.tool_call_id or ""
             items.append(
                 {
                     "type": "function_call_output",
-                    "call_id": message.tool_call_id or "",
+                    "call_id": ids.get(call_id, call_id),
                     "output": message.content or "",
                 }
             )
@@ -96,8 +120,8 @@ def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
         items.extend(
             {
                 "type": "function_call",
-                "call_id": call.id,
-                "name": call.name,
+                "call_id": ids.get(call.id, call.id),
+                "name": sendable_name(call.name),
                 "arguments": arguments_json(call),
             }
             for call in message.tool_calls
@@ -240,7 +264,8 @@ class OpenAIResponsesModel(OpenAIAdapter):
         """The create call's arguments, and the conversation (without system messages)."""
         instructions, conversation = split_system(request.messages)
         previous, new = unsent(conversation, request.provider_state)
-        arguments: dict[str, Any] = {"model": self.model_id, "input": responses_input(new)}
+        items = responses_input(new, continuing=previous is not None)
+        arguments: dict[str, Any] = {"model": self.model_id, "input": items}
         if previous is not None:
             arguments["previous_response_id"] = previous
         if instructions is not None:

@@ -49,7 +49,7 @@ async def wait_future(future: Future[T]) -> T:
     ``call_soon_threadsafe`` by the thread that resolves it. Cancelling the
     awaiting task leaves ``future`` alone: what it stands for goes on.
 
-    The waiter carries ``future`` itself and the exception is raised here, in the
+    The waiter only wakes the coroutine, and the exception is raised here, in the
     awaiting coroutine, not set on an asyncio future: asyncio refuses to hold a
     ``StopIteration`` (a model calling ``next`` on an exhausted iterator raises
     one), which left the awaiting task waiting forever. A coroutine cannot raise
@@ -59,21 +59,25 @@ async def wait_future(future: Future[T]) -> T:
     ``__anext__`` awaiting the call. A ``SystemExit`` or ``KeyboardInterrupt``
     arrives as a ``CallAborted`` caused by it (see the module docstring). Every
     other exception arrives as is.
+
+    Nothing of the call is left in a reference cycle once it is awaited: a waiter that
+    held ``future`` as its result, while ``future``'s done-callback held the waiter, left
+    both (and what they held) to a full collection.
     """
     loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[Future[T]] = loop.create_future()
+    waiter: asyncio.Future[None] = loop.create_future()
 
-    def resolved(done: Future[T]) -> None:  # on the thread that resolved ``future``
+    def resolved(_: Future[T]) -> None:  # on the thread that resolved ``future``
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits any more
-            loop.call_soon_threadsafe(_hand_over, done, waiter)
+            loop.call_soon_threadsafe(_wake, waiter)
 
     future.add_done_callback(resolved)
-    done = await waiter
-    if done.cancelled():
+    await waiter
+    if future.cancelled():
         raise asyncio.CancelledError
     with _no_exit("the awaited call"):
         try:
-            return done.result()
+            return future.result()
         except StopAsyncIteration as exc:
             raise RuntimeError("the call raised StopAsyncIteration") from exc
 
@@ -96,9 +100,9 @@ async def _to_thread(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(call, *args, **kwargs)
 
 
-def _hand_over(done: Future[T], waiter: asyncio.Future[Future[T]]) -> None:
+def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():  # else the awaiting task was cancelled
-        waiter.set_result(done)
+        waiter.set_result(None)
 
 
 class AsyncAgentHost:

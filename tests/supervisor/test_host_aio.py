@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+from concurrent.futures import Future
 
 import pytest
 
-from actors import Event
+from actors import Event, Snapshot
 from supervisor import (
     AgentHost,
     AsyncAgentHost,
@@ -267,3 +268,39 @@ def test_a_stream_left_with_break_unsubscribes(make_host: HostFactory) -> None:
     gc.collect()  # (CPython frees them at once; a collection covers other interpreters)
     assert len(buffer._subscribers) == before
     assert host.send(sid, "after").content == "echo: after"  # nobody left to wake
+
+
+def test_awaited_calls_leave_no_garbage_cycle() -> None:
+    """An awaited call's futures (the host's and the loop's) and what it returned are freed
+    once it is awaited, not left in a reference cycle for a full collection: the loop's
+    future held the host's as its result while the host's held the loop's in a callback,
+    and a checkpoint's snapshot with them."""
+    with AgentHost(store=MemoryCheckpointStore()) as host:
+        ahost = AsyncAgentHost(host)
+        sid = host.start_session(template())
+
+        async def calls() -> list[object]:
+            answer = await ahost.send(sid, "hello")
+            history = await ahost.history(sid)
+            snapshot = await ahost.checkpoint(sid)
+            return [answer.content, len(history), snapshot.session_id]
+
+        assert asyncio.run(calls()) == ["echo: hello", 2, sid]  # the loop's first use
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            results = [asyncio.run(calls()) for _ in range(5)]
+            gc.collect()
+            cycles = sorted({type(o).__name__ for o in gc.garbage if isinstance(o, _CALL_PARTS)})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            if enabled:
+                gc.enable()
+    assert results == [["echo: hello", 2 * n, sid] for n in range(2, 7)]
+    assert cycles == []
+
+
+_CALL_PARTS = (Future, asyncio.Future, Snapshot)

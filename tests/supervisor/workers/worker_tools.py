@@ -86,9 +86,10 @@ def undecodable_listing() -> str:
 def entry_escaping_off() -> None:
     """A ``worker_initializer``: the worker's sessions keep text as tools return it (as if
     ``actors._storable`` had missed a case), so an answer can hold what no frame can carry."""
-    import actors.session  # noqa: PLC0415 (the worker's own copy)
+    import actors._tool_text  # noqa: PLC0415 (the worker's own copy)
+    import actors.session  # noqa: PLC0415
 
-    actors.session.storable_text = lambda text: text  # type: ignore[attr-defined]
+    actors._tool_text.storable_text = lambda text: text  # type: ignore[attr-defined]
     actors.session.storable_message = lambda message: (message, {})  # type: ignore[attr-defined]
 
 

@@ -146,7 +146,13 @@ class Reply:
         return self._value
 
     def _deliver(self, value: Any) -> None:
-        """Settle with a successful reply's payload, passed through ``on_reply`` first."""
+        """Settle with a successful reply's payload, passed through ``on_reply`` first.
+
+        What ``on_reply`` raises settles the reply as its error; a ``BaseException`` that is
+        not an ``Exception`` (a checkpoint store's ``SystemExit`` on the main thread) is
+        raised on too, on the delivering thread. That thread may be delivering the reply of
+        another caller's call (a non-blocking one, of the session it waits for): before, that
+        call was left unanswered until its deadline, or until its worker was killed."""
         on_reply = self._on_reply
         if on_reply is None:
             self._settle(value, None)
@@ -155,6 +161,9 @@ class Reply:
             result = on_reply(value)
         except Exception as exc:
             self._settle(None, exc)
+        except BaseException as exc:
+            self._settle(None, exc)
+            raise
         else:
             self._settle(result, None)
 
@@ -898,10 +907,18 @@ class WorkerClient:
         """A lane was left without a deliverer: wake the helper thread, which delivers such
         lanes (started the first time one is left, it serves until the worker is gone).
         Left so: a frame nobody waits for (an event pushed, a non-blocking call's reply)
-        read by a thread waiting for its own reply while the reader thread is busy."""
+        read by a thread waiting for its own reply while the reader thread is busy; or
+        what a thread delivering a lane left in it when it stopped early (an exception
+        out of a delivery) or stopped waiting.
+
+        Once the worker is dead too: the reader thread delivers the lanes left at its end
+        (``_deliver_leftovers``) and ends, skipping those another thread delivers then.
+        Before, a lane that thread left afterwards was never delivered: the pool's report
+        of the session's death (never restarted, shown active) and the failures of calls
+        written since (a non-blocking one waited out its timeout, or for ever when
+        ``call_timeout`` came first). A helper thread started then delivers what is left
+        and ends."""
         with self._pipe_lock:
-            if self._dead:
-                return
             if self._helper is not None:
                 self._orphans.notify()
                 return

@@ -29,6 +29,7 @@ from typing import Any
 import pykka
 
 from actors import (
+    CheckpointAborted,
     Credentials,
     Event,
     EventBuffer,
@@ -37,6 +38,7 @@ from actors import (
     SteeringQueue,
     SteeringQueueFull,
 )
+from actors._loop import ends_session
 from actors.snapshot import checked_messages
 from supervisor._actor import SupervisedActor
 from supervisor._outcome import OneOutcome
@@ -207,7 +209,7 @@ class SessionLink:
         def settled(reply: Reply) -> None:
             try:
                 value = reply.result(0)
-            except Exception as exc:
+            except BaseException as exc:  # a save's ``SystemExit`` too: ``done`` tames it
                 error = self._mapped(exc)
                 if asked and isinstance(error, SessionCrashed):  # WorkerCrashed too
                     error = _chained(NotDelivered(str(error)), error)
@@ -313,7 +315,12 @@ class SessionLink:
         written before the caller sees the exception, so the session runs it
         before any later call (the worker reads its pipe in order). Nobody
         waits for its reply: a session gone meanwhile restarts from its last
-        checkpoint, which does not hold the turn either.
+        checkpoint, which does not hold the turn either. What the save raised is
+        raised again: an ``Exception`` (a ``CallAborted`` for a store's ``SystemExit``
+        or ``KeyboardInterrupt`` off the main thread), or, on the main thread, those
+        two as they are; any other ``BaseException`` (``GeneratorExit``,
+        ``asyncio.CancelledError``) as a ``CheckpointAborted`` caused by it, as in thread
+        mode (it fails the save, not the program).
         """
         answer = Message.from_dict(reply["message"])
         checkpoint = reply.get("checkpoint")
@@ -328,11 +335,11 @@ class SessionLink:
         try:
             try:
                 self.checkpointer(self.mirror.snapshot(checkpoint))
-            except Exception as exc:
-                self.client.submit("rollback", {"session": self.session_id})
-                turn = {} if finished is None else {"turn": finished.get("turn")}
-                events.publish("error", error=repr(exc), **turn)
-                raise
+            except BaseException as exc:
+                self._roll_back(exc, finished)
+                if isinstance(exc, Exception) or ends_session(exc):
+                    raise
+                raise CheckpointAborted(exc) from exc
             if self.steer is not None:
                 self.steer.saved()  # the turn's steering is used for good now
             if finished is not None:
@@ -341,6 +348,19 @@ class SessionLink:
             if finished is not None:
                 events.unreserve()
         return answer
+
+    def _roll_back(self, error: BaseException, finished: dict[str, Any] | None) -> None:
+        """The save of a turn's checkpoint raised ``error``: have the worker undo the turn
+        and publish the turn's ``error`` event (see ``finish_send``).
+
+        Whatever ``error`` is: a ``SystemExit`` or ``KeyboardInterrupt`` raised on the main
+        thread (a blocking ``send`` saves there) still means the turn was not saved. Before,
+        only an ``Exception`` rolled it back, and the worker kept the unsaved turn: the next
+        call saw it, the next turn's checkpoint saved it after all, a restart lost it.
+        """
+        self.client.submit("rollback", {"session": self.session_id})
+        turn = {} if finished is None else {"turn": finished.get("turn")}
+        self.events.publish("error", error=repr(error), **turn)
 
 
 def _chained(error: BaseException, cause: BaseException) -> BaseException:

@@ -7,6 +7,7 @@ event, with a bound (``WAIT``).
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import random
@@ -710,3 +711,30 @@ class Fifo:
         self.path.unlink()
         self.path.write_bytes(b"x" * 4096)
         os.close(self._fd)
+
+
+class CyclicGarbage:
+    """Names of the types in ``of`` that the code run inside ``with`` left in reference
+    cycles (``names``, once the block ended): the collector saves what it would free
+    (``gc.DEBUG_SAVEALL``) and is restored afterwards."""
+
+    def __init__(self, of: tuple[type, ...]) -> None:
+        self.of = of
+        self.names: list[str] = []
+
+    def __enter__(self) -> CyclicGarbage:
+        gc.collect()
+        self._enabled = gc.isenabled()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            gc.collect()
+            self.names = sorted({type(o).__name__ for o in gc.garbage if isinstance(o, self.of)})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            if self._enabled:
+                gc.enable()

@@ -22,6 +22,7 @@ from supervisor import (
 from supervisor._nonblocking import HELPERS
 from tests.supervisor.host_helpers import (
     WAIT,
+    CyclicGarbage,
     Fifo,
     FlakyModel,
     HostFactory,
@@ -286,21 +287,10 @@ def test_awaited_calls_leave_no_garbage_cycle() -> None:
             return [answer.content, len(history), snapshot.session_id]
 
         assert asyncio.run(calls()) == ["echo: hello", 2, sid]  # the loop's first use
-        gc.collect()
-        enabled = gc.isenabled()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
+        with CyclicGarbage(_CALL_PARTS) as garbage:
             results = [asyncio.run(calls()) for _ in range(5)]
-            gc.collect()
-            cycles = sorted({type(o).__name__ for o in gc.garbage if isinstance(o, _CALL_PARTS)})
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            if enabled:
-                gc.enable()
     assert results == [["echo: hello", 2 * n, sid] for n in range(2, 7)]
-    assert cycles == []
+    assert garbage.names == []
 
 
 _CALL_PARTS = (Future, asyncio.Future, Snapshot)

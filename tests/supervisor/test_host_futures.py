@@ -31,6 +31,7 @@ from supervisor._gate import Ticket
 from supervisor._nonblocking import HELPERS, _Exclusive
 from tests.supervisor.host_helpers import (
     WAIT,
+    CyclicGarbage,
     Fifo,
     FlakyModel,
     HostFactory,
@@ -135,11 +136,7 @@ def test_finished_and_cancelled_calls_leave_no_garbage_cycle(fifo: Fifo) -> None
         waiter = watch_events(host, sid)
         fifo.release(1)
         host.futures.send(sid, "warm").result(WAIT)
-        gc.collect()
-        enabled = gc.isenabled()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
+        with CyclicGarbage(_CALL_PARTS) as garbage:
             running = host.futures.send(sid, "running")
             waiter.wait_for("turn_started", count=2)  # after the warm-up turn's
             cancelled = host.futures.send(sid, "cancelled")
@@ -148,15 +145,8 @@ def test_finished_and_cancelled_calls_leave_no_garbage_cycle(fifo: Fifo) -> None
             fifo.release(6)
             answers = [f.result(WAIT).content for f in (running, *queued)]
             del running, cancelled, queued
-            gc.collect()
-            cycles = sorted({type(o).__name__ for o in gc.garbage if isinstance(o, _CALL_PARTS)})
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            if enabled:
-                gc.enable()
     assert answers == ["echo: running", *(f"echo: m{n}" for n in range(5))]
-    assert cycles == []
+    assert garbage.names == []
 
 
 _CALL_PARTS = (Future, Ticket, _Exclusive)

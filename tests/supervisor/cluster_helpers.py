@@ -30,6 +30,7 @@ __all__ = [
     "FakeClock",
     "NodeProcess",
     "expire",
+    "quiesce",
     "redis_library_or_skip",
     "redis_url_or_skip",
     "sql",
@@ -113,6 +114,16 @@ def expire(store: CheckpointStore, node_id: str) -> None:
         "UPDATE {s}.nodes SET heartbeat = heartbeat - interval '1 hour' WHERE node_id = %s",
         (node_id,),
     )
+
+
+def quiesce(host: AgentHost) -> None:
+    """Wait until ``host``'s node has published the events queued so far. Its publisher
+    marks them under a share lock on the sessions' rows, which a sweep skips (as it
+    would a live owner's save); a node that is dead for good holds no such lock, so a
+    test that plays a death with ``expire`` calls this first."""
+    assert host.node is not None
+    if host.node.events is not None:
+        assert host.node.events.flush(WAIT), f"node {host.node.node_id}: events not published"
 
 
 @tool

@@ -31,7 +31,7 @@ from supervisor.cluster import ClusterNode, NodeConfig
 from supervisor.cluster._leases import LeaseTable
 from tests.actors.snapshot_helpers import session_state
 from tests.pg_private import PrivateServer, ShutdownMode
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, sql, whereami
+from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, quiesce, sql, whereami
 from tests.supervisor.host_helpers import EventWaiter, host_options, pairs, poll_until, template
 
 FIVE_MINUTES_NS = 300 * 10**9
@@ -237,6 +237,7 @@ def test_the_sweeper_takes_over_a_dead_nodes_active_sessions_in_batches(
         a.start_session(template(), sid)
         a.send(sid, f"{sid} one")
     a.hibernate("s4")
+    quiesce(a)
     expire(a.store, "a")
     b = AgentHost(
         store=cluster.store(),

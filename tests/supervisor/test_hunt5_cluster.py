@@ -14,7 +14,7 @@ import pytest
 from supervisor import AgentHost
 from supervisor.cluster import ClusterNode, NodeConfig
 from tests.pg_server import terminate_connections
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, sql
+from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, quiesce, sql
 from tests.supervisor.host_helpers import pairs, poll_until, template
 
 
@@ -132,6 +132,7 @@ def test_a_sweeper_without_a_template_for_an_orphan_leaves_it_to_a_node_that_has
     for sid in ("s1", "s2"):
         a.start_session(template(), sid)
         a.send(sid, f"{sid} one")
+    quiesce(a)
     expire(a.store, "a")
     b = AgentHost(
         store=cluster.store(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor import NodeFenced, SessionOwnedElsewhere
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire
+from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, quiesce
 from tests.supervisor.host_helpers import EventWaiter, pairs, template
 
 
@@ -87,6 +87,7 @@ def test_after_an_outage_that_lapsed_every_lease_the_first_node_back_takes_no_ot
     assert b.node.renew()  # b a moment later: it keeps its session
     assert b.node.leases() == {"on-b": 1}
     assert b.send("on-b", "two").content == "echo: two"
+    quiesce(b)
     expire(b.store, "b")  # now b dies for good
     clock_a.advance(15.0)
     assert a.node.renew()

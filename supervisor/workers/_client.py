@@ -58,7 +58,7 @@ from supervisor.workers._frames import read_frame, write_frame
 from supervisor.workers._io import DEFAULT, PipeIO, Poller
 from supervisor.workers._lanes import Item, Lane, Parked
 from supervisor.workers._memory_limit import MEMORY_EXIT
-from supervisor.workers._protocol import POKE, decode_error, pack, unpack
+from supervisor.workers._protocol import POKE, SessionDown, decode_error, pack, unpack
 from supervisor.workers._worker_process import WorkerSetup, worker_main
 
 __all__ = ["LoadedTemplate", "Reply", "WorkerClient", "describe_exit"]
@@ -1056,7 +1056,30 @@ class WorkerClient:
         future: Reply | None,
         fn: Callable[[], None] | None,
     ) -> None:
-        """Deliver one lane entry: a pushed frame, a reply (its events first), or ``fn``."""
+        """Deliver one lane entry (``_deliver_entry``). On the reader or helper thread nothing
+        it raises goes further: it is logged and the thread goes on. Before, a
+        ``BaseException`` ended the reader thread (the worker was then killed: every session
+        of it crashed) or the helper thread (lanes left later waited for the worker's death).
+        On a caller's thread it is raised on, as the call's own exception would be."""
+        try:
+            self._deliver_entry(frame, future, fn)
+        except BaseException:
+            current = threading.current_thread()
+            if current is not self._reader and current is not self._helper:
+                raise
+            logger.exception("delivering a frame of worker pid %s failed", self.pid)
+
+    def _deliver_entry(
+        self,
+        frame: dict[str, Any] | None,
+        future: Reply | None,
+        fn: Callable[[], None] | None,
+    ) -> None:
+        """Deliver one lane entry: a pushed frame, a reply (its events first), or ``fn``.
+
+        A subscriber that ends its session (``_push``) fails the reply whose events it was
+        handed with ``SessionDown``: the reply is not delivered (no checkpoint of the turn
+        is saved), as in thread mode, where the exit ends the turn before its save."""
         if fn is not None:
             try:
                 fn()
@@ -1073,7 +1096,11 @@ class WorkerClient:
             return
         if "events" in frame:  # events the call published, before its reply
             _hold_turn_finished(frame)
-            self._push(frame)
+            ended = self._push(frame)
+            if ended is not None:
+                if future is not None:
+                    future._settle(None, ended)
+                return
         if future is None:
             return  # a late reply to a call already failed
         if frame.get("ok"):
@@ -1091,11 +1118,46 @@ class WorkerClient:
             except OSError:
                 pass  # the worker died (the reader buries it), or was buried
 
-    def _push(self, frame: dict[str, Any]) -> None:
+    def _push(self, frame: dict[str, Any]) -> SessionDown | None:
+        """Hand ``frame`` to ``on_push``. What that raises never goes further: an
+        ``Exception`` is logged; any other ``BaseException`` (an event subscriber's
+        ``SystemExit``: ``EventBuffer`` raises only those that end a session) ends the
+        frame's session alone, as in thread mode (``end_session``), and the ``SessionDown``
+        a call of that session then fails with is returned."""
         try:
             self._on_push(self, frame)
         except Exception:
             logger.exception("handling %r from worker pid %s failed", frame.get("op"), self.pid)
+        except BaseException as exc:
+            session = frame.get("session")
+            return self.end_session(session if type(session) is str else None, exc)
+        return None
+
+    def end_session(self, session_id: str | None, exc: BaseException) -> SessionDown:
+        """``exc`` (a ``SystemExit``, say), raised on the host's side while a frame of
+        ``session_id`` was delivered, ends that session alone, as it would on its own thread
+        in thread mode: ``on_push`` gets a ``down`` of it (the pool crashes its proxy, the
+        supervisor restarts it from its last checkpoint). Returns the error the call being
+        delivered fails with (``SessionDown`` of a call that ran, caused by ``exc``).
+
+        Never raises: it runs on whichever thread delivers the session's frames (the
+        reader thread too, which must not end before the worker does)."""
+        reason = f"{exc!r} raised on the host delivering its frames"
+        logger.error(
+            "%s, delivering a frame of session %r from worker pid %s: ending that session",
+            repr(exc),
+            session_id,
+            self.pid,
+            exc_info=exc,
+        )
+        down = SessionDown(reason, started=True)
+        down.__cause__ = exc
+        if session_id is not None:
+            try:
+                self._on_push(self, {"op": "down", "session": session_id, "reason": reason})
+            except BaseException:
+                logger.exception("ending session %r failed", session_id)
+        return down
 
     def _bury(self, me: int) -> None:
         """The worker is gone: reap it, fail what was in flight, close the pipe, tell the

@@ -63,6 +63,11 @@ _STEER_WAIT = 10.0
 """Seconds ``steer`` waits for the worker to take a text. Past it the text is kept here as
 sent (the worker takes it late, or its session's end gives it back): a worker is killed
 for being slow only under ``worker_call_timeout``, never for a steer."""
+_KILL_GRACE = 10.0
+"""Seconds a call waits, after ``worker_call_timeout`` killed its worker, for the worker's
+death to fail it (normally milliseconds: the pipe's reader notices the death at once, and
+reaps the process within ``_client._JOIN_TIMEOUT``). Past it the call fails with
+``WorkerCrashed`` anyway: no call waits for ever on a failure that never comes."""
 
 
 class SessionLink:
@@ -219,7 +224,9 @@ class SessionLink:
 
         limit = self.call_timeout
         if limit is not None and limit <= timeout:
-            outcome.deadline = timer.call_later(limit, lambda: self._kill_late(op, outcome, limit))
+            outcome.deadline = timer.call_later(
+                limit, lambda: self._kill_late(op, outcome, limit, timer, asked=asked)
+            )
         else:
             message = f"session {self.session_id!r} did not answer within {timeout} s"
             outcome.deadline = timer.call_later(
@@ -227,7 +234,13 @@ class SessionLink:
             )
         self.client.submit(op, payload, on_reply=on_reply, on_done=settled)
 
-    def _kill_late(self, op: str, outcome: OneOutcome, limit: float) -> None:
+    def _kill_late(
+        self, op: str, outcome: OneOutcome, limit: float, timer: CallTimer, *, asked: bool
+    ) -> None:
+        """``op`` was not answered within ``call_timeout`` (``limit``): kill the worker; its
+        death fails the call. Should that failure not come within ``_KILL_GRACE`` (the
+        worker was dead already and its last frames are never delivered), the call fails
+        then, as it would have (``_late``)."""
         if outcome.settled:
             return
         logger.error(
@@ -238,6 +251,22 @@ class SessionLink:
             extra={"worker_pid": self.client.pid, "reason": "call_timeout"},
         )
         self.client.kill()  # the reply then fails with WorkerCrashed, on the reader thread
+        error: BaseException = self._late(op, limit)
+        if asked:
+            error = _chained(NotDelivered(str(error)), error)
+        with contextlib.suppress(RuntimeError):  # the timer is closed: the host shut down
+            outcome.deadline = timer.call_later(
+                _KILL_GRACE, functools.partial(outcome.finish, None, error)
+            )
+
+    def _late(self, op: str, limit: float | None) -> WorkerCrashed:
+        """The error of a call whose worker was killed for not answering ``op`` within
+        ``limit`` s, and whose death did not fail it within ``_KILL_GRACE`` after."""
+        status = (
+            f"killed: it did not answer {op!r} within {limit} s, and its death was not "
+            f"reported within {_KILL_GRACE} s after"
+        )
+        return WorkerCrashed(self.client.pid, status, self.session_id)
 
     def _mapped(self, exc: BaseException) -> BaseException:
         """The error a call that failed with ``exc`` raises (see ``send``)."""
@@ -299,7 +328,12 @@ class SessionLink:
             extra={"worker_pid": self.client.pid, "reason": "call_timeout"},
         )
         self.client.kill()
-        return reply.result(None)  # fails with WorkerCrashed (or the reply won the race)
+        try:  # fails with WorkerCrashed (or the reply won the race)
+            return reply.result(_KILL_GRACE)
+        except TimeoutError:
+            if reply.done():
+                raise
+        raise self._late(op, self.call_timeout)
 
     def finish_send(self, reply: dict[str, Any]) -> Message:
         """The answer of a ``send`` reply, after saving the checkpoint it carries (the
@@ -327,7 +361,7 @@ class SessionLink:
         finished = reply.get("turn_finished")  # held back until the save is done (``_client``)
         if checkpoint is None or self.checkpointer is None:
             if finished is not None:
-                self.events.publish("turn_finished", **finished)
+                self._publish("turn_finished", finished)
             return answer
         events = self.events
         if finished is not None:
@@ -343,7 +377,7 @@ class SessionLink:
             if self.steer is not None:
                 self.steer.saved()  # the turn's steering is used for good now
             if finished is not None:
-                events.publish("turn_finished", **finished)
+                self._publish("turn_finished", finished)
         finally:
             if finished is not None:
                 events.unreserve()
@@ -360,7 +394,20 @@ class SessionLink:
         """
         self.client.submit("rollback", {"session": self.session_id})
         turn = {} if finished is None else {"turn": finished.get("turn")}
-        self.events.publish("error", error=repr(error), **turn)
+        self._publish("error", {"error": repr(error), **turn})
+
+    def _publish(self, type_: str, data: dict[str, Any]) -> None:
+        """Publish an event of the turn being delivered. A subscriber's ``SystemExit`` (what
+        ``EventBuffer`` raises: it ends the session) ends this session alone, as in thread
+        mode; the call fails with ``SessionDown`` instead (``SessionCrashed`` to its caller).
+        Raised on, the exit ended the thread delivering the reply: the pipe's reader thread,
+        and with it the worker and all its sessions."""
+        try:
+            self.events.publish(type_, **data)
+        except Exception:
+            raise
+        except BaseException as exc:
+            raise self.client.end_session(self.session_id, exc) from exc
 
 
 def _chained(error: BaseException, cause: BaseException) -> BaseException:

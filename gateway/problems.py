@@ -41,6 +41,7 @@ from supervisor import (
     CredentialsUnavailable,
     HostShutDown,
     Killed,
+    NodeFenced,
     NotDelivered,
     OwnershipLost,
     SessionAlreadyExists,
@@ -265,6 +266,12 @@ def _problem_for(error: BaseException, session_id: str | None) -> Problem:
             return _retry(503, "timeout", "No answer in time", "the session did not answer in time")
         case WorkerStartError() | StoreUnavailable() | StoreUnreachable() | OwnershipLost():
             return _retry(503, "unavailable", "Temporarily unavailable", type(error).__name__)
+        case NodeFenced():
+            detail = (  # why and which node are the operator's to read in the log
+                "this server lost its lease on the cluster's database and serves no session "
+                "until it renews it; send again: another node takes the session over"
+            )
+            return _retry(503, "node-fenced", "Server not serving sessions", detail)
         case SessionOwnedElsewhere():
             detail = (  # the owner's address is the cluster's own, not the client's to call
                 f"{_which(error, session_id)} is served by another node ({error.node!r}) "

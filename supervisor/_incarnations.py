@@ -128,8 +128,9 @@ class Incarnations:
     def call(self, record: SessionRecord, request: Request, timeout: float) -> Any:
         """Carry ``request`` to the session's serving incarnation; if it never got there
         (the incarnation was ending), once more to the next one. Refused while the host's
-        node is fenced; a session whose save found it owned elsewhere is stopped here."""
-        self.ownership.check_serving()
+        node is fenced, or its copy of the session is out of date (``check_serving``); a
+        session whose save found it owned elsewhere is stopped here."""
+        self.ownership.check_serving(record.session_id)
         try:
             return self._call(record, request, timeout)
         except OwnershipLost:
@@ -547,8 +548,12 @@ class Incarnations:
 
     def checkpoint(self, record: SessionRecord, label: str | None) -> Snapshot:
         """``AgentHost.checkpoint``: the running incarnation's snapshot saved, or the latest
-        checkpoint saved again as the newest, labelled ``label``."""
+        checkpoint saved again as the newest, labelled ``label``. Refused (nothing saved)
+        while the host's node is fenced or lost the session (``check_serving``, asked
+        before the snapshot is taken and again before it is saved)."""
+        self.ownership.check_serving(record.session_id)
         snapshot: Snapshot | None = self.ask_running(record, TakeSnapshot(label))
+        self.ownership.check_serving(record.session_id)
         try:
             if snapshot is None:  # the newest that loads, as its next incarnation would
                 copy = self._copy_latest(record, label)
@@ -582,9 +587,16 @@ class Incarnations:
 
     def history(self, record: SessionRecord) -> list[Message]:
         """``AgentHost.history``: the running incarnation's, else the last checkpoint's; none
-        (restarting before its first checkpoint) is the empty history it comes back with."""
+        (restarting before its first checkpoint) is the empty history it comes back with.
+        Refused while the host's node is fenced or lost the session: another node may have
+        run turns this copy lacks. Asked again once the copy answered: passed then, the
+        session was still this node's, so what the copy said was current."""
+        self.ownership.check_serving(record.session_id)
         history: list[Message] | None = self.ask_running(record, GetHistory())
-        return self.saved_history(record.session_id) if history is None else history
+        if history is None:
+            history = self.saved_history(record.session_id)
+        self.ownership.check_serving(record.session_id)
+        return history
 
     def saved_history(self, session_id: str) -> list[Message]:
         """The conversation of the session's newest checkpoint that loads (the one it comes

@@ -23,6 +23,7 @@ wait run on ``HelperThreads`` (at most ``HELPERS`` threads, none when idle).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import weakref
@@ -193,9 +194,18 @@ class NonBlockingCalls:
     ) -> Future[Any]:
         """``Incarnations.ask_running`` without waiting: ``answered(answer)`` when a running
         incarnation answers (on the thread that completes the call), else ``otherwise()``
-        on a helper thread (the session is not running: its checkpoint has the answer)."""
+        on a helper thread (the session is not running: its checkpoint has the answer).
+        Refused, as the blocking calls are, while the host's node is fenced or lost the
+        session (``check_serving``): asked before the session is, and again before
+        ``answered`` runs (a history handed on, a snapshot saved)."""
         future = self.new_future()
         if not running(future):  # it starts at once: no longer cancellable
+            return future
+        serving = functools.partial(self.sessions.ownership.check_serving, record.session_id)
+        try:
+            serving()
+        except Exception as exc:
+            settle(future, None, exc)
             return future
         ref = self.sessions.serving_now(record)
         if ref is None:
@@ -207,6 +217,8 @@ class NonBlockingCalls:
                 self.helpers.run(lambda: self._after_end(ref, future, otherwise))
             elif error is not None:
                 settle(future, None, error)
+            elif (refused := outcome_of(serving)[1]) is not None:
+                settle(future, None, refused)  # (not lost here: the node stops the copy)
             else:
                 self._answer(record, future, lambda: answered(value))
 
@@ -389,7 +401,7 @@ class _Exclusive:
             return
         if isinstance(self.job, Send):
             try:  # as ``Incarnations.call``: a fenced cluster node takes no turn
-                self.calls.sessions.ownership.check_serving()
+                self.calls.sessions.ownership.check_serving(self.record.session_id)
             except Exception as exc:
                 self._finish(None, exc)
             else:

@@ -50,8 +50,11 @@ class Ownership(Protocol):
         """
         ...
 
-    def check_serving(self) -> None:
-        """Raise ``NodeFenced`` when this host must not run turns now."""
+    def check_serving(self, session_id: str | None = None) -> None:
+        """Raise ``NodeFenced`` when this host must not run turns now. With ``session_id``
+        (a call on that session: ``send``, ``history``, ``checkpoint``), also
+        ``OwnershipLost`` when the host lost the session to another node and is stopping
+        its copy, which lacks the new owner's turns. Cheap: no store round trip."""
         ...
 
     def event_mark(self, session_id: str) -> int:
@@ -105,7 +108,7 @@ class SoleOwnership:
     def save(self, snapshot: Snapshot) -> CheckpointInfo:
         return self._store.save(snapshot)
 
-    def check_serving(self) -> None:
+    def check_serving(self, session_id: str | None = None) -> None:
         pass
 
     def event_mark(self, session_id: str) -> int:

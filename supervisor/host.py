@@ -439,6 +439,10 @@ class AgentHost:
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
             TimeoutError: the session did not answer within ``call_timeout``.
+            NodeFenced: (a cluster node) the node fenced itself: another node may have run
+                turns its copy lacks; ask again, or ask another node.
+            OwnershipLost: (a cluster node) another node took the session over and the
+                copy here is being stopped; ask the new owner.
         """
         return self._sessions.history(self._table.live(session_id, tenant_id))
 
@@ -523,6 +527,9 @@ class AgentHost:
             TimeoutError: the session did not answer within ``call_timeout``.
             TypeError, ValueError: ``label`` is neither a ``str`` nor ``None``, or holds a
                 lone surrogate.
+            NodeFenced: (a cluster node) the node fenced itself: nothing is saved.
+            OwnershipLost: (a cluster node) another node owns the session now; nothing is
+                saved here.
         """
         checked = check_label(label)
         return self._sessions.checkpoint(self._table.live(session_id, tenant_id), checked)

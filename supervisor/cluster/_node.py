@@ -18,7 +18,10 @@ hands the sessions claimed elsewhere meanwhile to ``lose``, then lifts the
 fence; its sweeper then takes nothing over for one TTL (after an outage of the
 database every lease lapsed at once, and the other nodes are about to renew
 theirs). Saves need no fence check of their own: the database refuses a save
-whose epoch is stale, whatever the node believes.
+whose epoch is stale, whatever the node believes. A call answered from a session's copy
+here (``history``, ``checkpoint``) asks ``check_serving(session_id)``, which also
+refuses a session whose lease the node lost (``OwnershipLost``) while the host is still
+stopping its copy: that copy lacks the new owner's turns.
 
 A copy that outlived its lease: when the database saw this node as dead without the
 node fencing itself (its clock and the database's disagree), another node may have
@@ -107,6 +110,13 @@ class ClusterNode:
         # ran, so it is stopped (``lose``) and the claim released before the session runs
         # here again, from its latest checkpoint (``_stale_claim``, ``release``).
         self._stale: dict[str, int] = {}
+        # Sessions whose lease this node held and lost (another node claimed them: found by
+        # a renewal after a fence, a refused save, a claim), with the epoch lost: the copy
+        # here is out of date, and no call may be answered from it (``check_serving``).
+        # Kept until the node claims the session again or stops it for good: the host's
+        # ``lose`` releases a moved session before it marks it stopped, and a call between
+        # the two must still be refused.
+        self._revoked: dict[str, int] = {}
         self._stopping = threading.Event()
         self._no_adoption = threading.Event()  # the host is shutting down: take nothing over
         self._wake = threading.Event()  # the housekeeping thread has sessions to lose
@@ -154,14 +164,40 @@ class ClusterNode:
             return f"its lease was last renewed {late + self.config.fence_after:.2f} s ago"
         return None
 
-    def check_serving(self) -> None:
-        """Raise ``NodeFenced`` when the node must not run turns (see the module docstring)."""
+    def check_serving(self, session_id: str | None = None) -> None:
+        """Raise ``NodeFenced`` when the node must not run turns (see the module docstring);
+        with ``session_id``, also ``OwnershipLost`` when the node lost that session's lease
+        to another node and its copy here is out of date (it is being stopped). Reads only
+        the node's own state: no database round trip.
+
+        A call answered from the session's copy here asks it before and again after the
+        copy answers: a node that passes it at a moment owned the session then (no other
+        node can have claimed it yet), so an answer read before that moment was current.
+        """
         gone = self._gone
         if gone is not None:  # no renewal will ever lift it
             raise NodeFenced(self.node_id, gone, final=True)
         reason = self.fenced
         if reason is not None:
             raise NodeFenced(self.node_id, reason)
+        if session_id is not None:
+            self._check_not_revoked(session_id)
+
+    def _check_not_revoked(self, session_id: str) -> None:
+        """Raise ``OwnershipLost`` if the node lost the session's lease (``_revoked``) or
+        claimed it back while its old copy still runs here (``_stale``)."""
+        with self._lock:
+            revoked = self._revoked.get(session_id)
+            if revoked is None:
+                revoked = self._stale.get(session_id)
+        if revoked is not None:
+            raise OwnershipLost(
+                session_id,
+                self.node_id,
+                revoked,
+                "another node claimed it since, so the copy here is out of date; it is being "
+                "stopped",
+            )
 
     def renew(self) -> bool:
         """One heartbeat: True if the lease was renewed. After a fence, the leases are
@@ -241,7 +277,9 @@ class ClusterNode:
         """Drop the lease now; the housekeeping thread stops the session (which may wait for
         a turn in progress: never on the heartbeat's thread)."""
         with self._lock:
-            self._leases.pop(session_id, None)
+            lease = self._leases.pop(session_id, None)
+            if lease is not None:
+                self._revoked[session_id] = lease.epoch
             if self._lose is not None:
                 self._to_lose.append(session_id)
         self._wake.set()
@@ -280,7 +318,9 @@ class ClusterNode:
             epoch = self._table.claim(session_id, self.node_id, self.incarnation)
         except SessionOwnedElsewhere:
             with self._lock:
-                self._leases.pop(session_id, None)
+                lost = self._leases.pop(session_id, None)
+                if lost is not None:  # a copy of it ran here on that lease: out of date now
+                    self._revoked[session_id] = lost.epoch
             raise
         with self._lock:
             if held is not None and held.epoch != epoch and self._lose is not None:
@@ -290,10 +330,12 @@ class ClusterNode:
                 if self._leases.get(session_id) is held:
                     del self._leases[session_id]
                 self._stale[session_id] = epoch
+                self._revoked[session_id] = held.epoch
                 self._to_lose.append(session_id)
                 self._wake.set()
                 raise self._stale_claim(session_id, epoch)
             self._leases[session_id] = _Lease(epoch, sent)
+            self._revoked.pop(session_id, None)  # ours again: what runs here runs on it
         return epoch
 
     def _stale_claim(self, session_id: str, epoch: int) -> OwnershipLost:
@@ -330,6 +372,7 @@ class ClusterNode:
                 lease = self._leases.get(sid)
                 if lease is not None and lease.epoch == epoch:
                     del self._leases[sid]
+                    self._revoked[sid] = epoch
             raise
 
     def hibernated(self, session_id: str, hibernated: bool) -> None:
@@ -355,6 +398,8 @@ class ClusterNode:
         with self._lock:
             lease = self._leases.pop(session_id, None)
             stale = self._stale.pop(session_id, None)
+            if stopped:  # its life here is over (a move keeps the mark: see ``_revoked``)
+                self._revoked.pop(session_id, None)
         if lease is not None:
             self._release(session_id, lease.epoch, stopped=stopped)
         if stale is not None:  # the claim its stale copy could not run on
@@ -559,6 +604,7 @@ class ClusterNode:
                     stale.add(session_id)
                 else:
                     self._leases[session_id] = _Lease(epoch, sent)
+                    self._revoked.pop(session_id, None)
         return stale
 
     def _drop_stale_copy(self, session_id: str) -> None:
@@ -599,6 +645,7 @@ class ClusterNode:
             with self._lock:
                 self._leases.clear()
                 self._stale.clear()
+                self._revoked.clear()
             self._close_heartbeat_connection()
 
     def _close_heartbeat_connection(self) -> None:

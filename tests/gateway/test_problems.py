@@ -7,7 +7,7 @@ import pytest
 
 from actors import UnsendableRequest
 from gateway.problems import Problem, problem_for
-from supervisor import HostShutDown, StoreBusy, StoreFull, StoreUnreachable
+from supervisor import HostShutDown, NodeFenced, StoreBusy, StoreFull, StoreUnreachable
 
 
 @pytest.mark.parametrize(
@@ -51,4 +51,17 @@ def test_a_request_the_provider_cannot_be_sent_is_the_clients_to_fix_not_retryab
     error = UnsendableRequest("the user's last turn holds no text: send some text")
     assert problem_for(error, "s1") == Problem(
         422, "invalid-input", "Invalid input", "the user's last turn holds no text: send some text"
+    )
+
+
+@pytest.mark.parametrize("final", [False, True])
+def test_a_fenced_node_is_a_retryable_503_not_an_internal_error(final: bool) -> None:
+    error = NodeFenced("a", "its lease was last renewed 31.00 s ago", final=final)
+    assert problem_for(error, "s1") == Problem(
+        503,
+        "node-fenced",
+        "Server not serving sessions",
+        "this server lost its lease on the cluster's database and serves no session until "
+        "it renews it; send again: another node takes the session over",
+        retry_after=1,
     )

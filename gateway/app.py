@@ -1,7 +1,7 @@
 """``create_app``: the gateway's FastAPI application.
 
 The route of a request: uvicorn -> ``LimitsMiddleware`` (body size, requests
-per key) -> FastAPI routing and validation -> ``caller`` (the API key's tenant)
+per key) -> FastAPI routing -> ``CallerCheck`` (the API key's tenant) -> validation
 -> a route, which awaits ``AsyncAgentHost`` with the caller's tenant -> the
 answer, or an exception turned into problem details by ``gateway.problems``.
 """

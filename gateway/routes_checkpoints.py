@@ -9,16 +9,14 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Query
 
 from actors import Snapshot, redact_secrets, strip_secrets
-from gateway._context import JSON_BODY, SESSION_PATH, Caller, GatewayDep, host_id
+from gateway._context import SessionCaller, SessionJsonCaller, host_id
 from gateway.problems import problem_responses
 from gateway.schemas import JSON_BODY_RESPONSES, CheckpointOut, CheckpointRequest, CheckpointsOut
 from supervisor import CheckpointNotFound
 
 __all__ = ["router"]
 
-router = APIRouter(
-    prefix="/v1/sessions/{session_id}", tags=["checkpoints"], dependencies=[SESSION_PATH]
-)
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["checkpoints"])
 
 MAX_CHECKPOINT_ID: Final = 256
 """The longest ``checkpoint_id`` a request may name (the host's are 32 characters): a
@@ -26,8 +24,9 @@ longer one answers 422 before any store is asked."""
 
 
 @router.get("/checkpoints", summary="List checkpoints")
-async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) -> CheckpointsOut:
+async def list_checkpoints(session_id: str, call: SessionCaller) -> CheckpointsOut:
     """The session's stored checkpoints, newest first (metadata only)."""
+    gateway, key = call
     gateway.owned(key.tenant_id, session_id)
     store = gateway.ahost.host.store
     infos = await asyncio.to_thread(store.list, host_id(key.tenant_id, session_id))
@@ -48,7 +47,6 @@ async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) ->
     "/checkpoints",
     status_code=201,
     summary="Take a checkpoint",
-    dependencies=[JSON_BODY],
     responses={
         **JSON_BODY_RESPONSES,
         **problem_responses(
@@ -61,11 +59,11 @@ async def list_checkpoints(session_id: str, gateway: GatewayDep, key: Caller) ->
 )
 async def take_checkpoint(
     session_id: str,
-    gateway: GatewayDep,
-    key: Caller,
+    call: SessionJsonCaller,
     body: Annotated[CheckpointRequest | None, Body()] = None,
 ) -> CheckpointOut:
     """Save a checkpoint now (the body, and its label, may be left out)."""
+    gateway, key = call
     internal = host_id(key.tenant_id, session_id)
     label = None if body is None else body.label
     snap = await gateway.ahost.checkpoint(internal, label, tenant_id=key.tenant_id)
@@ -86,8 +84,7 @@ async def take_checkpoint(
 )
 async def export(
     session_id: str,
-    gateway: GatewayDep,
-    key: Caller,
+    call: SessionCaller,
     checkpoint_id: Annotated[
         str | None,
         Query(
@@ -102,6 +99,7 @@ async def export(
     ``redact=None`` or its own ``redact`` exports no secret either), then the
     secret-looking keys themselves. By default the newest that can be read, the one the
     session comes back from (a damaged newer one is skipped, as ``/history`` skips it)."""
+    gateway, key = call
     gateway.owned(key.tenant_id, session_id)
     internal = host_id(key.tenant_id, session_id)
     snapshot: Snapshot | None

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from gateway._context import SESSION_PATH, Caller, Gateway, GatewayDep, host_id
+from gateway._context import Gateway, SessionCaller, host_id
 from gateway.limits import _bearer
 from gateway.problems import Problem, ProblemError, problem_data, unauthorized
 from gateway.sse import (
@@ -36,7 +36,7 @@ __all__ = ["router"]
 
 logger = logging.getLogger("gateway")
 
-router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"], dependencies=[SESSION_PATH])
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["events"])
 
 
 def _cursor(text: str | None) -> int | None:
@@ -56,11 +56,10 @@ def _cursor(text: str | None) -> int | None:
     response_class=StreamingResponse,
     responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
 )
-async def events(  # noqa: PLR0917 (the route's parameters)
+async def events(
     request: Request,
     session_id: str,
-    gateway: GatewayDep,
-    key: Caller,
+    call: SessionCaller,
     last_event_id: Annotated[str | None, Header()] = None,
     since: Annotated[str | None, Query()] = None,
 ) -> Any:
@@ -76,6 +75,7 @@ async def events(  # noqa: PLR0917 (the route's parameters)
 
     A stream whose API key is revoked ends within ``Limits.key_check_s`` (default 5 s)
     with an ``error`` frame of the 401 problem (``type`` ``/problems/unauthorized``)."""
+    gateway, key = call
     cursor = _cursor(last_event_id or since)
     gateway.owned(key.tenant_id, session_id)
     internal = host_id(key.tenant_id, session_id)

@@ -12,11 +12,9 @@ from fastapi.responses import StreamingResponse
 
 from actors import Message
 from gateway._context import (
-    JSON_BODY,
-    SESSION_PATH,
-    Caller,
     Gateway,
-    GatewayDep,
+    SessionCaller,
+    SessionJsonCaller,
     host_id,
     public_id,
 )
@@ -41,9 +39,7 @@ from supervisor import SessionFailed, SessionNotFound, wait_future
 
 __all__ = ["router"]
 
-router = APIRouter(
-    prefix="/v1/sessions/{session_id}", tags=["messages"], dependencies=[SESSION_PATH]
-)
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["messages"])
 
 
 def _refuse_given_up(gateway: Gateway, tenant: str, session_id: str) -> None:
@@ -69,7 +65,6 @@ def _check_length(gateway: Gateway, text: str) -> None:
     "/messages",
     summary="Send a message",
     response_model=SendResult,
-    dependencies=[JSON_BODY],
     responses={
         200: {"content": {SSE_MEDIA_TYPE: {}}},
         **JSON_BODY_RESPONSES,
@@ -83,7 +78,7 @@ def _check_length(gateway: Gateway, text: str) -> None:
         ),
     },
 )
-async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, key: Caller) -> Any:
+async def send_message(session_id: str, body: SendMessage, call: SessionJsonCaller) -> Any:
     """Run one turn. With ``stream: true`` the answer is Server-Sent Events: the turn's
     events (``delta``, ``turn_started``, ``tool_call``, ...) then ``answer`` (or ``error``);
     a ``missed`` frame counts events of the turn lost to a reader that fell behind.
@@ -95,6 +90,7 @@ async def send_message(session_id: str, body: SendMessage, gateway: GatewayDep, 
     ``error`` event of its own, without ``data``, when the connection fails: in an
     ``addEventListener("error", ...)`` listener, ``event.data === undefined`` is
     that."""
+    gateway, key = call
     _check_length(gateway, body.text)
     tenant = key.tenant_id
     internal = host_id(tenant, session_id)
@@ -202,13 +198,13 @@ def _drop_outcome(task: asyncio.Future[Any]) -> None:
     "/steer",
     status_code=204,
     summary="Steer a session",
-    dependencies=[JSON_BODY],
     responses=JSON_BODY_RESPONSES,
 )
-async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: Caller) -> Response:
+async def steer(session_id: str, body: SteerMessage, call: SessionJsonCaller) -> Response:
     """Queue text for the session's next model call, even in the middle of a turn. A
     session given up after repeated crashes answers 409, as a send to it does: it makes
     no model call the text would reach."""
+    gateway, key = call
     _check_length(gateway, body.text)
     internal = host_id(key.tenant_id, session_id)
     # a session given up: the host raises SessionFailed (409), as for a send
@@ -223,12 +219,12 @@ async def steer(session_id: str, body: SteerMessage, gateway: GatewayDep, key: C
 )
 async def history(
     session_id: str,
-    gateway: GatewayDep,
-    key: Caller,
+    call: SessionCaller,
     cursor: Annotated[str | None, Query(description="next_cursor of the page before")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> HistoryOut:
     """A page of the conversation, oldest first."""
+    gateway, key = call
     offset = 0
     if cursor is not None:
         if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 12:

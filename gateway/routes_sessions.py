@@ -12,11 +12,10 @@ from fastapi import APIRouter, Response
 
 from actors import AgentTemplate, Usage
 from gateway._context import (
-    JSON_BODY,
-    SESSION_PATH,
     Caller,
     Gateway,
-    GatewayDep,
+    JsonCaller,
+    SessionCaller,
     host_id,
     public_id,
 )
@@ -69,11 +68,11 @@ def session_body(info: SessionInfo, row: RememberedSession | None) -> SessionOut
     "",
     status_code=201,
     summary="Create a session",
-    dependencies=[JSON_BODY],
     responses=JSON_BODY_RESPONSES,
 )
-async def create_session(body: CreateSession, gateway: GatewayDep, key: Caller) -> SessionOut:
+async def create_session(body: CreateSession, call: JsonCaller) -> SessionOut:
     """Start a session on a named template; its id is yours or a new random one."""
+    gateway, key = call
     template = gateway.templates.get(body.template)
     if template is None:
         names = ", ".join(sorted(gateway.templates))
@@ -146,11 +145,12 @@ async def _undo_start(gateway: Gateway, internal: str, tenant: str) -> None:
 
 
 @router.get("", summary="List your sessions")
-async def list_sessions(gateway: GatewayDep, key: Caller) -> SessionsOut:
+async def list_sessions(call: Caller) -> SessionsOut:
     """Every session of the caller's tenant (each counts against its session limit): live,
     hibernated, restarting or failed; ``starting``, one being created; and
     ``unavailable``, one whose template this server does not serve, or that never
     started or could not be resumed here (DELETE removes it)."""
+    gateway, key = call
     records = await asyncio.to_thread(gateway.keys.tenant_sessions, key.tenant_id)
     rows = {record.session_id: record for record in records}
     infos = gateway.ahost.host.list_sessions(key.tenant_id)
@@ -188,17 +188,17 @@ def _not_here(gateway: Gateway, record: RememberedSession, cutoff: int) -> Sessi
     )
 
 
-@router.get("/{session_id}", summary="Get a session", dependencies=[SESSION_PATH])
-async def get_session(session_id: str, gateway: GatewayDep, key: Caller) -> SessionOut:
+@router.get("/{session_id}", summary="Get a session")
+async def get_session(session_id: str, call: SessionCaller) -> SessionOut:
     """One session of the caller's tenant."""
+    gateway, key = call
     return await session_out(gateway, gateway.owned(key.tenant_id, session_id))
 
 
-@router.delete(
-    "/{session_id}", status_code=204, summary="Delete a session", dependencies=[SESSION_PATH]
-)
-async def delete_session(session_id: str, gateway: GatewayDep, key: Caller) -> Response:
+@router.delete("/{session_id}", status_code=204, summary="Delete a session")
+async def delete_session(session_id: str, call: SessionCaller) -> Response:
     """Stop the session and delete its checkpoints: it is gone for good."""
+    gateway, key = call
     internal = host_id(key.tenant_id, session_id)
     lock = gateway.id_lock(internal)  # no create of this id between the steps below
     async with lock:

@@ -756,6 +756,7 @@ class Incarnations:
         """Forget a moved session marked stopped (``_mark_moved``), its child gone, and
         announce ``moved``: subscribers then find its id free here."""
         self._table.forget(record)
+        self.ownership.forget(record.session_id)
         record.events.publish("moved", reason=str(why))
 
     def adopt(self, session_id: str) -> SessionRecord | None:

@@ -70,6 +70,11 @@ class Ownership(Protocol):
         """Stop owning the session (``stopped``: it was stopped for good, not moved away)."""
         ...
 
+    def forget(self, session_id: str) -> None:
+        """The host forgot its copy of a session another node took over (after ``release``):
+        drop what was kept to refuse calls on that copy (see ``check_serving``)."""
+        ...
+
     def locate(self, session_id: str) -> AgentTemplate | None:
         """For a session this host does not have: the template to take it over on, or
         ``None`` when it is not to be taken over here.
@@ -118,6 +123,9 @@ class SoleOwnership:
         pass
 
     def release(self, session_id: str, *, stopped: bool) -> None:
+        pass
+
+    def forget(self, session_id: str) -> None:
         pass
 
     def locate(self, session_id: str) -> AgentTemplate | None:

@@ -113,9 +113,9 @@ class ClusterNode:
         # Sessions whose lease this node held and lost (another node claimed them: found by
         # a renewal after a fence, a refused save, a claim), with the epoch lost: the copy
         # here is out of date, and no call may be answered from it (``check_serving``).
-        # Kept until the node claims the session again or stops it for good: the host's
-        # ``lose`` releases a moved session before it marks it stopped, and a call between
-        # the two must still be refused.
+        # Kept until the node claims the session again, stops it for good, or the host
+        # forgot its copy (``forget``): the host's ``lose`` releases a moved session before
+        # it marks it stopped, and a call between the two must still be refused.
         self._revoked: dict[str, int] = {}
         self._stopping = threading.Event()
         self._no_adoption = threading.Event()  # the host is shutting down: take nothing over
@@ -404,6 +404,13 @@ class ClusterNode:
             self._release(session_id, lease.epoch, stopped=stopped)
         if stale is not None:  # the claim its stale copy could not run on
             self._release(session_id, stale, stopped=stopped)
+
+    def forget(self, session_id: str) -> None:
+        """The host forgot its copy of a session it lost: no call can reach that copy now
+        (one finds the session missing and asks who owns it), so the mark that refused
+        them (``_revoked``) goes; kept, every session ever moved away left one."""
+        with self._lock:
+            self._revoked.pop(session_id, None)
 
     def _release_stale(self, session_id: str) -> None:
         """Release the claim of a session whose stale copy here was stopped (if the host's

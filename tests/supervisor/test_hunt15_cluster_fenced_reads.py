@@ -213,6 +213,9 @@ def test_a_node_back_from_its_fence_answers_nothing_from_a_copy_it_is_stopping(
         held.let_go()
     seen.wait_for("moved")
     assert _texts(b.history("s")) == ["one", "two"]
+    with pytest.raises(SessionOwnedElsewhere, match="node 'b'"):
+        {**READS, **SENDS}[call](a, "s")
+    assert a.node._revoked == {}  # nothing is kept of the copies gone (one per move)
 
 
 def test_check_serving_names_a_session_the_node_lost(cluster: Cluster) -> None:

@@ -741,9 +741,8 @@ class Incarnations:
         """Release a moved session's ownership here and mark it stopped; False if it was
         stopped already (nothing more to do then)."""
         self.ownership.release(record.session_id, stopped=False)
-        if record.status == "stopped":
-            return False
-        self._table.set(record, "stopped", None)
+        if not self._table.set(record, "stopped", None):
+            return False  # stopped already (by another move, say): that one goes on
         logger.warning(
             "session %r stopped here: %s",
             record.session_id,

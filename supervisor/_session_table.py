@@ -309,7 +309,7 @@ class SessionTable:
 
     def set(
         self, record: SessionRecord, status: SessionStatus, ref: pykka.ActorRef[Any] | None
-    ) -> None:
+    ) -> bool:
         """Change a record's status and actor, waking whoever waits on ``changed``.
 
         ``stopped`` is final: a session that is started again gets a new record. An
@@ -317,16 +317,21 @@ class SessionTable:
         start that the stop raced, which the stop then terminates) leaves it stopped,
         so the calls still holding the record learn at once that it is gone, instead
         of waiting ``restart_wait`` for a restart that never comes.
+
+        Returns False if the record was stopped already: of two threads stopping it at
+        once, one only is told it stopped it (the look and the change are one step).
         """
         with self.changed:
-            if record.status == "stopped" and status != "stopped":
-                return
+            was_stopped = record.status == "stopped"
+            if was_stopped and status != "stopped":
+                return False
             record.status = status
             record.ref = ref
             self.changed.notify_all()
             watchers = self._stop_watchers.pop(record, ()) if status == "stopped" else ()
         for watcher in watchers:
             watcher()
+        return not was_stopped
 
     def when_stopped(
         self, record: SessionRecord, watcher: Callable[[], None]

@@ -1154,7 +1154,8 @@ class WorkerClient:
         down.__cause__ = exc
         if session_id is not None:
             try:
-                self._on_push(self, {"op": "down", "session": session_id, "reason": reason})
+                down_frame = {"op": "down", "session": session_id, "reason": reason, "host": True}
+                self._on_push(self, down_frame)
             except BaseException:
                 logger.exception("ending session %r failed", session_id)
         return down

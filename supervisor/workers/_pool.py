@@ -451,7 +451,9 @@ class WorkerPool:
             data = frame.get("data") or {}
             placement.events.publish(str(frame.get("type")), **data)
         elif op == "down" and placement.ref is not None:
-            kill(placement.ref, f"died in worker pid {client.pid}: {frame.get('reason')}")
+            # (``host``: ended on this side, delivering the worker's frames: ``end_session``)
+            where = "on the host, delivering" if frame.get("host") else "in"
+            kill(placement.ref, f"died {where} worker pid {client.pid}: {frame.get('reason')}")
 
     # -- placement ------------------------------------------------------------------
 

@@ -86,7 +86,9 @@ def test_a_subscribers_exit_crashes_its_session_only(
     assert isinstance(error, SessionCrashed), repr(error)
     assert exits.thread is not None
     assert not exits.armed
-    waiter.wait_for("crashed")
+    crashed = waiter.wait_for("crashed")
+    if mode != "thread":  # where it ended: on the host, not in the worker
+        assert "died on the host, delivering worker pid" in crashed.data["reason"]
     waiter.wait_for("resumed")
     # The other session of the worker never noticed: same worker, answers at once.
     assert host.send(other, "still here", timeout=WAIT).content == "echo: still here"

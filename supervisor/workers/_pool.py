@@ -90,7 +90,7 @@ _START_HINT = (
 
 
 class _Placement:
-    __slots__ = ("client", "events", "link", "ref", "template_key")
+    __slots__ = ("client", "down", "events", "link", "ref", "template_key")
 
     def __init__(self, client: WorkerClient, events: EventBuffer) -> None:
         self.client = client
@@ -98,6 +98,7 @@ class _Placement:
         self.template_key: str | None = None  # the template it uses there, once loaded
         self.ref: pykka.ActorRef[Any] | None = None
         self.link: Any = None  # the incarnation's ``SessionLink``, once attached
+        self.down: str | None = None  # why it ended, if that came before ``attach``
 
 
 def _preload_modules() -> list[str]:
@@ -450,10 +451,16 @@ class WorkerPool:
         elif op == "event":
             data = frame.get("data") or {}
             placement.events.publish(str(frame.get("type")), **data)
-        elif op == "down" and placement.ref is not None:
+        elif op == "down":
             # (``host``: ended on this side, delivering the worker's frames: ``end_session``)
             where = "on the host, delivering" if frame.get("host") else "in"
-            kill(placement.ref, f"died {where} worker pid {client.pid}: {frame.get('reason')}")
+            why = f"died {where} worker pid {client.pid}: {frame.get('reason')}"
+            with self._lock:  # no proxy yet: ``attach`` crashes it (read under the same lock)
+                ref = placement.ref
+                if ref is None:
+                    placement.down = why
+            if ref is not None:
+                kill(ref, why)
 
     # -- placement ------------------------------------------------------------------
 
@@ -497,14 +504,19 @@ class WorkerPool:
         link: Any = None,
     ) -> None:
         """Record the proxy (and its ``SessionLink``) of a placed session; crash the
-        proxy at once if its worker already died."""
+        proxy at once if its worker already died, or the session did (a ``down`` read
+        before this: ``_on_push``)."""
+        down = None
         with self._lock:
             placement = self._placements.get(session_id)
             if placement is not None and placement.client is client:
                 placement.link = link  # before ``ref``: ``link_of`` reads without the lock
                 placement.ref = ref
+                down = placement.down
         if not client.alive:
             kill(ref, f"worker pid {client.pid} died ({client.exit_status})")
+        elif down is not None:
+            kill(ref, down)
 
     def release(self, session_id: str, client: WorkerClient) -> None:
         """Forget the placement of ``session_id`` on ``client`` (its proxy ended); unload

@@ -9,7 +9,9 @@ threads.
 
 from __future__ import annotations
 
+import functools
 import logging
+import weakref
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from typing import Any, Protocol, Unpack
@@ -34,7 +36,13 @@ from supervisor._host_policy import (
     start_arguments,
 )
 from supervisor._host_record import SessionRecord
-from supervisor._nonblocking import NonBlockingCalls, outcome_of, running, settle
+from supervisor._nonblocking import (
+    NonBlockingCalls,
+    outcome_of,
+    running_weakly,
+    settle,
+    settle_weakly,
+)
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
 from supervisor._session_table import SessionTable, require_session_id, require_tenant_arg
 from supervisor.checkpoint_store import check_session_id_for
@@ -345,9 +353,7 @@ class HostFutures:
             self._table.check_open()
             record = self._table.live(session_id, tenant_id)
         except Exception as exc:
-            failed: Future[Any] = Future()
-            failed.set_exception(exc)
-            return failed
+            return _failed(exc)
         return call(record)
 
     def _after_lookup(
@@ -362,19 +368,26 @@ class HostFutures:
         is made and runs (the future is running: ``cancel()`` returns False)."""
         calls = self._calls
         outer = calls.new_future()
+        # ``look_up`` holds ``outer`` weakly (``_pending`` and the caller keep it): its
+        # frame is in the traceback of a failed look-up (as the caller of ``outcome_of``),
+        # which ``outer`` holds, so a strong reference there would make a reference cycle
+        # of each such call. For the same reason it drops ``error`` once it is handed on.
+        reference = weakref.ref(outer)
 
         def look_up() -> None:
-            if not running(outer):  # cancelled, or failed at shutdown, while it waited
+            if not running_weakly(reference):  # cancelled, or failed at shutdown, meanwhile
                 return
             record, error = outcome_of(lambda: self._table.live(session_id, tenant_id))
             if error is not None:
-                settle(outer, None, calls.failure(error))
+                settle_weakly(reference, None, calls.failure(error))
+                del error
                 return
             inner, error = outcome_of(lambda: call(record))
             if error is not None:
-                settle(outer, None, error)
+                settle_weakly(reference, None, error)
+                del error
             else:
-                inner.add_done_callback(lambda done: _relay(done, outer))
+                inner.add_done_callback(functools.partial(_relay, reference))
 
         if not outer.done():
             calls.helpers.run(look_up)
@@ -409,12 +422,26 @@ class EventWatch:
         self._unwatch()
 
 
+def _failed(error: Exception) -> Future[Any]:
+    """A future failed with ``error``, made in a frame of its own: the frame that caught
+    ``error`` is in its traceback, so a future held there (the exception holding the frame,
+    the frame the future, the future the exception) would leave all three, and every frame
+    of the traceback, in a reference cycle for the collector."""
+    failed: Future[Any] = Future()
+    failed.set_exception(error)
+    return failed
+
+
 def _same(answer: list[Message]) -> list[Message]:
     return answer
 
 
-def _relay(done: Future[Any], outer: Future[Any]) -> None:
-    """Settle ``outer`` as ``done`` ended (on the thread that completed it)."""
+def _relay(reference: weakref.ref[Future[Any]], done: Future[Any]) -> None:
+    """Settle the future behind ``reference`` as ``done`` ended (on the thread that
+    completed it)."""
+    outer = reference()
+    if outer is None:  # resolved at shutdown, and dropped by its caller
+        return
     if done.cancelled():  # (nobody holds ``done`` to cancel it; if it were, say so)
         settle(outer, None, CancelledError())
     else:

@@ -175,11 +175,17 @@ class NonBlockingCalls:
     def helper(self, work: Callable[[], Any]) -> Future[Any]:
         """``work()`` on a helper thread (lifecycle calls): its result or error."""
         future = self.new_future()
+        # ``run`` holds ``future`` weakly (``_pending`` and the caller keep it), and drops
+        # ``error`` once handed on: its frame is in the traceback of what ``work`` raises
+        # (as the caller of ``outcome_of``), which ``future`` holds; a strong reference
+        # there made a reference cycle of each failed call.
+        reference = weakref.ref(future)
 
         def run() -> None:
-            if running(future):  # not cancelled while it waited for a helper
+            if running_weakly(reference):  # not cancelled while it waited for a helper
                 value, error = outcome_of(work)
-                settle(future, value, self.failure(error))
+                settle_weakly(reference, value, self.failure(error))
+                del value, error
 
         if not future.done():
             self.helpers.run(run)
@@ -207,20 +213,25 @@ class NonBlockingCalls:
         except Exception as exc:
             settle(future, None, exc)
             return future
+        # From here on ``future`` is held weakly (``_pending`` and the caller keep it): the
+        # steps below run ``answered`` and ``otherwise`` (a store's save or read), whose
+        # errors' tracebacks hold the frames of these steps and their callers; the future
+        # holds the error, so a strong reference there made a reference cycle of each.
+        reference = weakref.ref(future)
         ref = self.sessions.serving_now(record)
         if ref is None:
-            self.helpers.run(lambda: _run_into(future, otherwise))
+            self.helpers.run(lambda: _run_into(reference, otherwise))
             return future
 
         def done(value: Any, error: BaseException | None) -> None:
             if isinstance(error, (NotDelivered, SessionCrashed)):
-                self.helpers.run(lambda: self._after_end(ref, future, otherwise))
+                self.helpers.run(lambda: self._after_end(ref, reference, otherwise))
             elif error is not None:
-                settle(future, None, error)
+                settle_weakly(reference, None, error)
             elif (refused := outcome_of(serving)[1]) is not None:
-                settle(future, None, refused)  # (not lost here: the node stops the copy)
+                settle_weakly(reference, None, refused)  # (not lost here: the node stops it)
             else:
-                self._answer(record, future, lambda: answered(value))
+                self._answer(record, reference, lambda: answered(value))
 
         try:
             self.runtime.submit(
@@ -230,31 +241,41 @@ class NonBlockingCalls:
             settle(future, None, exc)
         return future
 
-    def _answer(self, record: SessionRecord, future: Future[Any], work: Callable[[], Any]) -> None:
-        """Settle ``future`` with what ``work()`` (a checkpoint's save) returns or raises. A
+    def _answer(
+        self, record: SessionRecord, reference: weakref.ref[Future[Any]], work: Callable[[], Any]
+    ) -> None:
+        """Settle the future with what ``work()`` (a checkpoint's save) returns or raises. A
         save refused because another node owns the session (``OwnershipLost``) first stops
         the stale copy here, as the blocking call does, on a helper thread: ``lose`` never
-        runs on the session's own."""
+        runs on the session's own. (This frame is in the error's traceback: it lets the
+        error go, and holds the future weakly, see ``ask_running``.)"""
         value, error = outcome_of(work)
         if isinstance(error, OwnershipLost):
             lost = error
-            self.helpers.run(lambda: self._lose(record, future, lost))
+            self.helpers.run(lambda: self._lose(record, reference, lost))
+            del lost
         else:
-            settle(future, value, error)
+            settle_weakly(reference, value, error)
+        del value, error
 
-    def _lose(self, record: SessionRecord, future: Future[Any], error: OwnershipLost) -> None:
+    def _lose(
+        self, record: SessionRecord, reference: weakref.ref[Future[Any]], error: OwnershipLost
+    ) -> None:
         """On a helper thread: stop the session here for good (another node owns it now,
-        ``Incarnations.lose``), then fail ``future`` with ``error``."""
+        ``Incarnations.lose``), then fail the future with ``error``."""
         try:
             self.sessions.lose(record)
         finally:
-            settle(future, None, error)
+            settle_weakly(reference, None, error)
 
     def _after_end(
-        self, ref: pykka.ActorRef[Any], future: Future[Any], otherwise: Callable[[], Any]
+        self,
+        ref: pykka.ActorRef[Any],
+        reference: weakref.ref[Future[Any]],
+        otherwise: Callable[[], Any],
     ) -> None:
         self.sessions.await_end(ref)
-        _run_into(future, otherwise)
+        _run_into(reference, otherwise)
 
 
 def running(future: Future[Any]) -> bool:
@@ -266,6 +287,25 @@ def running(future: Future[Any]) -> bool:
     """
     with future._condition:
         return not future.done() and future.set_running_or_notify_cancel()
+
+
+def running_weakly(reference: weakref.ref[Future[Any]]) -> bool:
+    """``running`` for the future behind ``reference``; False if it is gone.
+
+    For a helper thread's work that must not hold its future strongly: the work's frame
+    is in the traceback of an error raised below it, which the future then holds."""
+    future = reference()
+    return future is not None and running(future)
+
+
+def settle_weakly(
+    reference: weakref.ref[Future[T]], value: T | None, error: BaseException | None
+) -> None:
+    """``settle`` the future behind ``reference``, unless it is gone (resolved already,
+    at shutdown, and dropped by its caller: nobody waits for it)."""
+    future = reference()
+    if future is not None:
+        settle(future, value, error)
 
 
 def _told_if_cancelled(future: Future[Any]) -> None:
@@ -303,11 +343,20 @@ def _withdraw_if_cancelled(call: _Exclusive) -> Callable[[Future[Any]], None]:
     return withdraw
 
 
-def _run_into(future: Future[Any], work: Callable[[], Any]) -> None:
-    """Settle ``future`` with what ``work()`` returns or raises."""
-    value, error = outcome_of(work)
-    settle(future, value, error)
+def _run_into(reference: weakref.ref[Future[Any]], work: Callable[[], Any]) -> None:
+    """Settle the future behind ``reference`` with what ``work()`` returns or raises.
 
+    This frame, and its caller's, are in the traceback of what ``work`` raises, which the
+    future holds: neither may hold the future strongly, nor this one the error once it is
+    handed on, or each failure is a reference cycle."""
+    value, error = outcome_of(work)
+    settle_weakly(reference, value, error)
+    del value, error
+
+
+_FINISHED: Future[Any] = Future()
+_FINISHED.set_result(None)
+"""The future of a call that finished (``_Exclusive._finish``): it holds its own no more."""
 
 _LEFT = Ticket(lambda: None)
 _LEFT.granted = True
@@ -413,6 +462,7 @@ class _Exclusive:
     def _run(self, work: Callable[[], Any]) -> None:
         value, error = outcome_of(work)
         self._finish(value, error)
+        del value, error  # this frame is in the error's traceback (see ``_finish``)
 
     def _try(self, attempt: int) -> None:
         """Carry the call to the serving incarnation; reactivating or waiting for one is
@@ -432,6 +482,7 @@ class _Exclusive:
             self._finish(None, error)
         else:
             self._submit(ref)
+        del error  # this frame is in the error's traceback (see ``_finish``)
 
     def _submit(self, ref: pykka.ActorRef[Any]) -> None:
         self.ref = ref
@@ -476,6 +527,13 @@ class _Exclusive:
             self._try(2)
 
     def _finish(self, value: Any, error: BaseException | None) -> None:
+        """Release the session's gate and settle the future; then let the future go.
+
+        A frame of this call (``_try_when_serving``, ``_run``: the caller of
+        ``outcome_of``) is in the traceback of the error, which the future holds: kept
+        here, the future made a reference cycle of each failed call (a reactivation that
+        could not load the checkpoint, a ``stop_session`` that failed)."""
         self.record.last_active = self.calls.policy.clock()
         self.record.op_lock.release()
-        settle(self.future, value, self.calls.failure(error))
+        future, self.future = self.future, _FINISHED
+        settle(future, value, self.calls.failure(error))

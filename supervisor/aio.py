@@ -62,7 +62,9 @@ async def wait_future(future: Future[T]) -> T:
 
     Nothing of the call is left in a reference cycle once it is awaited: a waiter that
     held ``future`` as its result, while ``future``'s done-callback held the waiter, left
-    both (and what they held) to a full collection.
+    both (and what they held) to a full collection; and a call that failed left its
+    future and exception so (the exception's traceback holds this frame, which held the
+    future, which holds the exception).
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
@@ -75,11 +77,19 @@ async def wait_future(future: Future[T]) -> T:
     await waiter
     if future.cancelled():
         raise asyncio.CancelledError
-    with _no_exit("the awaited call"):
-        try:
-            return future.result()
-        except StopAsyncIteration as exc:
-            raise RuntimeError("the call raised StopAsyncIteration") from exc
+    error = future.exception()
+    if error is None:
+        return future.result()
+    # The traceback of what is raised here holds this frame: it must hold neither
+    # ``future`` (which holds ``error``) nor ``error``, or each failed call is a cycle.
+    del future
+    try:
+        with _no_exit("the awaited call"):
+            if isinstance(error, StopAsyncIteration):
+                raise RuntimeError("the call raised StopAsyncIteration") from error
+            raise error
+    finally:
+        del error
 
 
 @contextlib.contextmanager
@@ -435,13 +445,17 @@ async def _off_the_loop(
 ) -> EventWatch:
     """``subscribe()`` on an executor thread. Cancelled while it runs, the watch it makes
     is closed once made: nobody would read it, and it would be called on every event of
-    the session for as long as the session runs."""
+    the session for as long as the session runs. A failed subscription (``SessionNotFound``)
+    leaves no reference cycle: this frame, in the error's traceback, lets ``pending``
+    (which holds the error) go."""
     pending = loop.run_in_executor(None, subscribe)
     try:
         return await asyncio.shield(pending)
     except asyncio.CancelledError:
         pending.add_done_callback(_close_unread)
         raise
+    finally:
+        del pending
 
 
 def _close_unread(pending: asyncio.Future[EventWatch]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
@@ -137,23 +137,33 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
     ``answer`` or ``error``. Events of its turn that the session's buffer dropped before
     they were read (a reader that fell behind) are counted in a ``missed`` frame, as an
     ``/events`` stream counts them, where they were lost (or before the answer, if its
-    ``turn_started`` was among them): they were left out without a word."""
+    ``turn_started`` was among them): they were left out without a word. An answer that
+    wrote nothing for ``Limits.heartbeat_s`` sends a heartbeat, also while the events of
+    a turn queued before its own arrive (it leaves them out)."""
     stream = gateway.ahost.events(internal, since=start, tenant_id=tenant)
     answer_task: asyncio.Future[Any] = asyncio.ensure_future(answer)
     next_task: asyncio.Future[Any] | None = None
     told = 0  # the stream's ``missed`` already passed to ``own``
+    loop = asyncio.get_running_loop()
+    heartbeat_s = gateway.limits.heartbeat_s
+    # When the client was last written to. The events of a turn queued before this one
+    # arrive but are left out: they must not put the next heartbeat off (the answer was
+    # silent for as long as that turn ran, and a proxy's idle timeout cut it off).
+    wrote = loop.time()
     try:
         while True:
+            if loop.time() - wrote >= heartbeat_s:  # silent, though events came
+                yield HEARTBEAT
+                wrote = loop.time()
             if next_task is None:
                 next_task = asyncio.ensure_future(stream.__anext__())
             done, _ = await asyncio.wait(
                 {next_task, answer_task},
-                timeout=gateway.limits.heartbeat_s,
+                timeout=wrote + heartbeat_s - loop.time(),
                 return_when=asyncio.FIRST_COMPLETED,
             )
             if not done:  # a long model call: a comment, so a client that left is seen
-                yield HEARTBEAT
-                continue
+                continue  # the heartbeat is written at the top of the loop
             if not next_task.done():
                 break
             arrived, next_task = next_task, None
@@ -163,30 +173,49 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
                 break
             if lost := own.missed(stream.missed - told):
                 yield frame("missed", {"missed": lost})
+                wrote = loop.time()
             told = stream.missed
             if own.owns(event):
                 yield frame_event(event)
-        with contextlib.suppress(Exception):  # the session may be gone already
-            rest = gateway.ahost.host.events(internal, stream.cursor, tenant_id=tenant)
-            if lost := own.missed(rest.missed):
-                yield frame("missed", {"missed": lost})
-            for event in rest.events:
-                if own.owns(event):
-                    yield frame_event(event)
-        if lost := own.unseen():
-            yield frame("missed", {"missed": lost})
-        try:
-            message = await answer_task
-        except Exception as exc:
-            yield frame("error", problem_data(problem_for(exc, public_id(internal))))
-        else:
-            yield frame("answer", {"message": message.to_dict()})
+                wrote = loop.time()
+        ending = _turn_end(gateway, internal, tenant, stream.cursor, own, answer_task)
+        async with contextlib.aclosing(ending):  # closed now if the client leaves meanwhile
+            async for last in ending:
+                yield last
     finally:
         if next_task is not None and not next_task.done():
             next_task.cancel()
         # a client that left before the answer: the turn goes on; its outcome is dropped
         answer_task.add_done_callback(_drop_outcome)
         await stream.aclose()
+
+
+async def _turn_end(  # noqa: PLR0917 (one stream's parts)
+    gateway: Gateway,
+    internal: str,
+    tenant: str,
+    cursor: int | None,
+    own: OwnTurn,
+    answer_task: asyncio.Future[Any],
+) -> AsyncGenerator[str, None]:
+    """The last frames of a streamed send, once its answer came (or the session's stream
+    ended): its turn's events after ``cursor`` that the stream had not handed out yet,
+    what was lost of them, then its ``answer`` or ``error``."""
+    with contextlib.suppress(Exception):  # the session may be gone already
+        rest = gateway.ahost.host.events(internal, cursor, tenant_id=tenant)
+        if lost := own.missed(rest.missed):
+            yield frame("missed", {"missed": lost})
+        for event in rest.events:
+            if own.owns(event):
+                yield frame_event(event)
+    if lost := own.unseen():
+        yield frame("missed", {"missed": lost})
+    try:
+        message = await answer_task
+    except Exception as exc:
+        yield frame("error", problem_data(problem_for(exc, public_id(internal))))
+    else:
+        yield frame("answer", {"message": message.to_dict()})
 
 
 def _drop_outcome(task: asyncio.Future[Any]) -> None:

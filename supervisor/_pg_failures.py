@@ -6,7 +6,8 @@ of what failed: a connection that is gone (tried once more on a fresh one, then
 nothing written), a full disk (``StoreFull``), a server that refuses writes
 (every pooled connection replaced, tried once more, then ``StoreUnreachable`` saying
 so), an id too long for an index entry (``ValueError``), a pool that stayed busy
-(``PoolBusy``). ``reported_at_opening`` does the same for a store that opens.
+(``PoolBusy``), a transaction the server rolled back to break a deadlock (tried once
+more, then ``Deadlocked``). ``reported_at_opening`` does the same for a store that opens.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_ONLY",
+    "Deadlocked",
     "PoolBusy",
     "RanTooLong",
     "RetryingStore",
@@ -44,6 +46,12 @@ _DISK_FULL = "53100"
 READ_ONLY = "25006"
 """SQLSTATE ``read_only_sql_transaction``: the server takes no writes (a standby, a primary
 being demoted, ``default_transaction_read_only``); nothing was written."""
+_ROLLED_BACK = frozenset({"40P01", "40001"})
+"""SQLSTATEs of a transaction the server rolled back for another's sake: a deadlock's
+victim (saves of the same sessions from several threads or processes lock their rows in
+different orders), or a serialization failure. Nothing was written, and the same work
+done again is expected to succeed: tried once more (a save is idempotent, and so must
+the cluster's work be), then ``Deadlocked``."""
 _QUERY_CANCELED = "57014"
 _CANCELLED_WAITING = frozenset({"55P03", _QUERY_CANCELED})
 """SQLSTATEs of a statement the server cancelled while it waited: after ``lock_timeout``
@@ -84,6 +92,23 @@ class RanTooLong(StoreBusy):
         self.action = action
 
 
+class Deadlocked(StoreBusy):
+    """``StoreBusy`` for an operation the server rolled back twice to break a deadlock (or
+    for a serialization failure): its own message, as ``StoreBusy``'s speaks of a lock
+    waited for too long, which is not what happened."""
+
+    def __init__(self, where: str, action: str, error: BaseException):
+        SupervisorError.__init__(
+            self,
+            f"checkpoint database {where} rolled back {action} twice to break a deadlock "
+            f"with other transactions ({error}); nothing was written. Retry it; if this "
+            "persists, look for writers of the same sessions at the same time (a session "
+            "should have one writer)",
+        )
+        self.where = where
+        self.action = action
+
+
 class RetryingStore(Protocol):
     """What ``retrying`` uses of ``PostgresCheckpointStore``."""
 
@@ -105,18 +130,26 @@ def retrying(
     store's (``session_id``, ``checkpoint_id``: the ids the attempt writes, if any)."""
     psycopg = store._psycopg
     first: BaseException | None = None  # what broke the first try's connection
+    rolled_back = False  # the first try was rolled back by the server (_ROLLED_BACK)
     for tries in (1, 2):
         try:
             return attempt()
         except PoolExhausted as exc:  # the server answers: no retry, no pool check
             cause = exc.__cause__ or exc
-            if tries == 2:  # after a broken connection: what the first try did is unknown
+            if tries == 2 and not rolled_back:  # after a broken connection: its fate unknown
                 raise StoreUnreachable(store.where, action, _both(first, cause)) from cause
             raise PoolBusy(store.where, action, exc.size, exc.waited, cause) from cause
         except psycopg.OperationalError as exc:
             if store._closed:
                 raise ValueError(f"{store!r} is closed") from exc
             state = exc.sqlstate or ""
+            if state in _ROLLED_BACK:  # nothing written: once more, on the same terms
+                if tries == 2 and first is not None:  # the first try's fate is unknown
+                    raise StoreUnreachable(store.where, action, _both(first, exc)) from exc
+                if tries == 2:
+                    raise Deadlocked(store.where, action, exc) from exc
+                rolled_back = True
+                continue
             if state == _QUERY_CANCELED and "statement timeout" in str(exc):
                 raise RanTooLong(store.where, action, store._statement_timeout, exc) from exc
             if state in _CANCELLED_WAITING:

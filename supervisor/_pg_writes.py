@@ -9,6 +9,13 @@ by another instance), the function writes nothing and the save reads the row,
 locked, and tries again (at most ``_SAVE_ATTEMPTS`` times). An append that carries
 a digit of the log's count then merges its chunks (``_log_chunks.merges``).
 
+Without a remembered log, a save of up to ``_BLIND_LOG_BYTES`` of messages sends them as a
+new log at once (a new session's first save: one round trip); a longer one reads the row
+first, so that it sends only what the log does not hold yet (sending a long log whole,
+to be refused as not the log expected, made every save of a long conversation whose log
+this instance did not remember send all of it). A save whose rows PostgreSQL could not
+take, or a load give back, is refused before anything is sent (``check_size``).
+
 A delete or prune locks the session's log row first, so that it waits for a save in
 flight and does not collect the log chunks that save's checkpoint uses.
 """
@@ -25,17 +32,23 @@ from supervisor._message_log import SplitSnapshot, seal
 from supervisor._pg_logs import LogPlan, extend_cached, new_log, plan_for_row
 from supervisor._pg_statements import Statements
 from supervisor._saved_at import micros
-from supervisor.errors import OwnershipLost, SupervisorError
+from supervisor.errors import OwnershipLost, SnapshotTooLarge, SupervisorError
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["FenceFields", "SaveWriter", "remove"]
+__all__ = ["ROW_LIMIT", "FenceFields", "SaveWriter", "check_size", "remove"]
 
 _SAVE_ATTEMPTS = 8  # times a save re-reads a message log that changed under it
 _NO_LOG = (None, None, None, None)
 _NONE_LOG = (None, None, None, None, None, None)
 """The expectation and append columns of a save without a message log."""
+_BLIND_LOG_BYTES = 64 * 1024
+"""Most message bytes a save without a remembered log sends before reading the log's row."""
+ROW_LIMIT = 2**30 - 2**20
+"""The largest snapshot (``SplitSnapshot.size``) the store takes: PostgreSQL builds no
+protocol message, value or result row of 1 GiB or more (``MaxAllocSize``), and a save
+sends, and a load gets back, the whole snapshot in one; 1 MiB is left for the rest of it."""
 _SAVE_CURSOR = "_sessionvisor_save_cursor"
 """The attribute of a pooled connection holding its cursor for saves (``_save_cursor``)."""
 
@@ -94,7 +107,11 @@ class SaveWriter:
             row = self._call(conn, (*head, cut.body, check, *_NO_LOG, *_NONE_LOG, self.keep_last))
             _check_fence(row, sid, fence)
             return None
-        plan = extend_cached(cut, cached) if cached is not None else new_log(cut, None)
+        plan: LogPlan | None = None
+        if cached is not None:
+            plan = extend_cached(cut, cached)
+        elif messages.length <= _BLIND_LOG_BYTES:  # else the row may hold most of it
+            plan = new_log(cut, None)
         if plan is not None:
             written = self._write_log(conn, head, cut, plan, fence)
             if written is not None:
@@ -133,10 +150,32 @@ class SaveWriter:
             return None
         carried = merges(row[1]) if plan.append_at > 0 and plan.append else 0
         if carried:  # this append carries a digit of the log's count: its chunks merge
-            merge = (head[0], plan.gen, messages.length, carried + 1)
-            conn.execute(self.sql.merge, merge)
+            self._merge(conn, (head[0], plan.gen, messages.length, carried + 1))
         known = messages.known()  # split's bytes (immutable, no copy) or their lineage
         return CachedLog(plan.gen, messages.length, plan.digest, known, plan.hasher)
+
+    def _merge(self, conn: psycopg.Connection[tuple[Any, ...]], params: tuple[Any, ...]) -> None:
+        """Merge the log's last chunks (``merge_log_chunks``), after the save's function.
+
+        Alone (autocommit, no transaction open) the checkpoint is committed by then, and
+        the merge only re-cuts bytes: a merge the server refuses on a live connection (a
+        chunk locked past ``lock_timeout``, a very long log past ``statement_timeout``)
+        leaves the chunks as they are, for a later append's merge, and the save returns
+        (it used to raise ``StoreBusy``, "nothing was written", for a stored checkpoint).
+        In a transaction (a batch, a save that read the log's row) its failure is the
+        transaction's, rolled back whole, as before (a batch then runs each save alone).
+        """
+        import psycopg  # noqa: PLC0415 (present: the store that calls this opened)
+
+        if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute(self.sql.merge, params)
+            return
+        try:
+            conn.execute(self.sql.merge, params)
+        except psycopg.Error:
+            if conn.broken or conn.closed:
+                raise  # the merge's fate, not the save's, is unknown: the save is committed
+            # Refused on a live connection: nothing merged; the checkpoint stays committed.
 
     def _call(
         self, conn: psycopg.Connection[tuple[Any, ...]], params: tuple[Any, ...]
@@ -152,6 +191,25 @@ class SaveWriter:
         """Plan against the session's log row as it is now, locked until the commit."""
         row = conn.execute(self.sql.log_row, (sid,), binary=True).fetchone()
         return plan_for_row(cut, row)
+
+
+def check_size(session_id: str, size: int) -> None:
+    """Refuse a snapshot of ``size`` bytes PostgreSQL could not store or give back whole.
+
+    Raises:
+        SnapshotTooLarge: ``size`` is over ``ROW_LIMIT``; the message says why.
+    """
+    if size <= ROW_LIMIT:
+        return
+    error = SnapshotTooLarge(session_id, size, ROW_LIMIT)
+    error.args = (
+        f"snapshot of session {session_id!r} is {size} bytes, over the {ROW_LIMIT} bytes "
+        "the PostgreSQL store takes (PostgreSQL sends and builds no message or row of 1 GiB "
+        "or more, and a load returns a checkpoint in one row); nothing was stored. Trim "
+        "the conversation, or keep large data out of the session state (store it "
+        "elsewhere and keep a reference to it)",
+    )
+    raise error
 
 
 def _check_fence(row: tuple[int, int, int], sid: str, fence: FenceFields | None) -> None:

@@ -40,7 +40,7 @@ from supervisor._pg_reads import checkpoint_infos, decode
 from supervisor._pg_schema import check_schema_name, migrate, qualify
 from supervisor._pg_statements import Statements
 from supervisor._pg_text import check_text, may_exist, storable_text
-from supervisor._pg_writes import SaveWriter, remove
+from supervisor._pg_writes import SaveWriter, check_size, remove
 from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
@@ -336,9 +336,13 @@ class PostgresCheckpointStore(ClosingContext):
             StoreBusy: it waited past ``transaction_timeout`` for a lock another
                 connection held, or ran past ``statement_timeout``, or waited
                 ``connect_timeout`` for a lane and a pooled connection while every one was
-                busy; nothing was stored, and saving it again is safe.
+                busy; nothing was stored, and saving it again is safe. Or the server rolled
+                it back twice to break a deadlock (saves of the same session from several
+                threads or processes at once; it is tried once more first).
             StoreFull: the server's disk is full; nothing was stored.
-            SnapshotTooLarge, actors.SnapshotEncodeError: as for every store.
+            SnapshotTooLarge, actors.SnapshotEncodeError: as for every store; and a
+                snapshot of about 1 GiB or more (``_pg_writes.ROW_LIMIT``), which
+                PostgreSQL can neither take in one message nor give back in one row.
             ValueError: PostgreSQL cannot store its session id, checkpoint id or label (a
                 NUL character in it, or a session or checkpoint id of thousands of bytes);
                 nothing was stored.
@@ -357,6 +361,7 @@ class PostgresCheckpointStore(ClosingContext):
         cut = split(snapshot, None if cached is None else cached.known, parts=False)
         if self.max_snapshot_bytes is not None and cut.size > self.max_snapshot_bytes:
             raise SnapshotTooLarge(sid, cut.size, self.max_snapshot_bytes)
+        check_size(sid, cut.size)  # what PostgreSQL cannot take: refused before it is sent
         # CheckpointInfo times are UTC; a moment UTC cannot hold raises here, storing nothing
         saved_at = snapshot.saved_at.astimezone(UTC)
         write = functools.partial(self._write, snapshot, cut, cached, fence)

@@ -17,6 +17,7 @@ import pytest
 
 from supervisor import PostgresCheckpointStore
 from supervisor._message_log import split
+from tests.supervisor.pg_helpers import store_waits_on_a_lock
 from tests.supervisor.store_contract import snap
 
 
@@ -24,16 +25,6 @@ from tests.supervisor.store_contract import snap
 def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresCheckpointStore]:
     with PostgresCheckpointStore(pg_dsn, schema=pg_schema, keep_last=None) as opened:
         yield opened
-
-
-def _store_waits_on_a_lock(dsn: str) -> bool:
-    """Whether a connection of a store (not the test's own) waits for a lock in this database."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'sessionvisor' AND wait_event_type = 'Lock'"
-        ).fetchone()
-    return row is not None and row[0] > 0
 
 
 def _meanwhile_save(
@@ -59,7 +50,7 @@ def _meanwhile_save(
             store._write(snapshot, cut, cached, None, conn)
             worker.start()
             deadline = time.monotonic() + 10
-            while worker.is_alive() and not _store_waits_on_a_lock(store.conninfo):
+            while worker.is_alive() and not store_waits_on_a_lock(store.conninfo):
                 assert time.monotonic() < deadline, "the delete never waited for the save"
                 time.sleep(0.005)  # a bounded poll of the server
     worker.join(10)

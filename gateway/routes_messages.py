@@ -136,8 +136,12 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
     """The frames of one streamed send: its own turn's events (``OwnTurn``), then its
     ``answer`` or ``error``. Events of its turn that the session's buffer dropped before
     they were read (a reader that fell behind) are counted in a ``missed`` frame, as an
-    ``/events`` stream counts them, where they were lost (or before the answer, if its
-    ``turn_started`` was among them): they were left out without a word. An answer that
+    ``/events`` stream counts them, where they were lost: they were left out without a
+    word. If its ``turn_started`` was among them, the client gets none of its turn's
+    events, and one ``missed`` frame before the answer counts them all: those lost, and
+    those read after the loss that it left out, unable to tell they were its own
+    (``OwnTurn.untold``). That count is an upper bound (it may include lost events of a
+    turn queued before its own), never fewer than the client missed. An answer that
     wrote nothing for ``Limits.heartbeat_s`` sends a heartbeat, also while the events of
     a turn queued before its own arrive (it leaves them out)."""
     stream = gateway.ahost.events(internal, since=start, tenant_id=tenant)
@@ -200,7 +204,8 @@ async def _turn_end(  # noqa: PLR0917 (one stream's parts)
 ) -> AsyncGenerator[str, None]:
     """The last frames of a streamed send, once its answer came (or the session's stream
     ended): its turn's events after ``cursor`` that the stream had not handed out yet,
-    what was lost of them, then its ``answer`` or ``error``."""
+    what was lost of them (all of its turn's events, if its ``turn_started`` was lost:
+    ``OwnTurn.untold``), then its ``answer`` or ``error``."""
     with contextlib.suppress(Exception):  # the session may be gone already
         rest = gateway.ahost.host.events(internal, cursor, tenant_id=tenant)
         if lost := own.missed(rest.missed):
@@ -208,7 +213,7 @@ async def _turn_end(  # noqa: PLR0917 (one stream's parts)
         for event in rest.events:
             if own.owns(event):
                 yield frame_event(event)
-    if lost := own.unseen():
+    if lost := own.untold():
         yield frame("missed", {"missed": lost})
     try:
         message = await answer_task

@@ -833,9 +833,19 @@ def _reraise(err: ChildStartError) -> NoReturn:
     its own thread, with its original chain; one that is not an ``Exception``
     (``SystemExit`` from a model factory or a template's pickling) stays wrapped in
     ``err``, which names the session: it must not end the caller's thread or program."""
-    if isinstance(err.cause, Exception):
-        raise err.cause from err.cause.__cause__
-    raise err
+    cause = err.cause
+    context = cause.__context__
+    try:
+        if isinstance(cause, Exception):
+            raise cause from cause.__cause__
+        raise err
+    finally:
+        # Raised in the ``except`` that caught ``err``, ``cause`` got ``err`` as its hidden
+        # ``__context__`` (``from`` suppresses it), and ``err`` holds ``cause``: a reference
+        # cycle. It gets back the context it came with. And this frame is in the raised
+        # error's traceback: kept as its locals, ``err`` and ``cause`` made a cycle too.
+        cause.__context__ = context
+        del err, cause, context
 
 
 def _serving(ref: pykka.ActorRef[Any] | None) -> bool:

@@ -38,9 +38,14 @@ def raise_tamed(error: BaseException, during: str) -> NoReturn:
     """Raise ``tamed(error, during)``: ``error`` itself (its traceback kept), or the
     ``CallAborted`` caused by it. Called in an ``except`` that caught ``error``."""
     aborted = tamed(error, during)
-    if aborted is error:
-        raise error
-    raise aborted from error
+    try:
+        if aborted is error:
+            raise error
+        raise aborted from error
+    finally:
+        # This frame is in the traceback of what it raises: kept as its locals, the error
+        # made a reference cycle with its own traceback (freed by the cyclic GC only).
+        del error, aborted
 
 
 class OneOutcome:

@@ -218,7 +218,11 @@ class SessionLink:
                 error = self._mapped(exc)
                 if asked and isinstance(error, SessionCrashed):  # WorkerCrashed too
                     error = _chained(NotDelivered(str(error)), error)
+                # This frame is in the error's traceback: kept as its locals, the error and
+                # ``reply`` (which holds it) made a reference cycle of each failed call.
+                del reply
                 outcome.finish(None, error)
+                del error
             else:
                 outcome.finish(value, None)
 
@@ -313,27 +317,34 @@ class SessionLink:
             raise TimeoutError(
                 f"session {self.session_id!r} did not answer within {timeout} s"
             ) from None
+        finally:
+            # This frame is in the call's error's traceback: kept as its local, ``reply``
+            # (which holds the error) made a reference cycle of each failed call.
+            del reply
 
     def _result_or_kill(self, op: str, reply: Reply, left: float) -> Any:
         try:
-            return self.client.wait(reply, left)
-        except TimeoutError:
-            if reply.done():
-                raise
-        logger.error(
-            "worker pid %s did not answer %r within %s s; killing it",
-            self.client.pid,
-            op,
-            self.call_timeout,
-            extra={"worker_pid": self.client.pid, "reason": "call_timeout"},
-        )
-        self.client.kill()
-        try:  # fails with WorkerCrashed (or the reply won the race)
-            return reply.result(_KILL_GRACE)
-        except TimeoutError:
-            if reply.done():
-                raise
-        raise self._late(op, self.call_timeout)
+            try:
+                return self.client.wait(reply, left)
+            except TimeoutError:
+                if reply.done():
+                    raise
+            logger.error(
+                "worker pid %s did not answer %r within %s s; killing it",
+                self.client.pid,
+                op,
+                self.call_timeout,
+                extra={"worker_pid": self.client.pid, "reason": "call_timeout"},
+            )
+            self.client.kill()
+            try:  # fails with WorkerCrashed (or the reply won the race)
+                return reply.result(_KILL_GRACE)
+            except TimeoutError:
+                if reply.done():
+                    raise
+            raise self._late(op, self.call_timeout)
+        finally:
+            del reply  # (as in ``_call``: this frame is in the error's traceback)
 
     def finish_send(self, reply: dict[str, Any]) -> Message:
         """The answer of a ``send`` reply, after saving the checkpoint it carries (the

@@ -65,8 +65,9 @@ def test_a_failed_awaited_call_leaves_no_garbage_cycle(make_host: HostFactory, n
 
 
 @xfail_in_process(
-    "supervisor/workers/_proxy.py: the frame of SessionLink.submit's 'settled' (in the "
-    "error's traceback) holds the error, and the call's future through 'outcome'"
+    "supervisor/workers/_client.py: Reply.result's frame (in the error's traceback: it "
+    "raises the error in SessionLink._submit's 'settled') holds the reply ('self'), which "
+    "holds the error; so does Reply._settle's, the caller of 'settled' (its 'error')"
 )
 def test_a_models_error_awaited_leaves_no_garbage_cycle(make_host: HostFactory) -> None:
     _assert_no_cycle(make_host, lambda ahost, sid: ahost.send(sid, "!fail now"), "ModelDown")
@@ -138,15 +139,29 @@ STORE_CALLS: dict[str, Call] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(STORE_CALLS))
-def test_a_store_error_of_an_awaited_call_leaves_its_future_out_of_any_cycle(
-    name: str,
-) -> None:
+_LEFT_BY_A_FAILED_REACTIVATION = pytest.mark.xfail(
+    strict=True,
+    reason="supervisor/handle.py: start_child's pykka ActorRef.ask(block=True) frame (in "
+    "the ChildStartError's traceback) holds its reply, which holds the ChildStartError, and "
+    "actors/_mailbox.py Reply.get's frame holds it as a local; it holds the store's error",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=_LEFT_BY_A_FAILED_REACTIVATION)
+        if name == "send to a hibernated session"
+        else name
+        for name in sorted(STORE_CALLS)
+    ],
+)
+def test_a_store_error_of_an_awaited_call_leaves_no_garbage_cycle(name: str) -> None:
     """A hibernated session whose checkpoint cannot be read: the call reading it (on a
     helper thread: ``_run_into``, ``_Exclusive._try_when_serving``) fails with the store's
-    error, and its future is freed, not left in a cycle with the error. (Only the future
-    is asserted: the error of a failed reactivation is in a cycle of its own, made in
-    ``Incarnations._reraise``, which holds it in a local of a frame of its traceback.)"""
+    error, and neither the error nor the future is left in a cycle. (A ``send`` reactivates
+    the session: ``Incarnations._reraise`` held the error in a local of a frame of its
+    traceback, and made the ``ChildStartError``, which holds it, its hidden context.)"""
     store = _BrokenStore()
     with AgentHost(store=store) as host:
         ahost = AsyncAgentHost(host)
@@ -164,7 +179,7 @@ def test_a_store_error_of_an_awaited_call_leaves_its_future_out_of_any_cycle(
             return "no error"
 
         assert asyncio.run(fail()) == "the disk is gone"
-        with CyclicGarbage((Future,)) as garbage:
+        with CyclicGarbage(_CALL_PARTS) as garbage:
             results = [asyncio.run(fail()) for _ in range(3)]
         assert results == ["the disk is gone"] * 3
         assert garbage.names == []
@@ -172,28 +187,30 @@ def test_a_store_error_of_an_awaited_call_leaves_its_future_out_of_any_cycle(
         assert host.send(sid, "after").content == "echo: after"  # it comes back then
 
 
-def test_a_failed_checkpoint_save_leaves_its_future_out_of_any_cycle() -> None:
-    """A running session's ``checkpoint`` whose save fails (``_answer``, on the session's
-    thread): the error reaches the task, and the call's future is freed. (Only the future
-    is asserted: the store's error is in a cycle of its own, made in ``raise_tamed``,
-    whose frame in its traceback holds it as a local.)"""
+def test_a_failed_checkpoint_save_leaves_no_garbage_cycle(make_host: HostFactory) -> None:
+    """A running session's ``checkpoint`` whose save fails (``_answer``, on the thread that
+    completes the call): the store's error reaches the task, and neither it nor the call's
+    future is left in a cycle. (``raise_tamed``, whose frame is in the error's traceback,
+    held it as a local.)"""
     store = _BrokenStore()
-    with AgentHost(store=store) as host:
-        ahost = AsyncAgentHost(host)
-        sid = host.start_session(template())
+    host = make_host(store=store)
+    ahost = AsyncAgentHost(host)
+    sid = host.start_session(template())
 
-        async def fail() -> str:
-            try:
-                await ahost.checkpoint(sid)
-            except OSError as exc:
-                return str(exc)
-            return "no error"
+    async def fail() -> str:
+        try:
+            await ahost.checkpoint(sid)
+        except OSError as exc:
+            return str(exc)
+        return "no error"
 
-        store.broken = True
+    store.broken = True
+    try:
         assert asyncio.run(fail()) == "the disk is gone"
-        with CyclicGarbage((Future,)) as garbage:
+        with CyclicGarbage(_CALL_PARTS) as garbage:
             results = [asyncio.run(fail()) for _ in range(3)]
+    finally:
         store.broken = False
-        assert results == ["the disk is gone"] * 3
-        assert garbage.names == []
-        assert host.send(sid, "after").content == "echo: after"
+    assert results == ["the disk is gone"] * 3
+    assert garbage.names == []
+    assert host.send(sid, "after").content == "echo: after"

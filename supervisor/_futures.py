@@ -324,8 +324,9 @@ class HostFutures:
 
     def finds_at_once(self, session_id: str) -> bool:
         """Whether a call naming ``session_id`` finds it without waiting: this host holds
-        it, or is no cluster node. A cluster node asks the database about a session it
-        does not hold (who owns it?) and may take it over there and then (a resume: its
+        it, or is no cluster node (the host installs ``SessionTable.on_missing`` on a
+        cluster node only). A cluster node asks the database about a session it does
+        not hold (who owns it?) and may take it over there and then (a resume: its
         checkpoint loaded, its ``session_start`` run), which no event loop may wait for."""
         if self._table.on_missing is None or not isinstance(session_id, str):
             return True

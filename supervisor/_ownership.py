@@ -52,7 +52,8 @@ class Ownership(Protocol):
 
     def check_serving(self, session_id: str | None = None) -> None:
         """Raise ``NodeFenced`` when this host must not run turns now. With ``session_id``
-        (a call on that session: ``send``, ``history``, ``checkpoint``), also
+        (a call on that session: ``send``, ``history``, ``checkpoint``, ``events``,
+        ``subscribe``), also
         ``OwnershipLost`` when the host lost the session to another node and is stopping
         its copy, which lacks the new owner's turns. Cheap: no store round trip."""
         ...

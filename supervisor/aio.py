@@ -35,6 +35,7 @@ from supervisor._host_policy import check_since
 from supervisor._host_record import SessionInfo
 from supervisor._outcome import raise_tamed
 from supervisor._session_attrs import SessionMetadata
+from supervisor.errors import NodeFenced, OwnershipLost
 from supervisor.host import AgentHost
 
 __all__ = ["AsyncAgentHost", "EventStream", "wait_future"]
@@ -217,8 +218,17 @@ class AsyncAgentHost:
             SessionNotFound: no such session on this host (for ``tenant_id``); raised
                 by the first ``__anext__``.
             TypeError: ``since`` is neither an ``int`` nor ``None`` (here, at the call).
+            NodeFenced: (a cluster node) the node fenced itself, as ``AgentHost.events``
+                raises it: here, at the call, and by the first ``__anext__`` (which ends
+                the stream) if it fenced itself meanwhile.
+            OwnershipLost: (a cluster node) another node took the session over and the
+                copy here is being stopped; raised by the first ``__anext__``.
         """
-        return EventStream(self.host, session_id, check_since(since), tenant_id)
+        cursor = check_since(since)
+        node = self.host.node
+        if node is not None:  # (a cheap read of the node's own state; the session's, later)
+            node.check_serving()
+        return EventStream(self.host, session_id, cursor, tenant_id)
 
     async def kill(
         self, session_id: str, reason: str = "killed", *, tenant_id: str | None = None
@@ -280,6 +290,13 @@ class EventStream:
     ``async with`` block) ends it early and unsubscribes, and so does dropping
     the last reference to it (an ``async for`` left with ``break``).
 
+    On a cluster node, the first read answers as ``AgentHost.events`` does: fenced, or
+    with the session lost to another node, it raises ``NodeFenced`` or ``OwnershipLost``
+    and the stream ends (``cursor`` is unchanged: go on from it elsewhere). A stream read
+    once goes on with the copy's events: when another node takes the session over, the
+    node stops its copy once it learns of it (its first renewal after a fence, or a save
+    refused), and that ends the stream.
+
     Attributes:
         cursor: The seq of the last event handed out (or read past: events the
             stream missed, or none published): pass it as ``since`` to a later
@@ -307,6 +324,7 @@ class EventStream:
         self._freed: weakref.finalize[[], EventStream] | None = None  # ``_Subscription.drop``
         self._stopped = False
         self._closed = False
+        self._serving = False  # the node passed ``_check_serving`` after the first read
 
     def __aiter__(self) -> Self:
         return self
@@ -327,6 +345,8 @@ class EventStream:
             stopped = self._stopped  # before reading: a stop's last events are in by then
             assert self._watch is not None
             batch = self._watch.since(self._read)
+            if not self._serving:
+                await self._check_serving()
             self._read = batch.cursor
             self.missed += batch.missed
             self._ready.extend(batch.events)
@@ -370,6 +390,20 @@ class EventStream:
         if self._closed:  # ``aclose`` while it subscribed
             self._freed.detach()
             watch.close()
+
+    async def _check_serving(self) -> None:
+        """After the first read of the session's buffer: refuse it, and end the stream, if
+        the host's node is fenced or lost the session (its copy here may lack the new
+        owner's events). Passed, the session was this node's when it was read (as
+        ``AgentHost.events`` reasons), and the stream then goes on with its events."""
+        node = self._host.node
+        if node is not None:
+            try:
+                node.check_serving(self.session_id)
+            except (NodeFenced, OwnershipLost):
+                await self.aclose()
+                raise
+        self._serving = True
 
     async def aclose(self) -> None:
         """End the stream now and unsubscribe (events already read are still handed out

@@ -228,7 +228,8 @@ class AgentHost:
                 fingerprint_secret=backing.fingerprint_secret,
             )
             undo.append(self._sessions.supervisors.stop)
-            self._table.on_missing = self._sessions.adopt
+            if node_of(self._ownership) is not None:  # only a cluster node takes one over
+                self._table.on_missing = self._sessions.adopt
             self.registry = self._sessions.registry
             self._root = self._sessions.supervisors
             calls = NonBlockingCalls(
@@ -468,9 +469,20 @@ class AgentHost:
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
             TypeError: ``since`` is neither an ``int`` nor ``None``.
+            NodeFenced: (a cluster node) the node fenced itself: another node may have run
+                turns whose events the copy here lacks; ask again, or ask another node
+                (``follow`` follows the session on any node).
+            OwnershipLost: (a cluster node) another node took the session over and the
+                copy here is being stopped; ask the new owner.
         """
         cursor = check_since(since)
-        return self._table.live(session_id, tenant_id).events.since(cursor)
+        record = self._table.live(session_id, tenant_id)
+        self._ownership.check_serving(record.session_id)
+        batch = record.events.since(cursor)
+        # Asked again, as ``history`` does: passed now, the session was this node's, so
+        # what its buffer held was the whole stream.
+        self._ownership.check_serving(record.session_id)
+        return batch
 
     def subscribe(
         self, session_id: str, subscriber: Subscriber, *, tenant_id: str | None = None
@@ -487,12 +499,23 @@ class AgentHost:
         session of the same worker, which waits out ``call_timeout`` (hand such a call
         to another thread). Returns a function that unsubscribes.
 
+        On a cluster node, a subscriber gets the events of the copy here: when another
+        node takes the session over, the last is ``moved`` (and the session is stopped
+        here) once this node learns of it (its first renewal after a fence, or a save
+        refused); follow the session at its owner from then on, or with ``follow``.
+
         Raises:
             SessionNotFound: no such session on this host (for ``tenant_id``).
             TypeError: ``subscriber`` is not callable.
+            NodeFenced: (a cluster node) the node fenced itself: the session's next events
+                may come from another node's copy; subscribe again, or on another node.
+            OwnershipLost: (a cluster node) another node took the session over and the
+                copy here is being stopped; subscribe at the new owner.
         """
         checked = check_subscriber(subscriber)
-        return self._table.live(session_id, tenant_id).events.subscribe(checked)
+        record = self._table.live(session_id, tenant_id)
+        self._ownership.check_serving(record.session_id)
+        return record.events.subscribe(checked)
 
     def follow(
         self, session_id: str, *, since: int | None = None, tenant_id: str | None = None

@@ -78,29 +78,32 @@ def _texts(history: object) -> list[str]:
 @pytest.fixture
 def fenced_after_takeover(
     cluster: Cluster, request: pytest.FixtureRequest
-) -> tuple[AgentHost, AgentHost]:
+) -> tuple[AgentHost, AgentHost, EventWaiter]:
     """Node ``a`` (on a ``FakeClock``) ran ``s``, then fenced itself, and ``b`` took ``s``
     over and ran a turn ``a``'s copy lacks; ``a``'s copy still runs (or is hibernated,
-    with ``request.param == "hibernated"``)."""
+    with ``request.param == "hibernated"``). The waiter was subscribed to ``a``'s copy
+    before the fence (a fenced node refuses ``subscribe``)."""
     clock = FakeClock()
     a = cluster.node("a", ttl=TTL, clock=clock)
     b = cluster.node("b")
     a.start_session(template(), "s")
     a.send("s", "one")
+    moved = EventWaiter()
+    a.subscribe("s", moved)
     if getattr(request, "param", "running") == "hibernated":
         assert a.hibernate("s")
     clock.advance(FENCED)
     expire(a.store, "a")
     assert b.send("s", "two").content == "echo: two"
-    return a, b  # (the cluster fixture shuts both down)
+    return a, b, moved  # (the cluster fixture shuts both down)
 
 
 @pytest.mark.parametrize("fenced_after_takeover", ["running", "hibernated"], indirect=True)
 @pytest.mark.parametrize("call", sorted(READS))
 def test_a_fenced_node_answers_no_read_of_a_session_taken_over(
-    fenced_after_takeover: tuple[AgentHost, AgentHost], call: str
+    fenced_after_takeover: tuple[AgentHost, AgentHost, EventWaiter], call: str
 ) -> None:
-    a, b = fenced_after_takeover
+    a, b, moved = fenced_after_takeover
     saved = _saved(b, "s")
     with pytest.raises(NodeFenced, match="node 'a' is fenced"):
         READS[call](a, "s")  # was: a's copy's history ["one"], or a write refused
@@ -109,8 +112,6 @@ def test_a_fenced_node_answers_no_read_of_a_session_taken_over(
     assert b.node.leases() == {"s": 2}  # the owner's session undisturbed
     assert b.send("s", "three").content == "echo: three"
     assert _texts(b.history("s")) == ["one", "two", "three"]
-    moved = EventWaiter()
-    a.subscribe("s", moved)
     assert a.node is not None
     assert a.node.renew()  # back: it finds s claimed meanwhile, and stops its copy
     moved.wait_for("moved")

@@ -82,12 +82,17 @@ class Reply(pykka.Future[T]):
         if exc_info is None:
             return value  # type: ignore[no-any-return]
         exc_type, error, trace = exc_info
-        if error is None:
-            assert exc_type is not None
-            error = exc_type()
-        if error.__traceback__ is not trace:
-            raise error.with_traceback(trace)
-        raise error
+        try:
+            if error is None:
+                assert exc_type is not None
+                error = exc_type()
+            if error.__traceback__ is not trace:
+                raise error.with_traceback(trace)
+            raise error
+        finally:
+            # This frame is in the raised error's traceback: kept as its locals, the error
+            # (and the reply, which holds it) made a reference cycle of each failed ``ask``.
+            del self, outcome, exc_info, error, trace
 
     def set(self, value: Any | None = None) -> None:
         """Set the answer, waking every reader."""

@@ -68,7 +68,9 @@ class ThreadRuntime:
             if own is not None:
                 return own.on_receive(request)
         try:
-            return ref.ask(request, block=True, timeout=timeout)
+            # Not ``ask(block=True)``: its frame, in a failed call's traceback, holds the
+            # reply, which holds the error (a reference cycle). This one raises the same.
+            return ref.ask(request, block=False).get(timeout=timeout)
         except pykka.ActorDeadError as exc:
             raise _ended(session_id, exc) from exc
         except pykka.Timeout as exc:

@@ -188,7 +188,9 @@ class SupervisorHandle:
                 "timeout; call it from another thread"
             )
             raise RuntimeError(msg)
-        return self._ref.ask(message, block=True, timeout=timeout)
+        # Not ``ask(block=True)``: its frame, in a failed start's traceback, holds the reply,
+        # which holds the error (a reference cycle). This one raises the same.
+        return self._ref.ask(message, block=False).get(timeout=timeout)
 
     def __repr__(self) -> str:
         return f"<SupervisorHandle of {self._ref}>"

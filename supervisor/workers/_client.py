@@ -141,9 +141,20 @@ class Reply:
             if not self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
                 raise TimeoutError(f"no reply within {timeout} s")
             self._gate.release()  # let any other waiter through too
-        if self._error is not None:
-            raise self._error
+        error = self._error
+        if error is not None:
+            try:
+                raise error
+            finally:
+                # This frame is in the error's traceback: kept as its locals, the error and
+                # the reply (which holds it) made a reference cycle of each failed call.
+                del self, error
         return self._value
+
+    def exception(self) -> BaseException | None:
+        """The call's error once settled (``None``: it succeeded, or is not settled yet),
+        without raising it: read so, it gets no frame of its reader in its traceback."""
+        return self._error
 
     def _deliver(self, value: Any) -> None:
         """Settle with a successful reply's payload, passed through ``on_reply`` first.
@@ -158,14 +169,19 @@ class Reply:
             self._settle(value, None)
             return
         try:
-            result = on_reply(value)
-        except Exception as exc:
-            self._settle(None, exc)
-        except BaseException as exc:
-            self._settle(None, exc)
-            raise
-        else:
-            self._settle(result, None)
+            try:
+                result = on_reply(value)
+            except Exception as exc:
+                self._settle(None, exc)
+            except BaseException as exc:
+                self._settle(None, exc)
+                raise
+            else:
+                self._settle(result, None)
+        finally:
+            # This frame is in the traceback of what ``on_reply`` raised: kept as its local,
+            # the reply (which holds that error) made a reference cycle of each failed save.
+            del self
 
     def _settle(self, value: Any, error: BaseException | None) -> None:
         self._value = value
@@ -406,19 +422,24 @@ class WorkerClient:
         free to read what the worker writes.
         """
         reply = Reply(on_reply)
-        data = self._request(op, payload, reply)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if len(data) > _LEAD_LIMIT or not self._take_pipe():
-            self._write(data, reply)
-            self._await(reply, deadline)
-            return reply
         try:
-            self._write(data, reply)
-        except BaseException:
-            self._hand_on_pipe()
-            raise
-        self._await(reply, deadline)  # starts with the pipe held: it reads at once
-        return reply
+            data = self._request(op, payload, reply)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if len(data) > _LEAD_LIMIT or not self._take_pipe():
+                self._write(data, reply)
+                self._await(reply, deadline)
+                return reply
+            try:
+                self._write(data, reply)
+            except BaseException:
+                self._hand_on_pipe()
+                raise
+            self._await(reply, deadline)  # starts with the pipe held: it reads at once
+            return reply
+        finally:
+            # This frame is in the traceback of a save that failed while ``_await`` delivered
+            # the reply (see ``_drain``): kept as its local, the reply made a reference cycle.
+            del reply
 
     def _write(self, data: bytes, future: Reply) -> Reply:
         """Register ``future`` as the reply of its request (``data``) and write the request."""
@@ -464,22 +485,25 @@ class WorkerClient:
                 ``_protocol.decode_error``).
         """
         future = self.submit(op, payload)
-        if written is not None:
-            written()
         try:
-            return self.wait(future, timeout)
-        except TimeoutError:
-            if future.done() or not kill_late:
-                raise  # the error *is* the reply, or the caller only stops waiting
-            logger.error(
-                "worker pid %s did not answer %r within %s s; killing it",
-                self.pid,
-                op,
-                timeout,
-                extra={"worker_pid": self.pid, "reason": "call_timeout"},
-            )
-            self.kill()
-            return future.result(_JOIN_TIMEOUT)
+            if written is not None:
+                written()
+            try:
+                return self.wait(future, timeout)
+            except TimeoutError:
+                if future.done() or not kill_late:
+                    raise  # the error *is* the reply, or the caller only stops waiting
+                logger.error(
+                    "worker pid %s did not answer %r within %s s; killing it",
+                    self.pid,
+                    op,
+                    timeout,
+                    extra={"worker_pid": self.pid, "reason": "call_timeout"},
+                )
+                self.kill()
+                return future.result(_JOIN_TIMEOUT)
+        finally:
+            del future  # (this frame is in the error's traceback, see ``Reply.result``)
 
     def wait(self, reply: Reply, timeout: float | None = None) -> Any:
         """``reply.result(timeout)``, reading the pipe on this thread whenever no other
@@ -487,12 +511,15 @@ class WorkerClient:
 
         Raises what ``Reply.result`` raises.
         """
-        if reply._done:
-            return reply.result()
-        self._await(reply, None if timeout is None else time.monotonic() + timeout)
-        if reply._done:
-            return reply.result()
-        raise TimeoutError(f"no reply within {timeout} s")
+        try:
+            if reply._done:
+                return reply.result()
+            self._await(reply, None if timeout is None else time.monotonic() + timeout)
+            if reply._done:
+                return reply.result()
+            raise TimeoutError(f"no reply within {timeout} s")
+        finally:
+            del reply  # (this frame is in the error's traceback, see ``Reply.result``)
 
     def after_delivered(self, session_id: str | None, fn: Callable[[], None]) -> None:
         """Run ``fn`` once the frames of ``session_id`` read so far are delivered: at once
@@ -763,6 +790,9 @@ class WorkerClient:
             self._release_if_held(me)
             if reply._ordered:
                 self._pass_on_lane(reply._key)
+            # This frame is in the traceback of a save that failed while it delivered the
+            # reply (see ``_drain``): kept as its local, the reply made a reference cycle.
+            del reply
 
     def _next_step(self, reply: Reply, me: int) -> Lane | Parked | None:
         """What ``_await`` does next: read the pipe (None: this thread holds it now), deliver
@@ -847,7 +877,10 @@ class WorkerClient:
         if item is not None and item[1] is not None and not item[1]._ordered:
             if deliver:
                 self._hand_on_pipe()
-            self._deliver(*item)  # no order to keep (``_UNORDERED``)
+            try:
+                self._deliver(*item)  # no order to keep (``_UNORDERED``)
+            finally:
+                del item  # (as in ``_drain``: this frame may be in a failed call's traceback)
             return
         mine: Lane | None = None
         orphaned = False
@@ -871,6 +904,9 @@ class WorkerClient:
             if deliver and (mine is not None or me == self._reader_ident):
                 # (A caller that delivers nothing reads on: ``_await`` finds it holding.)
                 self._hand_on_locked()
+        # The lane holds the entry now; kept here, its reply would be in a reference cycle
+        # with the error of a save that fails while ``_drain`` delivers it (see ``_drain``).
+        del item
         if mine is not None:
             self._drain(mine, lane_key, me)
         elif orphaned:
@@ -1008,7 +1044,10 @@ class WorkerClient:
                         left = True
                         return
                     frame, future, fn = lane.items.popleft()
-                self._deliver(frame, future, fn)
+                try:
+                    self._deliver(frame, future, fn)
+                finally:
+                    del future  # (as in ``_deliver_entry``: in a failed save's traceback)
         finally:
             if not left:  # an exception: entries may be left, for another deliverer
                 with self._pipe_lock:
@@ -1068,6 +1107,8 @@ class WorkerClient:
             if current is not self._reader and current is not self._helper:
                 raise
             logger.exception("delivering a frame of worker pid %s failed", self.pid)
+        finally:
+            del future  # (as in ``_deliver_entry``: this frame is in a failed save's traceback)
 
     def _deliver_entry(
         self,
@@ -1103,10 +1144,15 @@ class WorkerClient:
                 return
         if future is None:
             return  # a late reply to a call already failed
-        if frame.get("ok"):
-            future._deliver(frame.get("payload"))
-        else:
-            future._settle(None, decode_error(frame.get("error") or {}))
+        try:
+            if frame.get("ok"):
+                future._deliver(frame.get("payload"))
+            else:
+                future._settle(None, decode_error(frame.get("error") or {}))
+        finally:
+            # This frame is in the traceback of what ``on_reply`` raised (see
+            # ``Reply._deliver``): kept as its local, the reply made a reference cycle.
+            del future
 
     def _poke_back(self) -> None:
         """Answer the worker's ``poke``: the frame ends a session's read of its pipe."""

@@ -212,19 +212,16 @@ class SessionLink:
         outcome = OneOutcome(done)
 
         def settled(reply: Reply) -> None:
-            try:
-                value = reply.result(0)
-            except BaseException as exc:  # a save's ``SystemExit`` too: ``done`` tames it
-                error = self._mapped(exc)
-                if asked and isinstance(error, SessionCrashed):  # WorkerCrashed too
-                    error = _chained(NotDelivered(str(error)), error)
-                # This frame is in the error's traceback: kept as its locals, the error and
-                # ``reply`` (which holds it) made a reference cycle of each failed call.
-                del reply
-                outcome.finish(None, error)
-                del error
-            else:
-                outcome.finish(value, None)
+            # The error is read, not raised: raised here, it got this frame and its callers'
+            # (``Reply._settle``'s, which hold it) in its traceback, a reference cycle.
+            error = reply.exception()  # a save's ``SystemExit`` too: ``done`` tames it
+            if error is None:
+                outcome.finish(reply.result(0), None)
+                return
+            error = self._mapped(error)
+            if asked and isinstance(error, SessionCrashed):  # WorkerCrashed too
+                error = _chained(NotDelivered(str(error)), error)
+            outcome.finish(None, error)
 
         limit = self.call_timeout
         if limit is not None and limit <= timeout:

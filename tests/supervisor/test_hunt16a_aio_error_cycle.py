@@ -29,7 +29,6 @@ from tests.supervisor.host_helpers import (
     FlakyModel,
     HostFactory,
     template,
-    xfail_in_process,
 )
 
 _CALL_PARTS = (Future, asyncio.Future, BaseException)
@@ -64,12 +63,11 @@ def test_a_failed_awaited_call_leaves_no_garbage_cycle(make_host: HostFactory, n
     _assert_no_cycle(make_host, CALLS[name], EXPECTED[name])
 
 
-@xfail_in_process(
-    "supervisor/workers/_client.py: Reply.result's frame (in the error's traceback: it "
-    "raises the error in SessionLink._submit's 'settled') holds the reply ('self'), which "
-    "holds the error; so does Reply._settle's, the caller of 'settled' (its 'error')"
-)
 def test_a_models_error_awaited_leaves_no_garbage_cycle(make_host: HostFactory) -> None:
+    """In process mode ``SessionLink._submit``'s ``settled`` raised the worker reply's
+    error to read it (``Reply.result``, whose frame held the reply), on the thread that
+    settled the reply (``Reply._settle``'s frame held the error): it reads it now
+    (``Reply.exception``)."""
     _assert_no_cycle(make_host, lambda ahost, sid: ahost.send(sid, "!fail now"), "ModelDown")
 
 
@@ -139,29 +137,15 @@ STORE_CALLS: dict[str, Call] = {
 }
 
 
-_LEFT_BY_A_FAILED_REACTIVATION = pytest.mark.xfail(
-    strict=True,
-    reason="supervisor/handle.py: start_child's pykka ActorRef.ask(block=True) frame (in "
-    "the ChildStartError's traceback) holds its reply, which holds the ChildStartError, and "
-    "actors/_mailbox.py Reply.get's frame holds it as a local; it holds the store's error",
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=_LEFT_BY_A_FAILED_REACTIVATION)
-        if name == "send to a hibernated session"
-        else name
-        for name in sorted(STORE_CALLS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(STORE_CALLS))
 def test_a_store_error_of_an_awaited_call_leaves_no_garbage_cycle(name: str) -> None:
     """A hibernated session whose checkpoint cannot be read: the call reading it (on a
     helper thread: ``_run_into``, ``_Exclusive._try_when_serving``) fails with the store's
     error, and neither the error nor the future is left in a cycle. (A ``send`` reactivates
     the session: ``Incarnations._reraise`` held the error in a local of a frame of its
-    traceback, and made the ``ChildStartError``, which holds it, its hidden context.)"""
+    traceback, and made the ``ChildStartError``, which holds it, its hidden context; the
+    supervisor's ``start_child`` waited in pykka's ``ask(block=True)``, whose frame held
+    the reply, and ``actors._mailbox.Reply.get``'s frame held the error it raised.)"""
     store = _BrokenStore()
     with AgentHost(store=store) as host:
         ahost = AsyncAgentHost(host)

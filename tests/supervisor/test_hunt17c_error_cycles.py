@@ -9,10 +9,16 @@ raised in a local; ``_reraise`` also raised the start's error in the ``except`` 
 caught its ``ChildStartError``, which made the wrapper the error's hidden ``__context__``
 while the wrapper holds the error. In process mode ``SessionLink._submit``'s ``settled``
 and ``SessionLink._call`` (``workers/_proxy.py``) held the error and the worker's reply,
-which holds it: needed, but not enough yet for a test of their own (see below).
+which holds it.
 
-Left (strict xfails here and in ``test_hunt16a_aio_error_cycle``): frames in files outside
-those, named by each reason.
+A blocking call: in thread mode pykka's ``ActorRef.ask(block=True)`` frame held its reply
+(``_thread_runtime.call``; a supervisor's ``start_child`` too, ``handle.py``), and
+``actors._mailbox.Reply.get``'s the error it raised; in process mode ``Reply.result``'s
+(``workers/_client.py``) held the reply, and ``WorkerClient.wait``'s too. A save that fails
+in ``on_reply`` (``finish_send``) has in its traceback the frame that caught it
+(``Reply._deliver``) and, through it, every frame of the thread delivering the reply, each
+of which held the reply (``_deliver_entry``, ``_deliver``, ``_drain``, ``_dispatch``, and on
+a caller's thread ``_await`` and ``ask``).
 """
 
 from __future__ import annotations
@@ -38,22 +44,9 @@ from tests.supervisor.host_helpers import (
     FlakyModel,
     HostFactory,
     template,
-    xfail_in_process,
 )
 
 _CALL_PARTS = (Future, asyncio.Future, BaseException)
-
-_LEFT_BY_A_WORKERS_REPLY = (
-    "supervisor/workers/_client.py: Reply._deliver's frame (in the error's traceback: "
-    "finish_send raised it there) holds the reply, which holds the error; so does "
-    "_deliver_entry's, its caller"
-)
-_LEFT_BY_A_BLOCKING_CALL = (
-    "thread mode: pykka's ActorRef.ask(block=True) frame (supervisor/_thread_runtime.py "
-    "call) holds the reply, and actors/_mailbox.py Reply.get's frame the error it raises; "
-    "process mode: supervisor/workers/_client.py Reply.result's frame holds the reply "
-    "('self'), which holds the error it raises"
-)
 
 
 class _SaveFails(MemoryCheckpointStore):
@@ -103,7 +96,6 @@ def _assert_fails_without_a_cycle(
     assert host.send(sid, "after").content == "echo: after"  # the session went on
 
 
-@xfail_in_process(_LEFT_BY_A_WORKERS_REPLY)
 def test_an_awaited_send_whose_save_fails_leaves_no_garbage_cycle(
     make_host: HostFactory,
 ) -> None:
@@ -130,7 +122,6 @@ def test_a_save_that_exits_fails_the_awaited_call_without_a_cycle(call: str) -> 
         _assert_fails_without_a_cycle(host, sid, call, store, expected)
 
 
-@pytest.mark.xfail(strict=True, reason=_LEFT_BY_A_BLOCKING_CALL)
 def test_a_blocking_send_that_fails_leaves_no_garbage_cycle(make_host: HostFactory) -> None:
     """``host.send`` whose model fails raises the model's error (by type name: in process
     mode it comes back as its own type too), and leaves no cycle after the first time."""
@@ -149,6 +140,33 @@ def test_a_blocking_send_that_fails_leaves_no_garbage_cycle(make_host: HostFacto
         results = [fail() for _ in range(3)]
     assert results == ["ModelDown"] * 3
     assert garbage.names == []
+
+
+def test_a_blocking_send_whose_save_fails_leaves_no_garbage_cycle(make_host: HostFactory) -> None:
+    """``host.send`` whose turn's checkpoint cannot be saved raises the store's error (the
+    turn is rolled back, the session goes on), and leaves no cycle after the first time.
+    (In process mode the caller's own thread delivers the reply, and saves there.)"""
+    store = _SaveFails()
+    host = make_host(store=store)
+    sid = host.start_session(template())
+
+    def fail() -> str:
+        try:
+            host.send(sid, "hello")
+        except OSError as exc:
+            return _failure_of(exc)
+        return "no error"
+
+    store.failure = OSError
+    try:
+        assert fail() == "OSError: the disk is gone"
+        with CyclicGarbage(_CALL_PARTS) as garbage:
+            results = [fail() for _ in range(3)]
+    finally:
+        store.failure = None
+    assert results == ["OSError: the disk is gone"] * 3
+    assert garbage.names == []
+    assert host.send(sid, "after").content == "echo: after"
 
 
 def _failed_start(cause: Callable[[], BaseException]) -> None:

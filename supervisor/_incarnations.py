@@ -753,8 +753,13 @@ class Incarnations:
 
     def _forget_moved(self, record: SessionRecord, why: object) -> None:
         """Forget a moved session marked stopped (``_mark_moved``), its child gone, and
-        announce ``moved``: subscribers then find its id free here."""
-        self._table.forget(record)
+        announce ``moved``: subscribers then find its id free here, and its event streams
+        end only after it (``SessionTable.forget``): ``moved``, which tells a reader where
+        to follow the session, is their last event."""
+        self._table.forget(record, functools.partial(self._announce_moved, record, why))
+
+    def _announce_moved(self, record: SessionRecord, why: object) -> None:
+        """Drop what the ownership kept of a forgotten moved session, and publish ``moved``."""
         self.ownership.forget(record.session_id)
         record.events.publish("moved", reason=str(why))
 

@@ -259,15 +259,25 @@ class SessionTable:
                 return list(self._records.values())
             return [self._records[s] for s in self._by_tenant.get(tenant_id, ())]
 
-    def forget(self, record: SessionRecord) -> None:
-        """Drop ``record`` (if it is still the one of its id)."""
+    def forget(self, record: SessionRecord, last_event: Callable[[], None] | None = None) -> None:
+        """Drop ``record`` (if it is still the one of its id), then call its ``when_stopped``
+        watchers: a stop (``stop_session``, a move) ends here, its incarnation gone.
+
+        ``last_event``, if given, runs between the two: the stop's own last event (a
+        move's ``moved``), published once the id is free here, and before the session's
+        event streams end, so they hand it out as their last.
+        """
         with self._lock:
             if self._records.get(record.session_id) is record:
                 del self._records[record.session_id]
                 self._unindex(record)
         with self.changed:  # wakes ``await_stop``
             self.changed.notify_all()
-        self._call_stop_watchers(record)  # one that failed to start is never stopped
+        try:
+            if last_event is not None:
+                last_event()
+        finally:  # one that failed to start is never stopped: its watchers are called here
+            self._call_stop_watchers(record)
 
     def await_stop(self, session_id: str, timeout: float) -> None:
         """Wait (up to ``timeout``) until a stop of ``session_id`` that is under way is over:
@@ -318,6 +328,12 @@ class SessionTable:
         so the calls still holding the record learn at once that it is gone, instead
         of waiting ``restart_wait`` for a restart that never comes.
 
+        A stop's ``when_stopped`` watchers (event streams, which end once they read what
+        the session published) are called by the ``forget`` that ends it, once its
+        incarnation is gone and its last events (a plugin's failing ``session_end``, a
+        move's ``moved``) are out: called here, they ended streams before those. A
+        shutdown's stops (the table closed) never end in a ``forget``: its are called here.
+
         Returns False if the record was stopped already: of two threads stopping it at
         once, one only is told it stopped it (the look and the change are one step).
         """
@@ -328,7 +344,8 @@ class SessionTable:
             record.status = status
             record.ref = ref
             self.changed.notify_all()
-            watchers = self._stop_watchers.pop(record, ()) if status == "stopped" else ()
+            ends = status == "stopped" and self.closed
+            watchers = self._stop_watchers.pop(record, ()) if ends else ()
         for watcher in watchers:
             watcher()
         return not was_stopped
@@ -337,14 +354,23 @@ class SessionTable:
         self, record: SessionRecord, watcher: Callable[[], None]
     ) -> Callable[[], None]:
         """Call ``watcher`` once, on the stopping thread, when ``record`` is stopped
-        (``stop_session`` or shutdown) or forgotten; at once if it is stopped already.
-        It must be quick and not raise. Returns a function that withdraws it."""
+        (``stop_session``, a move or shutdown: once the stop is over, see ``set``) or
+        forgotten; at once if it is stopped already. It must be quick and not raise.
+        Returns a function that withdraws it."""
         with self.changed:
-            if record.status != "stopped":
+            if not self._stop_over(record):
                 self._stop_watchers.setdefault(record, []).append(watcher)
                 return functools.partial(self._unwatch, record, watcher)
         watcher()
         return _nothing
+
+    def _stop_over(self, record: SessionRecord) -> bool:
+        """Whether ``record``'s stop watchers were called: it is stopped, and the stop's
+        ``forget`` ran (or the host is shut down). The caller holds ``changed``."""
+        if record.status != "stopped":
+            return False
+        # One dict lookup (atomic): not under ``_lock``, which is never taken inside ``changed``.
+        return self.closed or self._records.get(record.session_id) is not record
 
     def _unwatch(self, record: SessionRecord, watcher: Callable[[], None]) -> None:
         with self.changed:

@@ -19,9 +19,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from gateway._context import Gateway, SessionCaller, host_id
+from gateway._context import Gateway, SessionCaller, host_id, public_id
 from gateway.limits import _bearer
-from gateway.problems import Problem, ProblemError, problem_data, unauthorized
+from gateway.problems import Problem, ProblemError, problem_data, problem_for, unauthorized
 from gateway.sse import (
     HEARTBEAT,
     SSE_HEADERS,
@@ -74,12 +74,18 @@ async def events(
     ``addEventListener("error", ...)`` listener, ``event.data === undefined`` is that.
 
     A stream whose API key is revoked ends within ``Limits.key_check_s`` (default 5 s)
-    with an ``error`` frame of the 401 problem (``type`` ``/problems/unauthorized``)."""
+    with an ``error`` frame of the 401 problem (``type`` ``/problems/unauthorized``).
+
+    A cluster node that cannot serve the session's events (it fenced itself, or lost the
+    session to another node) answers a 503 problem; if that happens as the stream starts,
+    the stream ends with an ``error`` frame of that problem instead. Reconnect with
+    ``Last-Event-ID``: another node takes the session over."""
     gateway, key = call
     cursor = _cursor(last_event_id or since)
     gateway.owned(key.tenant_id, session_id)
     internal = host_id(key.tenant_id, session_id)
     stream = gateway.ahost.events(internal, since=cursor, tenant_id=key.tenant_id)
+    _check_serving(gateway, internal)  # a 503 while it can, before the answer starts
     await gateway.follow(stream)  # a stopping server ends it (``Gateway.end_streams``)
     return StreamingResponse(
         _frames(gateway, stream, _bearer(request.scope)),
@@ -88,11 +94,30 @@ async def events(
     )
 
 
+def _check_serving(gateway: Gateway, internal: str) -> None:
+    """Refuse the session's events before the answer starts (a 503) if the host is a
+    cluster node that fenced itself or lost the session (``ClusterNode.check_serving``, a
+    read of the node's own state). ``AsyncAgentHost.events`` asks about the node only,
+    and the stream about the session at its first read, inside the answer.
+
+    Raises:
+        NodeFenced: the node is fenced.
+        OwnershipLost: another node took the session over; the copy here is being stopped.
+    """
+    node = gateway.ahost.host.node
+    if node is not None:
+        node.check_serving(internal)
+
+
 async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> AsyncIterator[str]:
     """The stream's frames, a heartbeat when it was silent ``heartbeat_s``, and, every
     ``key_check_s``, a check of the bearer's key (``token``): a key revoked meanwhile ends
     the stream with an ``error`` frame of the 401 problem (a stream lasts as long as its
-    session; without it, a revoked key kept receiving the session's events)."""
+    session; without it, a revoked key kept receiving the session's events).
+
+    A read the stream refuses (its first: the node fenced itself, or lost or deleted the
+    session, after the route's checks) ends the stream with an ``error`` frame of its
+    problem: raised here, it broke the answer's body off after its 200."""
     limits = gateway.limits
     tick = min(limits.heartbeat_s, limits.key_check_s)
     loop = asyncio.get_running_loop()
@@ -116,6 +141,8 @@ async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> A
                 yield frame("missed", {"missed": stream.missed - told})
                 told = stream.missed
             yield frame_event(event)
+    except Exception as exc:  # refused: the node fenced itself, or the session is gone
+        yield frame("error", problem_data(problem_for(exc, public_id(stream.session_id))))
     finally:
         gateway.unfollow(stream)
         await stream.aclose()

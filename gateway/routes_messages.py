@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
-from actors import Message
+from actors import EventBatch, Message
 from gateway._context import (
     Gateway,
     SessionCaller,
@@ -35,9 +35,21 @@ from gateway.schemas import (
     message_out,
 )
 from gateway.sse import HEARTBEAT, SSE_HEADERS, SSE_MEDIA_TYPE, frame, frame_event
-from supervisor import SessionFailed, SessionNotFound, wait_future
+from supervisor import (
+    EventStream,
+    NodeFenced,
+    OwnershipLost,
+    SessionFailed,
+    SessionNotFound,
+    SessionOwnedElsewhere,
+    wait_future,
+)
 
 __all__ = ["router"]
+
+_REFUSALS = (NodeFenced, OwnershipLost, SessionNotFound, SessionOwnedElsewhere)
+"""What a session's event stream raises when the host no longer serves the session there:
+a streamed send then answers what its send answers, without the events."""
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["messages"])
 
@@ -143,9 +155,17 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
     (``OwnTurn.untold``). That count is an upper bound (it may include lost events of a
     turn queued before its own), never fewer than the client missed. An answer that
     wrote nothing for ``Limits.heartbeat_s`` sends a heartbeat, also while the events of
-    a turn queued before its own arrive (it leaves them out)."""
-    stream = gateway.ahost.events(internal, since=start, tenant_id=tenant)
+    a turn queued before its own arrive (it leaves them out).
+
+    A stream the host refuses (``_REFUSALS``: a cluster node that fenced itself, or lost
+    the session, since the route's checks) is read no more: the send still answers what
+    its send answers (an ``error`` frame of a send the node refused; the ``answer`` of a
+    turn that ran), with heartbeats while it waits, and its events that the host hands
+    out again by then. An error frame for the stream's refusal would tell the client to
+    send again a message whose turn may have run."""
     answer_task: asyncio.Future[Any] = asyncio.ensure_future(answer)
+    stream = _turn_stream(gateway, internal, tenant, start)
+    reading = stream is not None  # until it ends, or refuses a read
     next_task: asyncio.Future[Any] | None = None
     told = 0  # the stream's ``missed`` already passed to ``own``
     loop = asyncio.get_running_loop()
@@ -159,22 +179,26 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
             if loop.time() - wrote >= heartbeat_s:  # silent, though events came
                 yield HEARTBEAT
                 wrote = loop.time()
-            if next_task is None:
+            if next_task is None and reading and stream is not None:
                 next_task = asyncio.ensure_future(stream.__anext__())
             done, _ = await asyncio.wait(
-                {next_task, answer_task},
+                {answer_task} if next_task is None else {answer_task, next_task},
                 timeout=wrote + heartbeat_s - loop.time(),
                 return_when=asyncio.FIRST_COMPLETED,
             )
             if not done:  # a long model call: a comment, so a client that left is seen
                 continue  # the heartbeat is written at the top of the loop
-            if not next_task.done():
+            if next_task is None or not next_task.done():
                 break
             arrived, next_task = next_task, None
             try:
                 event = arrived.result()
             except StopAsyncIteration:
                 break
+            except _REFUSALS:  # the answer tells what became of the send
+                reading = False
+                continue
+            assert stream is not None  # (it made ``next_task``)
             if lost := own.missed(stream.missed - told):
                 yield frame("missed", {"missed": lost})
                 wrote = loop.time()
@@ -182,7 +206,12 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
             if own.owns(event):
                 yield frame_event(event)
                 wrote = loop.time()
-        ending = _turn_end(gateway, internal, tenant, stream.cursor, own, answer_task)
+        # Losses its last read counted without an event after them to hand out (a
+        # session resumed since ``start``, whose new stream goes on after them): the
+        # events read next, by ``_turn_end``, come after those losses.
+        untold = 0 if stream is None else stream.missed - told
+        cursor = start if stream is None else stream.cursor
+        ending = _turn_end(gateway, internal, tenant, cursor, untold, own, answer_task)
         async with contextlib.aclosing(ending):  # closed now if the client leaves meanwhile
             async for last in ending:
                 yield last
@@ -191,7 +220,17 @@ async def _turn_frames(  # noqa: PLR0917 (one stream's parts)
             next_task.cancel()
         # a client that left before the answer: the turn goes on; its outcome is dropped
         answer_task.add_done_callback(_drop_outcome)
-        await stream.aclose()
+        if stream is not None:
+            await stream.aclose()
+
+
+def _turn_stream(gateway: Gateway, internal: str, tenant: str, start: int) -> EventStream | None:
+    """The session's events after ``start``, for a streamed send; ``None`` if the host
+    refuses them at once (a cluster node that fenced itself since the route's check)."""
+    try:
+        return gateway.ahost.events(internal, since=start, tenant_id=tenant)
+    except _REFUSALS:
+        return None
 
 
 async def _turn_end(  # noqa: PLR0917 (one stream's parts)
@@ -199,22 +238,26 @@ async def _turn_end(  # noqa: PLR0917 (one stream's parts)
     internal: str,
     tenant: str,
     cursor: int | None,
+    lost: int,
     own: OwnTurn,
     answer_task: asyncio.Future[Any],
 ) -> AsyncGenerator[str, None]:
     """The last frames of a streamed send, once its answer came (or the session's stream
     ended): its turn's events after ``cursor`` that the stream had not handed out yet,
-    what was lost of them (all of its turn's events, if its ``turn_started`` was lost:
-    ``OwnTurn.untold``), then its ``answer`` or ``error``."""
-    with contextlib.suppress(Exception):  # the session may be gone already
+    what was lost of them (``lost``, which the stream counted before ``cursor`` but had
+    no event after to tell with, and those lost after it; all of its turn's events, if
+    its ``turn_started`` was lost: ``OwnTurn.untold``), then its ``answer`` or ``error``."""
+    try:
         rest = gateway.ahost.host.events(internal, cursor, tenant_id=tenant)
-        if lost := own.missed(rest.missed):
-            yield frame("missed", {"missed": lost})
-        for event in rest.events:
-            if own.owns(event):
-                yield frame_event(event)
-    if lost := own.untold():
-        yield frame("missed", {"missed": lost})
+    except Exception:  # the session may be gone already, or refused here (a fenced node)
+        rest = EventBatch((), cursor or 0)
+    if missed := own.missed(lost + rest.missed):
+        yield frame("missed", {"missed": missed})
+    for event in rest.events:
+        if own.owns(event):
+            yield frame_event(event)
+    if missed := own.untold():
+        yield frame("missed", {"missed": missed})
     try:
         message = await answer_task
     except Exception as exc:

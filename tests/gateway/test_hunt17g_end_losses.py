@@ -1,0 +1,83 @@
+"""Hunt 17g: a streamed send tells the events its stream counted lost but handed out none
+after.
+
+A streamed send passed the stream's loss count (``EventStream.missed``) on to its
+``OwnTurn`` only when the stream handed out an event. A read that counted losses but had
+no event to hand out, followed by the answer, left them untold: ``_turn_end`` reads the
+session's events after the stream's cursor, past those losses. That read happens when the
+session was stopped and resumed between the send's submission and the stream's first
+read: its resumed stream goes on after its checkpoint's events, which the new buffer
+counts as missed and does not hold. The send's own turn ran before, so the client got
+its answer and none of its turn's events, without a ``missed`` frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from actors import Message
+from gateway import KeyStore, create_app
+from supervisor import AgentHost, AsyncAgentHost
+from tests.gateway.agents import echo
+from tests.gateway.conftest import run_server, stop_server
+from tests.gateway.serve_process import frames
+
+SESSION = "acme/s"
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[AgentHost]:
+    agents = AgentHost(data_dir=tmp_path, call_timeout=10)
+    try:
+        yield agents
+    finally:
+        agents.shutdown()
+
+
+@pytest.fixture
+def client(tmp_path: Path, host: AgentHost) -> Iterator[httpx.Client]:
+    """A client of the tenant's session ``s``, served by a gateway whose streamed sends
+    are followed, before their stream's first read, by the session's stop and resume:
+    the send's submission waits for its answer, then stops and resumes the session (on
+    the server's event loop, which the stream's reader needs, so never a race it may
+    win)."""
+    keys = KeyStore(tmp_path)
+    host.start_session(echo, SESSION, tenant_id="acme")
+    submit = host.futures.send
+
+    def send_then_restart(*args: Any, **kwargs: Any) -> Future[Message]:
+        future = submit(*args, **kwargs)
+        future.result(timeout=10)
+        host.stop_session(SESSION, tenant_id="acme")
+        host.resume(SESSION, echo, tenant_id="acme")
+        return future
+
+    host.futures.send = send_then_restart  # type: ignore[method-assign]
+    url, server, thread = run_server(create_app(AsyncAgentHost(host), {"echo": echo}, keys))
+    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+            yield http
+    finally:
+        stop_server(server, thread)
+        keys.close()
+
+
+def test_losses_counted_without_an_event_after_them_are_told(
+    client: httpx.Client, host: AgentHost
+) -> None:
+    answer = client.post("/v1/sessions/s/messages", json={"text": "hi", "stream": True})
+    assert answer.status_code == 200
+    resumed = host.events(SESSION, 0, tenant_id="acme")
+    assert resumed.events == ()  # the resumed stream holds none of the turn's events...
+    assert resumed.missed == 3  # ...its turn_started, model_response and turn_finished
+    got = list(frames(iter(answer.text.splitlines())))
+    assert [kind for kind, _ in got] == ["missed", "answer"]  # was: ["answer"]
+    assert got[0][1] == {"missed": 3}
+    assert got[1][1]["message"]["content"] == "echo: hi"

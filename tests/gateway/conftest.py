@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 
-from actors import AgentTemplate
+from actors import AgentTemplate, Message
 from gateway import KeyStore, Limits, create_app, load_templates
 from gateway.server import bind
 from supervisor import AgentHost, AsyncAgentHost
@@ -49,6 +51,37 @@ def stop_server(server: uvicorn.Server, thread: threading.Thread) -> None:
     server.should_exit = True
     thread.join(10)
     assert not thread.is_alive()
+
+
+@contextmanager
+def sends_then(
+    host: AgentHost,
+    templates: dict[str, AgentTemplate],
+    keys: KeyStore,
+    after: Callable[[], object],
+    tenant: str = "acme",
+) -> Iterator[httpx.Client]:
+    """A client of ``tenant`` on a gateway of ``host`` whose every send (streamed too) is
+    submitted, waited for, then followed by ``after()``, all before the send's stream
+    reads its first event: on the server's event loop, which that reader needs, so what
+    ``after`` does is never a race the reader may win. Server and ``keys`` closed on exit."""
+    submit = host.futures.send
+
+    def send_wait_then(*args: Any, **kwargs: Any) -> Future[Message]:
+        future = submit(*args, **kwargs)
+        future.result(timeout=10)
+        after()
+        return future
+
+    host.futures.send = send_wait_then  # type: ignore[method-assign]
+    url, server, thread = run_server(create_app(AsyncAgentHost(host), templates, keys))
+    headers = {"Authorization": f"Bearer {keys.create(tenant).key}"}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+            yield http
+    finally:
+        stop_server(server, thread)
+        keys.close()
 
 
 @pytest.fixture

@@ -7,18 +7,17 @@ left out because it could not tell they were its turn's, were left out without a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from actors import AgentTemplate, Event, Message, ModelRequest, ModelResponse, TextDelta, Usage
-from gateway import KeyStore, create_app
+from actors import AgentTemplate, Event, ModelRequest, ModelResponse, TextDelta, Usage
+from gateway import KeyStore
 from gateway._turns import OwnTurn
-from supervisor import AgentHost, AsyncAgentHost
-from tests.gateway.conftest import run_server, stop_server
+from supervisor import AgentHost
+from tests.gateway.conftest import sends_then
 from tests.gateway.serve_process import frames
 
 DELTAS = 10
@@ -51,25 +50,10 @@ def client(tmp_path: Path, host: AgentHost) -> Iterator[httpx.Client]:
     whole turn ran: the send's submission waits for its answer (on the server's event
     loop, which the stream's reader needs), so the turn's ``turn_started`` is always
     among the dropped events, never a race the reader may win."""
-    keys = KeyStore(tmp_path)
     template = AgentTemplate(model=Chatty())
     host.start_session(template, "acme/s", tenant_id="acme", event_buffer_size=BUFFER)
-    submit = host.futures.send
-
-    def send_and_wait(*args: Any, **kwargs: Any) -> Future[Message]:
-        future = submit(*args, **kwargs)
-        future.result(timeout=10)
-        return future
-
-    host.futures.send = send_and_wait  # type: ignore[method-assign]
-    url, server, thread = run_server(create_app(AsyncAgentHost(host), {"chatty": template}, keys))
-    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
-            yield http
-    finally:
-        stop_server(server, thread)
-        keys.close()
+    with sends_then(host, {"chatty": template}, KeyStore(tmp_path), lambda: None) as http:
+        yield http
 
 
 def test_a_send_that_lost_its_start_counts_every_event_of_its_turn(

@@ -14,18 +14,15 @@ its answer and none of its turn's events, without a ``missed`` frame.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from actors import Message
-from gateway import KeyStore, create_app
-from supervisor import AgentHost, AsyncAgentHost
+from gateway import KeyStore
+from supervisor import AgentHost
 from tests.gateway.agents import echo
-from tests.gateway.conftest import run_server, stop_server
+from tests.gateway.conftest import sends_then
 from tests.gateway.serve_process import frames
 
 SESSION = "acme/s"
@@ -47,26 +44,14 @@ def client(tmp_path: Path, host: AgentHost) -> Iterator[httpx.Client]:
     the send's submission waits for its answer, then stops and resumes the session (on
     the server's event loop, which the stream's reader needs, so never a race it may
     win)."""
-    keys = KeyStore(tmp_path)
     host.start_session(echo, SESSION, tenant_id="acme")
-    submit = host.futures.send
 
-    def send_then_restart(*args: Any, **kwargs: Any) -> Future[Message]:
-        future = submit(*args, **kwargs)
-        future.result(timeout=10)
+    def restart() -> None:
         host.stop_session(SESSION, tenant_id="acme")
         host.resume(SESSION, echo, tenant_id="acme")
-        return future
 
-    host.futures.send = send_then_restart  # type: ignore[method-assign]
-    url, server, thread = run_server(create_app(AsyncAgentHost(host), {"echo": echo}, keys))
-    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
-            yield http
-    finally:
-        stop_server(server, thread)
-        keys.close()
+    with sends_then(host, {"echo": echo}, KeyStore(tmp_path), restart) as http:
+        yield http
 
 
 def test_losses_counted_without_an_event_after_them_are_told(

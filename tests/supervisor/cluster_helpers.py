@@ -22,7 +22,7 @@ from typing import Any
 from actors import AgentTemplate, current_step, tool
 from supervisor import AgentHost, CheckpointStore, PostgresCheckpointStore
 from supervisor.cluster import NodeConfig
-from tests.supervisor.host_helpers import WAIT, template
+from tests.supervisor.host_helpers import WAIT, EventWaiter, template
 
 __all__ = [
     "REDIS_URL",
@@ -176,6 +176,34 @@ class Cluster:
             host.shutdown()
         for store in self.stores:
             store.close()
+
+
+FENCE_TTL = 8.0
+"""A node's TTL in the fenced-node tests."""
+FENCED = FENCE_TTL + 2.0
+"""Seconds past which such a node has fenced itself (past ttl - margin, margin = ttl / 4)."""
+
+
+def taken_over_while_fenced(
+    cluster: Cluster, *, hibernated: bool = False
+) -> tuple[AgentHost, AgentHost, EventWaiter]:
+    """Node ``a`` (on a ``FakeClock``) ran ``s``, then fenced itself, and ``b`` took ``s``
+    over and ran a turn ``a``'s copy lacks; ``a``'s copy still runs (or is hibernated).
+    Returns ``a``, ``b`` and an ``EventWaiter`` subscribed to ``a``'s copy before the
+    fence (a fenced node refuses ``subscribe``). The cluster fixture shuts both down."""
+    clock = FakeClock()
+    a = cluster.node("a", ttl=FENCE_TTL, clock=clock)
+    b = cluster.node("b")
+    a.start_session(template(), "s")
+    a.send("s", "one")
+    seen = EventWaiter()
+    a.subscribe("s", seen)
+    if hibernated:
+        assert a.hibernate("s")
+    clock.advance(FENCED)
+    expire(a.store, "a")
+    assert b.send("s", "two").content == "echo: two"
+    return a, b, seen
 
 
 class NodeProcess:

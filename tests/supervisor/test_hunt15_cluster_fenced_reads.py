@@ -33,11 +33,17 @@ from supervisor import (
 )
 from supervisor.cluster import ClusterNode, NodeConfig
 from tests.actors.snapshot_helpers import session_state
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire
+from tests.supervisor.cluster_helpers import (
+    FENCE_TTL,
+    FENCED,
+    Cluster,
+    FakeClock,
+    expire,
+    taken_over_while_fenced,
+)
 from tests.supervisor.host_helpers import WAIT, EventWaiter, host_options, pairs, template
 
-TTL = 8.0
-FENCED = TTL + 2.0  # past ttl - margin (margin = ttl / 4) without a renewal
+TTL = FENCE_TTL
 
 
 def _aio(host: AgentHost, call: Callable[[AsyncAgentHost], Awaitable[object]]) -> object:
@@ -79,23 +85,10 @@ def _texts(history: object) -> list[str]:
 def fenced_after_takeover(
     cluster: Cluster, request: pytest.FixtureRequest
 ) -> tuple[AgentHost, AgentHost, EventWaiter]:
-    """Node ``a`` (on a ``FakeClock``) ran ``s``, then fenced itself, and ``b`` took ``s``
-    over and ran a turn ``a``'s copy lacks; ``a``'s copy still runs (or is hibernated,
-    with ``request.param == "hibernated"``). The waiter was subscribed to ``a``'s copy
-    before the fence (a fenced node refuses ``subscribe``)."""
-    clock = FakeClock()
-    a = cluster.node("a", ttl=TTL, clock=clock)
-    b = cluster.node("b")
-    a.start_session(template(), "s")
-    a.send("s", "one")
-    moved = EventWaiter()
-    a.subscribe("s", moved)
-    if getattr(request, "param", "running") == "hibernated":
-        assert a.hibernate("s")
-    clock.advance(FENCED)
-    expire(a.store, "a")
-    assert b.send("s", "two").content == "echo: two"
-    return a, b, moved  # (the cluster fixture shuts both down)
+    """``taken_over_while_fenced``, with ``a``'s copy hibernated if ``request.param`` says
+    ``"hibernated"``."""
+    hibernated = getattr(request, "param", "running") == "hibernated"
+    return taken_over_while_fenced(cluster, hibernated=hibernated)
 
 
 @pytest.mark.parametrize("fenced_after_takeover", ["running", "hibernated"], indirect=True)

@@ -35,11 +35,17 @@ from supervisor import (
     OwnershipLost,
     SessionOwnedElsewhere,
 )
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire
+from tests.supervisor.cluster_helpers import (
+    FENCE_TTL,
+    FENCED,
+    Cluster,
+    FakeClock,
+    expire,
+    taken_over_while_fenced,
+)
 from tests.supervisor.host_helpers import WAIT, EventWaiter, template
 
-TTL = 8.0
-FENCED = TTL + 2.0  # past ttl - margin (margin = ttl / 4) without a renewal
+TTL = FENCE_TTL
 
 
 async def _first_events(stream_of: Callable[[], EventStream], count: int) -> list[Event]:
@@ -75,23 +81,10 @@ def _turns(host: AgentHost, session_id: str) -> int:
 def fenced_after_takeover(
     cluster: Cluster, request: pytest.FixtureRequest
 ) -> tuple[AgentHost, AgentHost, EventWaiter]:
-    """Node ``a`` (on a ``FakeClock``) ran ``s``, then fenced itself, and ``b`` took ``s``
-    over and ran a turn ``a``'s copy lacks; ``a``'s copy still runs (or is hibernated,
-    with ``request.param == "hibernated"``). The waiter was subscribed to ``a``'s copy
-    before the fence."""
-    clock = FakeClock()
-    a = cluster.node("a", ttl=TTL, clock=clock)
-    b = cluster.node("b")
-    a.start_session(template(), "s")
-    a.send("s", "one")
-    seen = EventWaiter()
-    a.subscribe("s", seen)
-    if getattr(request, "param", "running") == "hibernated":
-        assert a.hibernate("s")
-    clock.advance(FENCED)
-    expire(a.store, "a")
-    assert b.send("s", "two").content == "echo: two"
-    return a, b, seen  # (the cluster fixture shuts both down)
+    """``taken_over_while_fenced``, with ``a``'s copy hibernated if ``request.param`` says
+    ``"hibernated"``."""
+    hibernated = getattr(request, "param", "running") == "hibernated"
+    return taken_over_while_fenced(cluster, hibernated=hibernated)
 
 
 @pytest.mark.parametrize("fenced_after_takeover", ["running", "hibernated"], indirect=True)

@@ -1,8 +1,9 @@
 """``GET /v1/sessions/{id}/events``: a session's event stream as Server-Sent Events.
 
 ``Last-Event-ID`` (or ``?since=``) resumes after that event; a client that fell
-behind the session's bounded buffer gets a ``missed`` frame saying how many
-events it lost before the next one it receives. A stream silent for
+behind the session's bounded buffer (or resumes in an earlier life of a session resumed
+since) gets a ``missed`` frame saying how many events it lost before the next one it
+receives, or before the stream ends if none comes. A stream silent for
 ``Limits.heartbeat_s`` sends a comment line. The caller's key is checked again every
 ``Limits.key_check_s``: once revoked, the stream ends with an ``error`` frame (401). A
 stopping server ends the streams (their answers end cleanly) instead of waiting for
@@ -21,7 +22,14 @@ from fastapi.responses import StreamingResponse
 
 from gateway._context import Gateway, SessionCaller, host_id, public_id
 from gateway.limits import _bearer
-from gateway.problems import Problem, ProblemError, problem_data, problem_for, unauthorized
+from gateway.problems import (
+    Problem,
+    ProblemError,
+    problem_data,
+    problem_for,
+    problem_responses,
+    unauthorized,
+)
 from gateway.sse import (
     HEARTBEAT,
     SSE_HEADERS,
@@ -54,7 +62,17 @@ def _cursor(text: str | None) -> int | None:
     "/events",
     summary="Follow the session's events",
     response_class=StreamingResponse,
-    responses={200: {"content": {SSE_MEDIA_TYPE: {}}}},
+    responses={
+        200: {"content": {SSE_MEDIA_TYPE: {}}},
+        **problem_responses(
+            {
+                503: "The session is restarting or a store is busy, or this cluster node "
+                "fenced itself or lost the session to another node (retryable: see "
+                "Retry-After; reconnect with Last-Event-ID), or its template is not served "
+                "here",
+            }
+        ),
+    },
 )
 async def events(
     request: Request,
@@ -117,7 +135,11 @@ async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> A
 
     A read the stream refuses (its first: the node fenced itself, or lost or deleted the
     session, after the route's checks) ends the stream with an ``error`` frame of its
-    problem: raised here, it broke the answer's body off after its 200."""
+    problem: raised here, it broke the answer's body off after its 200.
+
+    Events the stream counted lost (``EventStream.missed``) are told in a ``missed`` frame
+    before the next event, or, with none after them, before the stream ends (the session
+    stopped): ended without it, the answer said nothing of them."""
     limits = gateway.limits
     tick = min(limits.heartbeat_s, limits.key_check_s)
     loop = asyncio.get_running_loop()
@@ -141,6 +163,10 @@ async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> A
                 yield frame("missed", {"missed": stream.missed - told})
                 told = stream.missed
             yield frame_event(event)
+        # Losses its last read counted without an event after them to hand out (a session
+        # resumed after the client's cursor, stopped since): the answer ends telling them.
+        if stream.missed > told:
+            yield frame("missed", {"missed": stream.missed - told})
     except Exception as exc:  # refused: the node fenced itself, or the session is gone
         yield frame("error", problem_data(problem_for(exc, public_id(stream.session_id))))
     finally:

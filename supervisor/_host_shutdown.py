@@ -7,7 +7,11 @@ commits instead of paying an fsync each (3,000 sessions, one by one on a
 loaded machine: 2.6 s of a 3.1 s shutdown);
 stop the sessions, all at once (the root supervisors' concurrent shutdown: the
 sessions are independent, so sessions stuck in ``session_end`` cost one
-``call_timeout`` together, not one each); close the runtime (workers are
+``call_timeout`` together, not one each); end the sessions' stops (their
+``when_stopped`` watchers: event streams end once they read what the sessions
+published, so after what their copies published as they stopped, a plugin's
+failing ``session_end``; a session that did not stop in time is given up on,
+its stream ended all the same); close the runtime (workers are
 stopped and joined); fail the non-blocking calls still unresolved and stop
 their threads; give up ownership (a cluster node drains: other nodes take its
 sessions over at once); close the store if the host owns it. A step that
@@ -110,12 +114,17 @@ class HostShutdown:
     def _stop_all(self) -> None:
         """Every step, in order, each even if one before it failed: a step that fails is
         logged and the next ones still run, so the workers, the calls' threads, the
-        ownership and the store (its data-directory lock) are always released; the
-        first failure is raised once all have run."""
+        ownership and the store (its data-directory lock) are always released, and
+        every session's stop watchers called, once; the first failure is raised once
+        all have run."""
         steps: list[Callable[[], object]] = []
         if self._sweeper is not None:
             steps.append(self._sweeper.stop)
-        steps += [lambda: self._final_checkpoints(self._table.records()), self._stop_sessions]
+        steps += [
+            lambda: self._final_checkpoints(self._table.records()),
+            self._stop_sessions,
+            self._table.end_stops,  # once the copies ended (or were given up on)
+        ]
         steps.append(self._runtime.close)
         if self._close_calls is not None:
             steps.append(self._close_calls)
@@ -131,7 +140,10 @@ class HostShutdown:
                     logger.exception("a step of an AgentHost's shutdown failed; going on")
                     first = first or exc
         finally:
-            self._done.set()
+            try:  # skipped by a ``BaseException``, it runs here (no stream left waiting);
+                self._table.end_stops()  # once its step ran, it calls no watcher again
+            finally:
+                self._done.set()
         if first is not None:
             raise first
 
@@ -180,6 +192,8 @@ class HostShutdown:
             helper.join()
 
     def _final_checkpoint(self, record: SessionRecord) -> None:
+        """Take ``record``'s final checkpoint and mark it stopped (no call reaches it any
+        more); its stop watchers are called later (``end_stops``), once its copy ended."""
         try:
             self._sessions.final_checkpoint(record)
         except Exception:

@@ -82,6 +82,7 @@ class SessionTable:
         self.changed = threading.Condition()
         # Guarded by ``changed``: who waits for a record to be stopped (``when_stopped``).
         self._stop_watchers: dict[SessionRecord, list[Callable[[], None]]] = {}
+        self._stops_ended = False  # guarded by ``changed``: the shutdown called them all
         self.closed = False
         self.on_missing: Callable[[str], SessionRecord | None] | None = None
         self._taps: tuple[Callable[[SessionRecord, Event], None], ...] = ()
@@ -332,7 +333,8 @@ class SessionTable:
         the session published) are called by the ``forget`` that ends it, once its
         incarnation is gone and its last events (a plugin's failing ``session_end``, a
         move's ``moved``) are out: called here, they ended streams before those. A
-        shutdown's stops (the table closed) never end in a ``forget``: its are called here.
+        shutdown's stops never end in a ``forget``: it calls them (``end_stops``) once it
+        has stopped the sessions' copies.
 
         Returns False if the record was stopped already: of two threads stopping it at
         once, one only is told it stopped it (the look and the change are one step).
@@ -344,19 +346,27 @@ class SessionTable:
             record.status = status
             record.ref = ref
             self.changed.notify_all()
-            ends = status == "stopped" and self.closed
-            watchers = self._stop_watchers.pop(record, ()) if ends else ()
+        return not was_stopped
+
+    def end_stops(self) -> None:
+        """Call every record's ``when_stopped`` watchers (the host's shutdown, once it
+        has stopped the sessions' copies, or given up on them: their last events, a
+        plugin's failing ``session_end``, are out by then); from now on a new watcher is
+        called at once. Each watcher is called once: a second call calls none."""
+        with self.changed:
+            self._stops_ended = True
+            watchers = [w for ws in self._stop_watchers.values() for w in ws]
+            self._stop_watchers.clear()
         for watcher in watchers:
             watcher()
-        return not was_stopped
 
     def when_stopped(
         self, record: SessionRecord, watcher: Callable[[], None]
     ) -> Callable[[], None]:
         """Call ``watcher`` once, on the stopping thread, when ``record`` is stopped
-        (``stop_session``, a move or shutdown: once the stop is over, see ``set``) or
-        forgotten; at once if it is stopped already. It must be quick and not raise.
-        Returns a function that withdraws it."""
+        (``stop_session``, a move or shutdown: once the stop is over, see ``set`` and
+        ``end_stops``) or forgotten; at once if that stop is over already. It must be
+        quick and not raise. Returns a function that withdraws it."""
         with self.changed:
             if not self._stop_over(record):
                 self._stop_watchers.setdefault(record, []).append(watcher)
@@ -365,12 +375,15 @@ class SessionTable:
         return _nothing
 
     def _stop_over(self, record: SessionRecord) -> bool:
-        """Whether ``record``'s stop watchers were called: it is stopped, and the stop's
-        ``forget`` ran (or the host is shut down). The caller holds ``changed``."""
+        """Whether ``record``'s stop watchers were called: it is stopped and the stop's
+        ``forget`` ran, or the shutdown called them all (``end_stops``). The caller holds
+        ``changed``."""
+        if self._stops_ended:
+            return True
         if record.status != "stopped":
             return False
         # One dict lookup (atomic): not under ``_lock``, which is never taken inside ``changed``.
-        return self.closed or self._records.get(record.session_id) is not record
+        return self._records.get(record.session_id) is not record
 
     def _unwatch(self, record: SessionRecord, watcher: Callable[[], None]) -> None:
         with self.changed:

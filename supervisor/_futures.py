@@ -303,10 +303,10 @@ class HostFutures:
     ) -> EventWatch:
         """Follow the session's event stream: ``on_event`` gets every new event (as
         ``AgentHost.subscribe``'s subscriber, on the publishing thread) and ``on_stopped``
-        is called once when the session's stop is over (``stop_session`` or a move to
-        another node: after its last event, ``moved`` for a move; the host's shutdown:
-        as it stops the session; at once if it is stopped already). Both must be quick and not block;
-        one that raises is logged and skipped (the stop, and the session's other
+        is called once when the session's stop is over (``stop_session``, a move to
+        another node or the host's shutdown: after its last event, ``moved`` for a
+        move; at once if it is over already). Both must be quick and not block; one
+        that raises is logged and skipped (the stop, and the session's other
         watchers, go on). The returned ``EventWatch`` reads the stream by cursor, even
         after the stop. Unlike the calls above, it finds the session on the caller's
         thread: on a cluster node, one it does not hold is looked up in the database and

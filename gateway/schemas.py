@@ -194,7 +194,8 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
         (429, "Too many requests of this key at once (see Retry-After)"),
         (
             503,
-            "The session is restarting or a store is busy (retryable: see Retry-After), or "
+            "The session is restarting, a store is busy, or this cluster node fenced "
+            "itself or lost the session to another node (retryable: see Retry-After), or "
             "its template is not served here",
         ),
     )

@@ -74,6 +74,16 @@ def sends_then(
         return future
 
     host.futures.send = send_wait_then  # type: ignore[method-assign]
+    with tenant_client(host, templates, keys, tenant) as http:
+        yield http
+
+
+@contextmanager
+def tenant_client(
+    host: AgentHost, templates: dict[str, AgentTemplate], keys: KeyStore, tenant: str = "acme"
+) -> Iterator[httpx.Client]:
+    """A client of ``tenant`` on a gateway of ``host`` served on a real uvicorn server;
+    server and ``keys`` closed on exit."""
     url, server, thread = run_server(create_app(AsyncAgentHost(host), templates, keys))
     headers = {"Authorization": f"Bearer {keys.create(tenant).key}"}
     try:
@@ -87,6 +97,16 @@ def sends_then(
 @pytest.fixture
 def limits() -> Limits:
     return Limits()
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[AgentHost]:
+    """A host on ``tmp_path`` (its data directory), shut down after the test."""
+    agents = AgentHost(data_dir=tmp_path, call_timeout=10)
+    try:
+        yield agents
+    finally:
+        agents.shutdown()
 
 
 @contextmanager

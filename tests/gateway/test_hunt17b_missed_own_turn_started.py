@@ -35,15 +35,6 @@ class Chatty:
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Iterator[AgentHost]:
-    agents = AgentHost(data_dir=tmp_path, call_timeout=10)
-    try:
-        yield agents
-    finally:
-        agents.shutdown()
-
-
-@pytest.fixture
 def client(tmp_path: Path, host: AgentHost) -> Iterator[httpx.Client]:
     """A client of the tenant's session ``s``, whose event buffer holds ``BUFFER`` events,
     served by a gateway whose streamed sends read the session's events only once their

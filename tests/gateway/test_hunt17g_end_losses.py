@@ -29,15 +29,6 @@ SESSION = "acme/s"
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Iterator[AgentHost]:
-    agents = AgentHost(data_dir=tmp_path, call_timeout=10)
-    try:
-        yield agents
-    finally:
-        agents.shutdown()
-
-
-@pytest.fixture
 def client(tmp_path: Path, host: AgentHost) -> Iterator[httpx.Client]:
     """A client of the tenant's session ``s``, served by a gateway whose streamed sends
     are followed, before their stream's first read, by the session's stop and resume:

@@ -23,24 +23,15 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import KeyStore, create_app, openapi_document
-from supervisor import AgentHost, AsyncAgentHost
+from gateway import KeyStore, openapi_document
+from supervisor import AgentHost
 from supervisor._futures import EventWatch
 from tests.gateway.agents import echo
-from tests.gateway.conftest import run_server, stop_server
+from tests.gateway.conftest import tenant_client
 from tests.gateway.serve_process import frames
 
 SESSION = "acme/s"
 PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[AgentHost]:
-    agents = AgentHost(data_dir=tmp_path, call_timeout=10)
-    try:
-        yield agents
-    finally:
-        agents.shutdown()
 
 
 @pytest.fixture
@@ -62,14 +53,8 @@ def client(tmp_path: Path, host: AgentHost) -> Iterator[httpx.Client]:
         return watch
 
     host.futures.watch = watch_then_stop  # type: ignore[method-assign]
-    url, server, thread = run_server(create_app(AsyncAgentHost(host), {"echo": echo}, keys))
-    headers = {"Authorization": f"Bearer {keys.create('acme').key}"}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
-            yield http
-    finally:
-        stop_server(server, thread)
-        keys.close()
+    with tenant_client(host, {"echo": echo}, keys) as http:
+        yield http
 
 
 def test_losses_counted_without_an_event_after_them_are_told_before_the_end(

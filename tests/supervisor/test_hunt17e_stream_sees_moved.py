@@ -17,36 +17,24 @@ stop, before the last event, whenever its loop was faster than the stopping thre
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 
 import pytest
 
-from actors import Event, Plugin, PluginContext
+from actors import Event
 from supervisor import AgentHost, AsyncAgentHost, EventStream
-from tests.supervisor.cluster_helpers import Cluster, FakeClock, expire, quiesce
+from tests.supervisor.cluster_helpers import (
+    FENCE_TTL,
+    FENCED,
+    Cluster,
+    FakeClock,
+    expire,
+    quiesce,
+)
 from tests.supervisor.host_helpers import WAIT, HostFactory, template
+from tests.supervisor.stop_helpers import FailingEnd, HeldStop
 
-TTL = 8.0
-FENCED = TTL + 2.0  # past ttl - margin (margin = ttl / 4) without a renewal
-
-
-class _HeldStop:
-    """A watcher of the session's stop (as an ``AsyncAgentHost.events`` stream's is) that
-    holds the stopping thread until the stream under test ended (``ended``), bounded by
-    ``WAIT``: a slow watcher, and the order in which the stopping thread and the stream's
-    loop run, made deterministic."""
-
-    def __init__(self, host: AgentHost, session_id: str) -> None:
-        self.ended = threading.Event()
-        self._watch = host.futures.watch(session_id, lambda _event: None, self._hold)
-
-    def _hold(self) -> None:
-        self.ended.wait(WAIT)
-
-    def close(self) -> None:
-        self.ended.set()
-        self._watch.close()
+TTL = FENCE_TTL
 
 
 async def _read_to_the_end(
@@ -56,7 +44,7 @@ async def _read_to_the_end(
     (on a thread) stopped the session there: the stream must end by itself."""
     stream: EventStream = AsyncAgentHost(host).events(session_id, since=0)
     events = [await asyncio.wait_for(stream.__anext__(), WAIT)]  # open, and read
-    held = _HeldStop(host, session_id)  # watches the stop after the stream: called after it
+    held = HeldStop(host, session_id)  # watches the stop after the stream: called after it
     try:
         stopping = asyncio.ensure_future(asyncio.to_thread(stop))
         async with asyncio.timeout(WAIT):
@@ -123,19 +111,9 @@ def test_a_stream_open_on_the_node_that_lost_the_session_ends_with_moved(
     assert seqs == sorted(seqs)  # nothing read twice, nothing out of order
 
 
-class _FailingEnd(Plugin):
-    """``session_end`` fails: the session's incarnation publishes a ``plugin_error`` as it
-    is stopped. Picklable, for worker processes."""
-
-    name = "failing_end"
-
-    def session_end(self, ctx: PluginContext, reason: str) -> None:
-        raise RuntimeError("could not flush the journal")
-
-
 def test_a_stream_of_a_stopped_session_ends_after_its_last_event(make_host: HostFactory) -> None:
     host = make_host(call_timeout=WAIT)
-    sid = host.start_session(template(plugins=[_FailingEnd()]))
+    sid = host.start_session(template(plugins=[FailingEnd()]))
     host.send(sid, "hello")
     events = asyncio.run(_read_to_the_end(host, sid, lambda: host.stop_session(sid)))
     types = [event.type for event in events]

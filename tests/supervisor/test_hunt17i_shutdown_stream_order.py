@@ -16,39 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 from pathlib import Path
 
 from actors import Event, Plugin, PluginContext
 from supervisor import AgentHost, AsyncAgentHost, EventStream, MemoryCheckpointStore
 from tests.supervisor.host_helpers import WAIT, Fifo, HostFactory, template
-
-
-class _HeldStop:
-    """A watcher of the session's stop, registered after the stream's (so called after
-    it), that holds the stopping thread until the stream ended (``ended``), bounded by
-    ``WAIT``."""
-
-    def __init__(self, host: AgentHost, session_id: str) -> None:
-        self.ended = threading.Event()
-        self._watch = host.futures.watch(session_id, lambda _event: None, self._hold)
-
-    def _hold(self) -> None:
-        self.ended.wait(WAIT)
-
-    def close(self) -> None:
-        self.ended.set()
-        self._watch.close()
-
-
-class _FailingEnd(Plugin):
-    """``session_end`` fails: the session's copy publishes a ``plugin_error`` as it is
-    shut down. Picklable, for worker processes."""
-
-    name = "failing_end"
-
-    def session_end(self, ctx: PluginContext, reason: str) -> None:
-        raise RuntimeError("could not flush the journal")
+from tests.supervisor.stop_helpers import FailingEnd, HeldStop
 
 
 class _StuckEnd(Plugin):
@@ -70,7 +43,7 @@ async def _read_through_shutdown(host: AgentHost, session_id: str) -> list[Event
     thread) stopped it: the stream must end by itself."""
     stream: EventStream = AsyncAgentHost(host).events(session_id, since=0)
     events = [await asyncio.wait_for(stream.__anext__(), WAIT)]  # open, and read
-    held = _HeldStop(host, session_id)
+    held = HeldStop(host, session_id)
     try:
         shutting = asyncio.ensure_future(asyncio.to_thread(host.shutdown))
         async with asyncio.timeout(WAIT):
@@ -88,7 +61,7 @@ def test_a_stream_open_at_shutdown_ends_after_the_sessions_last_event(
 ) -> None:
     store = MemoryCheckpointStore()
     host = make_host(call_timeout=WAIT, store=store)
-    sid = host.start_session(template(plugins=[_FailingEnd()]))
+    sid = host.start_session(template(plugins=[FailingEnd()]))
     host.send(sid, "hello")
     saved = len(store.list(sid))
     events = asyncio.run(_read_through_shutdown(host, sid))
@@ -128,7 +101,7 @@ def test_a_stream_ends_at_shutdown_though_the_sessions_end_is_stuck(
 
 def test_shutdown_tells_every_watcher_of_a_sessions_stop_once(make_host: HostFactory) -> None:
     host = make_host(call_timeout=WAIT)
-    sids = [host.start_session(template(plugins=[_FailingEnd()])) for _ in range(3)]
+    sids = [host.start_session(template(plugins=[FailingEnd()])) for _ in range(3)]
     calls: dict[str, int] = dict.fromkeys(sids, 0)
 
     def watcher(sid: str) -> None:

@@ -3,7 +3,8 @@
 ``Last-Event-ID`` (or ``?since=``) resumes after that event; a client that fell
 behind the session's bounded buffer (or resumes in an earlier life of a session resumed
 since) gets a ``missed`` frame saying how many events it lost before the next one it
-receives, or before the stream ends if none comes. A stream silent for
+receives, or before the stream ends if none comes (that frame then carries the stream's
+cursor as its ``id``, so a reconnect is not told the same losses again). A stream silent for
 ``Limits.heartbeat_s`` sends a comment line. The caller's key is checked again every
 ``Limits.key_check_s``: once revoked, the stream ends with an ``error`` frame (401). A
 stopping server ends the streams (their answers end cleanly) instead of waiting for
@@ -139,7 +140,8 @@ async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> A
 
     Events the stream counted lost (``EventStream.missed``) are told in a ``missed`` frame
     before the next event, or, with none after them, before the stream ends (the session
-    stopped): ended without it, the answer said nothing of them."""
+    stopped): ended without it, the answer said nothing of them. That last one carries the
+    stream's cursor as its ``id`` (the next event's would, had one come)."""
     limits = gateway.limits
     tick = min(limits.heartbeat_s, limits.key_check_s)
     loop = asyncio.get_running_loop()
@@ -164,9 +166,11 @@ async def _frames(gateway: Gateway, stream: EventStream, token: str | None) -> A
                 told = stream.missed
             yield frame_event(event)
         # Losses its last read counted without an event after them to hand out (a session
-        # resumed after the client's cursor, stopped since): the answer ends telling them.
+        # resumed after the client's cursor, stopped since): the answer ends telling them,
+        # with the cursor read past them as the frame's ``id``, so a client reconnecting
+        # with its ``Last-Event-ID`` goes on after them instead of being told them again.
         if stream.missed > told:
-            yield frame("missed", {"missed": stream.missed - told})
+            yield frame("missed", {"missed": stream.missed - told}, stream.cursor)
     except Exception as exc:  # refused: the node fenced itself, or the session is gone
         yield frame("error", problem_data(problem_for(exc, public_id(stream.session_id))))
     finally:

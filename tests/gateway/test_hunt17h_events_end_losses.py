@@ -80,3 +80,16 @@ def test_the_document_describes_the_503_of_a_node_that_cannot_serve_the_events()
     responses = openapi_document()["paths"]["/v1/sessions/{session_id}/events"]["get"]["responses"]
     assert responses["503"]["content"] == PROBLEM
     assert "fenced itself or lost the session" in responses["503"]["description"]
+
+
+def test_the_losses_told_at_the_end_carry_the_cursor_a_reconnect_goes_on_from(
+    client: httpx.Client, host: AgentHost
+) -> None:
+    # Without an ``id``, a client's ``Last-Event-ID`` stayed at 1: every reconnect was told
+    # the same two losses again.
+    answer = client.get("/v1/sessions/s/events", headers={"Last-Event-ID": "1"})
+    assert answer.text.startswith("id: 3\nevent: missed\n")  # was: "event: missed\n"
+    host.resume(SESSION, echo, tenant_id="acme")
+    again = client.get("/v1/sessions/s/events", headers={"Last-Event-ID": "3"})
+    assert again.status_code == 200
+    assert list(frames(iter(again.text.splitlines()))) == []  # nothing lost after event 3

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from supervisor._timer import Deadline
 
-__all__ = ["Outcome", "ask_later"]
+__all__ = ["Outcome", "ask_and_wait", "ask_later"]
 
 Outcome = Callable[[Any, BaseException | None], None]
 """Called once with ``(answer, None)`` or ``(None, error)``."""
@@ -50,6 +50,25 @@ class _Answer(pykka.Future[Any]):
         if error is None:
             error = RuntimeError(f"{exc_info[0]!r} set without an exception")
         self.outcome.finish(None, error)
+
+
+def ask_and_wait(ref: pykka.ActorRef[Any], message: Any, timeout: float | None) -> Any:
+    """``ref.ask(message)``'s answer, waited for up to ``timeout`` seconds, as Pykka's
+    blocking ``ask`` gives it, but leaving a failed call's error in no reference cycle.
+
+    Pykka's blocking ``ask`` frame holds the reply, which holds the error it raises; and
+    its ``ask`` to an actor already dead fails a reply it made, whose error's traceback
+    holds that frame too. Here the reply is waited for outside ``ask``, and a dead actor
+    is told before any reply is made (one dying meanwhile still fails Pykka's way).
+
+    Raises:
+        pykka.ActorDeadError: the actor is dead (or ended with the message queued).
+        pykka.Timeout: no answer within ``timeout``.
+        Exception: what the actor's handler raised.
+    """
+    if not ref.is_alive():
+        raise pykka.ActorDeadError(f"{ref} not found")
+    return ref.ask(message, block=False).get(timeout=timeout)
 
 
 def ask_later(  # noqa: PLR0917 (one call's whole description)

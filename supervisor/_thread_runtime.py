@@ -16,7 +16,7 @@ import pykka
 from actors import AgentSession, Send
 from actors.snapshot import checked_encoding, checked_messages
 from supervisor._actor import supervised_class
-from supervisor._ask_later import ask_later
+from supervisor._ask_later import ask_and_wait, ask_later
 from supervisor._lifecycle import lifecycle_of
 from supervisor._runtime import Done, NotDelivered, Request, SessionLaunch, WorkerInfo
 from supervisor._timer import CallTimer
@@ -68,9 +68,7 @@ class ThreadRuntime:
             if own is not None:
                 return own.on_receive(request)
         try:
-            # Not ``ask(block=True)``: its frame, in a failed call's traceback, holds the
-            # reply, which holds the error (a reference cycle). This one raises the same.
-            return ref.ask(request, block=False).get(timeout=timeout)
+            return ask_and_wait(ref, request, timeout)
         except pykka.ActorDeadError as exc:
             raise _ended(session_id, exc) from exc
         except pykka.Timeout as exc:

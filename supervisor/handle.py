@@ -10,6 +10,7 @@ from typing import Any
 
 import pykka
 
+from supervisor._ask_later import ask_and_wait
 from supervisor._calls import (
     ChildStopping,
     CountChildren,
@@ -188,9 +189,7 @@ class SupervisorHandle:
                 "timeout; call it from another thread"
             )
             raise RuntimeError(msg)
-        # Not ``ask(block=True)``: its frame, in a failed start's traceback, holds the reply,
-        # which holds the error (a reference cycle). This one raises the same.
-        return self._ref.ask(message, block=False).get(timeout=timeout)
+        return ask_and_wait(self._ref, message, timeout)
 
     def __repr__(self) -> str:
         return f"<SupervisorHandle of {self._ref}>"

@@ -59,6 +59,7 @@ from supervisor.workers._io import DEFAULT, PipeIO, Poller
 from supervisor.workers._lanes import Item, Lane, Parked
 from supervisor.workers._memory_limit import MEMORY_EXIT
 from supervisor.workers._protocol import POKE, SessionDown, decode_error, pack, unpack
+from supervisor.workers._reply import Reply
 from supervisor.workers._worker_process import WorkerSetup, worker_main
 
 __all__ = ["LoadedTemplate", "Reply", "WorkerClient", "describe_exit"]
@@ -90,114 +91,6 @@ _NO_LANE = object()
 
 Push = Callable[["WorkerClient", dict[str, Any]], None]
 Death = Callable[["WorkerClient"], None]
-
-
-class Reply:
-    """The reply to one call: settled once, by the thread delivering it (or at the worker's death).
-
-    Thread-safe. Any number of threads may wait in ``result``. The waiting is a
-    lock the constructor acquires and ``_settle`` releases: the cheapest wake-up
-    CPython has. ``on_done``, if given, is called with the reply once it is
-    settled, on the settling thread (a non-blocking call's completion: nobody waits).
-    """
-
-    __slots__ = (
-        "_done",
-        "_error",
-        "_gate",
-        "_id",
-        "_key",
-        "_on_done",
-        "_on_reply",
-        "_ordered",
-        "_parked",
-        "_value",
-    )
-
-    def __init__(
-        self,
-        on_reply: Callable[[Any], Any] | None = None,
-        on_done: Callable[[Reply], None] | None = None,
-    ) -> None:
-        self._on_reply = on_reply
-        self._on_done = on_done
-        self._gate = threading.Lock()
-        self._gate.acquire()
-        self._done = False
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._id: int | None = None  # the request's id (set by ``WorkerClient``)
-        self._key: str | None = None  # the session the call is about: its frames' lane
-        self._ordered = True  # delivered in its session's lane (see ``_UNORDERED``)
-        self._parked: list[Parked] | None = None  # threads in ``WorkerClient.wait`` for it
-
-    def done(self) -> bool:
-        """True once the reply (or the failure) is in."""
-        return self._done
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The reply payload; raises the call's error, or ``TimeoutError`` after ``timeout``."""
-        if not self._done:
-            if not self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-                raise TimeoutError(f"no reply within {timeout} s")
-            self._gate.release()  # let any other waiter through too
-        error = self._error
-        if error is not None:
-            try:
-                raise error
-            finally:
-                # This frame is in the error's traceback: kept as its locals, the error and
-                # the reply (which holds it) made a reference cycle of each failed call.
-                del self, error
-        return self._value
-
-    def exception(self) -> BaseException | None:
-        """The call's error once settled (``None``: it succeeded, or is not settled yet),
-        without raising it: read so, it gets no frame of its reader in its traceback."""
-        return self._error
-
-    def _deliver(self, value: Any) -> None:
-        """Settle with a successful reply's payload, passed through ``on_reply`` first.
-
-        What ``on_reply`` raises settles the reply as its error; a ``BaseException`` that is
-        not an ``Exception`` (a checkpoint store's ``SystemExit`` on the main thread) is
-        raised on too, on the delivering thread. That thread may be delivering the reply of
-        another caller's call (a non-blocking one, of the session it waits for): before, that
-        call was left unanswered until its deadline, or until its worker was killed."""
-        on_reply = self._on_reply
-        if on_reply is None:
-            self._settle(value, None)
-            return
-        try:
-            try:
-                result = on_reply(value)
-            except Exception as exc:
-                self._settle(None, exc)
-            except BaseException as exc:
-                self._settle(None, exc)
-                raise
-            else:
-                self._settle(result, None)
-        finally:
-            # This frame is in the traceback of what ``on_reply`` raised: kept as its local,
-            # the reply (which holds that error) made a reference cycle of each failed save.
-            del self
-
-    def _settle(self, value: Any, error: BaseException | None) -> None:
-        self._value = value
-        self._error = error
-        self._done = True
-        self._gate.release()
-        parked = self._parked
-        if parked is not None:
-            for waiter in list(parked):
-                waiter.wake()
-        on_done = self._on_done
-        if on_done is not None:
-            try:
-                on_done(self)
-            except Exception:
-                logger.exception("a reply's completion handler failed")
 
 
 class LoadedTemplate:

@@ -28,16 +28,29 @@ statements each waited 384 times per batch to get it back. What ``together``
 writes shares one savepoint; if it raises, that is undone and every write of the
 batch runs on its own as above, so a bad write still fails alone. A batch of one
 write runs it alone: its own statements cost less than the joint ones.
+
+A save may also be queued without a waiting caller (``submit``): it is told its
+outcome by a callback, on the thread that committed its batch. Nobody then waits to
+be handed the lead after that batch, so a leader that finds such a save first in the
+queue hands the lead to a thread of the store's own, which leads batch after batch
+until the queue is empty (or a waiting caller is first: it leads as above), then ends.
+A session thread need not wait for its batch that way: each thread that waits and
+is woken costs a hand-over of the interpreter lock to a thread asleep in the kernel
+(about 30 us each on a 2-core VM with a thousand session threads; see
+``docs/ARCHITECTURE.md``, "Where checkpoints are written").
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["MAX_BATCH", "GroupCommit", "Together"]
+__all__ = ["MAX_BATCH", "Done", "GroupCommit", "Together"]
+
+logger = logging.getLogger("supervisor.store")
 
 MAX_BATCH = 256
 """Most saves one transaction takes; the rest wait for the next. Measured with 1,000 and
@@ -54,13 +67,21 @@ turns took 1.7-8.7 s against 1.0-4.4 s at 256)."""
 T = TypeVar("T")
 
 
+Done = Callable[[Any, BaseException | None], object]
+"""Told a submitted write's outcome: ``(result, None)`` once its batch committed, or
+``(None, error)`` (see ``GroupCommit.submit``)."""
+
+
 class _Pending(Generic[T]):
     """One queued write and, once its batch has committed or failed, its outcome."""
 
-    __slots__ = ("done", "error", "result", "wake", "write")
+    __slots__ = ("done", "error", "on_done", "result", "wake", "write")
 
-    def __init__(self, write: Callable[[sqlite3.Connection], T]) -> None:
+    def __init__(
+        self, write: Callable[[sqlite3.Connection], T], on_done: Done | None = None
+    ) -> None:
         self.write = write
+        self.on_done = on_done  # a submitted write's: nobody waits for it
         self.done = False
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -134,6 +155,23 @@ class GroupCommit:
             raise error
         return pending.result  # type: ignore[return-value]  # set by the batch that ran it
 
+    def submit(self, write: Callable[[sqlite3.Connection], Any], on_done: Done) -> None:
+        """Queue ``write`` for a batch without waiting for it. ``on_done(result, None)``, or
+        ``on_done(None, error)`` (what ``write`` raised, its changes undone, or what failed
+        the shared transaction), is called once, after its batch committed or failed, on
+        the thread that led that batch: this one, before ``submit`` returns, when no batch
+        was under way; else a later leader, or the store's own thread.
+
+        ``on_done`` must be quick: the next batch waits for it. One that raises is logged.
+        """
+        pending: _Pending[Any] = _Pending(write, on_done)
+        with self._queue_lock:
+            self._queued.append(pending)
+            if self._leading:
+                return
+            self._leading = True
+        self._lead()
+
     def _wait(self, pending: _Pending[Any], wake: threading.Lock) -> bool:
         """Wait until ``pending``'s batch is done (``False``) or the lead is handed to it
         (``True``). Interrupted (``KeyboardInterrupt`` in the main thread), a save still
@@ -144,36 +182,59 @@ class GroupCommit:
             with self._queue_lock:
                 if not pending.done and pending in self._queued:
                     self._queued.remove(pending)
-                    if not wake.locked():  # the lead was handed to it: pass it on
-                        self._hand_on()
+                    handed = not wake.locked()  # the lead was handed to it: pass it on
+                    unled = handed and self._hand_on()
+                else:
+                    unled = False
+            if unled:
+                self._lead_elsewhere()
             raise
         return not pending.done
 
-    def _hand_on(self) -> None:
-        """Wake the first queued save to lead the next batch, or give the lead up. Called
-        with ``_queue_lock`` held, by the caller that leads."""
-        if self._queued:
-            following = self._queued[0].wake
-            assert following is not None  # queued while a leader worked: it waits
-            following.release()  # it finds its save not done: it leads
-        else:
+    def _hand_on(self) -> bool:
+        """Wake the first queued save to lead the next batch, or give the lead up; whether
+        the first is a submitted one, whose batch a thread of the store's own must lead
+        (``_lead_elsewhere``, once ``_queue_lock`` is let go). Called with ``_queue_lock``
+        held, by the caller that leads."""
+        if not self._queued:
             self._leading = False
+            return False
+        following = self._queued[0].wake
+        if following is None:  # submitted: nobody waits to be handed the lead
+            return True
+        following.release()  # it finds its save not done: it leads
+        return False
 
-    def _lead(self) -> None:
+    def _lead(self, *, own_thread: bool = False) -> None:
         """Commit the saves queued so far (the leader's own first among them; ``MAX_BATCH``
-        at most), wake their callers, then hand the lead to the first save still queued
-        (or give it up)."""
-        with self._queue_lock:
-            batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
-        try:
-            with self._lock:
-                self._commit(batch)
-        finally:
-            for pending in batch:
-                if pending.wake is not None:
-                    pending.wake.release()
+        at most), wake their callers and tell the submitted ones, then hand the lead to
+        the first save still queued (or give it up). The store's own thread
+        (``own_thread``) leads on, batch after batch, while a submitted save is first."""
+        while True:
             with self._queue_lock:
-                self._hand_on()
+                batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+            unled = False
+            try:
+                with self._lock:
+                    self._commit(batch)
+            finally:
+                for pending in batch:
+                    if pending.wake is not None:
+                        pending.wake.release()
+                with self._queue_lock:
+                    unled = self._hand_on()
+                if unled and not own_thread:
+                    self._lead_elsewhere()
+                _tell(batch)
+            if not (unled and own_thread):
+                return
+
+    def _lead_elsewhere(self) -> None:
+        """Start a thread of the store's own to lead the submitted saves now first in the
+        queue (the lead is already its: ``_leading`` stays set)."""
+        threading.Thread(
+            target=self._lead, kwargs={"own_thread": True}, name="sessionvisor-commit", daemon=True
+        ).start()
 
     def _commit(self, batch: list[_Pending[Any]]) -> None:
         try:
@@ -237,3 +298,20 @@ class GroupCommit:
             conn.execute("ROLLBACK TO one_save")
             pending.error = exc
         conn.execute("RELEASE one_save")
+
+
+def _tell(batch: list[_Pending[Any]]) -> None:
+    """Tell each submitted save of ``batch`` its outcome (one whose batch never ran, the
+    leader interrupted before its commit, as a ``RuntimeError``). A handler that raises,
+    whatever it raises, is logged: the saves after it must be told all the same."""
+    for pending in batch:
+        on_done = pending.on_done
+        if on_done is None:
+            continue
+        error = pending.error
+        if not pending.done:
+            error = RuntimeError("the commit holding this save was interrupted before it ran")
+        try:
+            on_done(None if error is not None else pending.result, error)
+        except BaseException:
+            logger.exception("a submitted save's completion handler failed")

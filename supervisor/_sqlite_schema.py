@@ -424,13 +424,25 @@ def reporting_store_errors(path: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.DatabaseError as exc:
-        if is_damage(exc):
-            raise damaged(path, exc) from exc
-        if is_full(exc):
-            raise StoreFull(repr(path), exc) from exc
-        if is_busy(exc):
-            raise _Locked(path, exc) from exc
-        raise
+        reported = store_error(path, exc)
+        if reported is exc:
+            raise
+        raise reported from exc
+
+
+def store_error(path: str, exc: BaseException) -> BaseException:
+    """What ``reporting_store_errors`` raises for ``exc`` met in the store at ``path``:
+    ``exc`` itself, or the store's error that says it (``exc`` not yet its cause: the
+    caller raises it ``from exc``, or sets ``__cause__`` when it hands it over unraised)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return exc
+    if is_damage(exc):
+        return damaged(path, exc)
+    if is_full(exc):
+        return StoreFull(repr(path), exc)
+    if is_busy(exc):
+        return _Locked(path, exc)
+    return exc
 
 
 def is_full(exc: sqlite3.Error) -> bool:

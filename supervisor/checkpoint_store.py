@@ -14,6 +14,7 @@ the same order. Backends must pass the shared contract suite in
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -26,6 +27,7 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointStore",
     "ClosingContext",
+    "SaveDone",
     "SnapshotTooNew",
     "check_keep_last",
     "check_max_snapshot_bytes",
@@ -54,6 +56,11 @@ class CheckpointInfo:
     saved_at: datetime
     label: str | None
     size: int
+
+
+SaveDone = Callable[[CheckpointInfo | None, BaseException | None], object]
+"""Told how a save that was not waited for ended (a store's ``save_later``): ``(info,
+None)`` once it is durable, or ``(None, error)`` with what ``save`` would have raised."""
 
 
 class SnapshotTooNew(SnapshotDecodeError):

@@ -41,6 +41,7 @@ from supervisor._sqlite_schema import (
     is_damage,
     lost_store,
     reporting_store_errors,
+    store_error,
     stored_schema,
 )
 from supervisor._sqlite_writes import cleaning, remember, write
@@ -49,6 +50,7 @@ from supervisor.checkpoint_store import (
     DEFAULT_KEEP_LAST,
     CheckpointInfo,
     ClosingContext,
+    SaveDone,
     check_keep_last,
     check_max_snapshot_bytes,
     encodable,
@@ -325,10 +327,54 @@ class SQLiteCheckpointStore(ClosingContext):
 
     def save(self, snapshot: Snapshot) -> CheckpointInfo:
         """Store ``snapshot``; durable when it returns (see ``CheckpointStore.save``)."""
+        queued, info = self._prepared(snapshot, "save()")
+        try:
+            with reporting_store_errors(self.path):
+                self._commits.run(queued)
+        except BaseException:
+            self._logs.drop(info.session_id)
+            raise
+        return info
+
+    def save_later(self, snapshot: Snapshot, on_done: SaveDone) -> None:
+        """``save`` without waiting for the commit: ``on_done(info, None)`` once
+        ``snapshot`` is durable, or ``on_done(None, error)`` with the error ``save`` would
+        raise, once, on the thread that committed it (this one if no batch was under
+        way; see ``GroupCommit.submit``). ``on_done`` must be quick and must not block.
+
+        For a caller that need not wait on its thread (a session whose answer is handed
+        over by ``on_done``): a thread that waits for its batch and is woken costs a
+        hand-over of the interpreter lock.
+
+        Raises:
+            What ``save`` raises before it writes (a read-only store, a snapshot that is
+            not one, too large, or one a checkpoint cannot hold); ``on_done`` is then not
+            called.
+        """
+        queued, info = self._prepared(snapshot, "save_later()")
+
+        def done(_: object, error: BaseException | None) -> None:
+            if error is None:
+                on_done(info, None)
+                return
+            self._logs.drop(info.session_id)
+            reported = store_error(self.path, error)
+            if reported is not error:
+                reported.__cause__ = error
+            on_done(None, reported)
+
+        self._commits.submit(queued, done)
+
+    def _prepared(self, snapshot: Snapshot, call: str) -> tuple[QueuedSave, CheckpointInfo]:
+        """The write of ``snapshot`` for a batch, and what the store says once it is saved.
+
+        Raises:
+            StoreReadOnly, TypeError, SnapshotTooLarge, SnapshotEncodeError: see ``save``.
+        """
         if self.read_only:
-            raise refuse(self.path, "save()")
+            raise refuse(self.path, call)
         if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"save() needs a Snapshot, got {type(snapshot).__name__}")
+            raise TypeError(f"{call[:-2]}() needs a Snapshot, got {type(snapshot).__name__}")
         sid = snapshot.session_id
         cached = self._logs.get(sid)
         cut = split(
@@ -339,13 +385,8 @@ class SQLiteCheckpointStore(ClosingContext):
         # CheckpointInfo times are UTC; a moment UTC cannot hold raises here, storing nothing
         saved_at = snapshot.saved_at.astimezone(UTC)
         refs = part_refs(cut.parts)
-        try:
-            with reporting_store_errors(self.path):
-                self._commits.run(QueuedSave(self, snapshot, cut, cached, refs))
-        except BaseException:
-            self._logs.drop(sid)
-            raise
-        return CheckpointInfo(sid, snapshot.checkpoint_id, saved_at, snapshot.label, cut.size)
+        info = CheckpointInfo(sid, snapshot.checkpoint_id, saved_at, snapshot.label, cut.size)
+        return QueuedSave(self, snapshot, cut, cached, refs), info
 
     # The full path of one save and what ``_saves_together`` calls back, as methods.
     _write = write

@@ -30,10 +30,10 @@ batch runs on its own as above, so a bad write still fails alone. A batch of one
 write runs it alone: its own statements cost less than the joint ones.
 
 A save may also be queued without a waiting caller (``submit``): it is told its
-outcome by a callback, on the thread that committed its batch. Nobody then waits to
-be handed the lead after that batch, so a leader that finds such a save first in the
-queue hands the lead to a thread of the store's own, which leads batch after batch
-until the queue is empty (or a waiting caller is first: it leads as above), then ends.
+outcome by a callback once its batch has committed or failed. Nobody then waits to be
+handed the lead after that batch, so a leader that finds such a save first in the queue
+hands the lead to a thread of the store's own, which commits one batch, hands the lead
+on in turn, and tells that batch's saves (see ``_lead`` for who tells whom), then ends.
 A session thread need not wait for its batch that way: each thread that waits and
 is woken costs a hand-over of the interpreter lock to a thread asleep in the kernel
 (about 30 us each on a 2-core VM with a thousand session threads; see
@@ -158,11 +158,10 @@ class GroupCommit:
     def submit(self, write: Callable[[sqlite3.Connection], Any], on_done: Done) -> None:
         """Queue ``write`` for a batch without waiting for it. ``on_done(result, None)``, or
         ``on_done(None, error)`` (what ``write`` raised, its changes undone, or what failed
-        the shared transaction), is called once, after its batch committed or failed, on
-        the thread that led that batch: this one, before ``submit`` returns, when no batch
-        was under way; else a later leader, or the store's own thread.
-
-        ``on_done`` must be quick: the next batch waits for it. One that raises is logged.
+        the shared transaction), is called once, after its batch committed or failed: on
+        this thread, before ``submit`` returns, when no batch was under way (it leads
+        one); else on a thread of the store's own, which holds no lead then (so
+        ``on_done`` may save again, and wait for that). One that raises is logged.
         """
         pending: _Pending[Any] = _Pending(write, on_done)
         with self._queue_lock:
@@ -170,7 +169,7 @@ class GroupCommit:
             if self._leading:
                 return
             self._leading = True
-        self._lead()
+        self._lead(pending)
 
     def _wait(self, pending: _Pending[Any], wake: threading.Lock) -> bool:
         """Wait until ``pending``'s batch is done (``False``) or the lead is handed to it
@@ -187,14 +186,14 @@ class GroupCommit:
                 else:
                     unled = False
             if unled:
-                self._lead_elsewhere()
+                self._start_own(self._lead, own_thread=True)
             raise
         return not pending.done
 
     def _hand_on(self) -> bool:
         """Wake the first queued save to lead the next batch, or give the lead up; whether
         the first is a submitted one, whose batch a thread of the store's own must lead
-        (``_lead_elsewhere``, once ``_queue_lock`` is let go). Called with ``_queue_lock``
+        (``_start_own``, once ``_queue_lock`` is let go). Called with ``_queue_lock``
         held, by the caller that leads."""
         if not self._queued:
             self._leading = False
@@ -205,35 +204,46 @@ class GroupCommit:
         following.release()  # it finds its save not done: it leads
         return False
 
-    def _lead(self, *, own_thread: bool = False) -> None:
+    def _lead(self, mine: _Pending[Any] | None = None, *, own_thread: bool = False) -> None:
         """Commit the saves queued so far (the leader's own first among them; ``MAX_BATCH``
-        at most), wake their callers and tell the submitted ones, then hand the lead to
-        the first save still queued (or give it up). The store's own thread
-        (``own_thread``) leads on, batch after batch, while a submitted save is first."""
-        while True:
-            with self._queue_lock:
-                batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
-            unled = False
-            try:
-                with self._lock:
-                    self._commit(batch)
-            finally:
-                for pending in batch:
-                    if pending.wake is not None:
-                        pending.wake.release()
-                with self._queue_lock:
-                    unled = self._hand_on()
-                if unled and not own_thread:
-                    self._lead_elsewhere()
-                _tell(batch)
-            if not (unled and own_thread):
-                return
+        at most), wake their callers, hand the lead to the first save still queued (or give
+        it up), then tell the submitted saves of the batch how they ended: ``mine`` (the
+        caller's own) here, the others here only on a thread of the store's own
+        (``own_thread``), else on one started for them.
 
-    def _lead_elsewhere(self) -> None:
-        """Start a thread of the store's own to lead the submitted saves now first in the
-        queue (the lead is already its: ``_leading`` stays set)."""
+        A session's thread that leads tells no other session: a subscriber of that session
+        run by it could wait for this very thread (a call to its session), which would not
+        answer until the call timed out. Nor does a thread tell while it holds the lead: a
+        subscriber's call that saves (a ``send`` from a ``turn_finished``) would wait for a
+        commit nobody made."""
+        with self._queue_lock:
+            batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+        try:
+            with self._lock:
+                self._commit(batch)
+        finally:
+            for pending in batch:
+                if pending.wake is not None:
+                    pending.wake.release()
+            with self._queue_lock:
+                unled = self._hand_on()
+            if unled:
+                self._start_own(self._lead, own_thread=True)
+            others = [p for p in batch if p.on_done is not None and p is not mine]
+            if own_thread:
+                _tell(others)
+            elif others:
+                self._start_own(_tell, others)
+            if mine is not None:
+                _tell([mine])
+
+    @staticmethod
+    def _start_own(target: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        """Run ``target`` on a thread of the store's own: to lead the submitted saves now
+        first in the queue (the lead is already its: ``_leading`` stays set), or to tell
+        submitted saves how they ended."""
         threading.Thread(
-            target=self._lead, kwargs={"own_thread": True}, name="sessionvisor-commit", daemon=True
+            target=target, args=args, kwargs=kwargs, name="sessionvisor-commit", daemon=True
         ).start()
 
     def _commit(self, batch: list[_Pending[Any]]) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 import pykka
 
+from actors._later import LaterAnswer
+
 __all__ = ["ends_session", "run"]
 
 logger = logging.getLogger("actors")
@@ -34,11 +36,19 @@ def run(actor: pykka.ThreadingActor) -> None:
     """Receive and handle ``actor``'s messages until it is stopped (on its own thread)."""
     inbox = actor.actor_inbox
     stopped = actor.actor_stopped
+    later: LaterAnswer | None = None  # the last turn's, while its save may be pending
     while not stopped.is_set():
         envelope = inbox.get()
         try:
+            if later is not None:  # before any message (see ``actors._later``)
+                settling, later = later, None
+                settling.settle()
             response = actor._handle_receive(envelope.message)
-            if envelope.reply_to is not None:
+            if response.__class__ is LaterAnswer:
+                later = response
+                if envelope.reply_to is not None:
+                    later.reply_with(envelope.reply_to)
+            elif envelope.reply_to is not None:
                 envelope.reply_to.set(response)
         except Exception:
             if envelope.reply_to is not None:

@@ -147,6 +147,7 @@ class EventBuffer:
         "_last",
         "_lock",
         "_reserved",
+        "_slow",
         "_start",
         "_subscribers",
         "size",
@@ -169,7 +170,14 @@ class EventBuffer:
         self._dropped = 0
         self._reserved = 0  # seqs promised to events about to be published (``reserve``)
         self._subscribers: tuple[Subscriber, ...] = ()  # replaced, never mutated
+        self._slow = 0  # subscribers not promised ``quick``
         self._lock = threading.Lock()
+
+    @property
+    def slow_subscribers(self) -> int:
+        """How many subscribers were not subscribed ``quick``: ones that may block, call
+        their session or raise. Read without the lock (one attribute)."""
+        return self._slow
 
     @property
     def dropped(self) -> int:
@@ -338,16 +346,23 @@ class EventBuffer:
         events = tuple(retained[max(0, cursor - oldest + 1) :])
         return EventBatch(events, last, max(0, oldest - cursor - 1))
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+    def subscribe(self, subscriber: Subscriber, *, quick: bool = False) -> Callable[[], None]:
         """Call ``subscriber`` for every future event; returns a function that unsubscribes.
 
         Each call of ``subscribe`` is undone by its own function, once: a later call of it
         does nothing. It takes away this very subscriber (by identity, not ``==``: a
         subscriber object that compares equal to another one, two empty dataclass
         collectors say, took the other away and stayed subscribed itself).
+
+        ``quick``: the subscriber promises not to block, not to call its session and not
+        to raise (a host's own: usage, metrics, event streams). A host finishes a turn
+        whose save it did not wait for on another thread only while every subscriber of
+        its session is quick (``slow_subscribers``; see ``actors._later``).
         """
         with self._lock:
             self._subscribers = (*self._subscribers, subscriber)
+            if not quick:
+                self._slow += 1
         done = False
 
         def unsubscribe() -> None:
@@ -356,6 +371,8 @@ class EventBuffer:
                 if done:
                     return
                 done = True
+                if not quick:
+                    self._slow -= 1
                 subscribers = self._subscribers
                 for index in range(len(subscribers) - 1, -1, -1):
                     if subscribers[index] is subscriber:

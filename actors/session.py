@@ -28,6 +28,7 @@ from actors._call_ids import CallIds
 from actors._codec import encode_plain
 from actors._history import HistoryCodec
 from actors._hooks import PROMPT, RESPONSE, TOOL_CALL, PluginRunner
+from actors._later import LaterAnswer, PendingSave
 from actors._loop import ends_session
 from actors._loop import run as run_loop
 from actors._mailbox import new_inbox, new_reply
@@ -68,20 +69,36 @@ from actors.tools import Tool
 __all__ = ["AgentSession"]
 
 
-def _save(checkpointer: Callable[[Snapshot], object], snapshot: Snapshot) -> None:
-    """Call ``checkpointer`` with ``snapshot``; a ``BaseException`` it raises that keeps no
-    meaning of its own (``asyncio.CancelledError`` of an asyncio store, see
+def _save(checkpointer: Callable[[Snapshot], object], snapshot: Snapshot) -> object:
+    """Call ``checkpointer`` with ``snapshot`` and return what it returns (a
+    ``PendingSave`` when it did not wait for the commit); a ``BaseException`` it raises
+    that keeps no meaning of its own (``asyncio.CancelledError`` of an asyncio store, see
     ``actors._loop.ends_session``) becomes ``CheckpointAborted``: the save failed, as with
     an ``Exception``, and the turn is rolled back. Let through, it ended the session with
     the turn's changes in place."""
     try:
-        checkpointer(snapshot)
+        return checkpointer(snapshot)
     except Exception:
         raise
     except BaseException as exc:
         if ends_session(exc):
             raise
         raise CheckpointAborted(exc) from exc
+
+
+def _raise_failed(saved: PendingSave) -> None:
+    """Raise the error of ``saved``, a save that ended, as ``_save`` raises a checkpointer's
+    (nothing if it is durable)."""
+    error = saved.error
+    del saved
+    if error is None:
+        return
+    try:
+        if isinstance(error, Exception):
+            raise error
+        raise CheckpointAborted(error) from error
+    finally:
+        del error  # this frame is in the error's traceback: kept, it made a reference cycle
 
 
 class AgentSession(pykka.ThreadingActor):
@@ -414,6 +431,11 @@ class AgentSession(pykka.ThreadingActor):
         session reserves it (``EventBuffer.reserve``) before the save, so a stream
         resumed from the checkpoint numbers its events after it.
 
+        A ``checkpointer`` that queues the save and returns an unfinished
+        ``actors._later.PendingSave`` (a host's, in thread mode) makes this return a
+        ``LaterAnswer`` for the actor's loop instead: the thread that commits the save
+        publishes ``turn_finished`` and answers the call (see ``actors._later``).
+
         Raises:
             TypeError: ``text`` is not a ``str``, or ``tag`` is neither a ``str`` nor ``None``.
             ValueError: ``text`` or ``tag`` holds a lone surrogate, which no checkpoint (nor
@@ -453,32 +475,43 @@ class AgentSession(pykka.ThreadingActor):
         checkpointer = self.checkpointer if self._turns % self.checkpoint_every == 0 else None
         if checkpointer is not None:
             events.reserve()  # the checkpoint's event mark covers the ``turn_finished`` below
+        pending = None
         try:
-            self._settle(mark, checkpointer)
-            events.publish(
-                "turn_finished",
-                turn=self._turns,
-                content=answer.content,
-                seconds=time.perf_counter() - started,
-            )
+            pending = self._settle(mark, checkpointer)
+            if pending is None:
+                events.publish(
+                    "turn_finished",
+                    turn=self._turns,
+                    content=answer.content,
+                    seconds=time.perf_counter() - started,
+                )
         finally:
-            if checkpointer is not None:
+            if checkpointer is not None and pending is None:
                 events.unreserve()  # after the publish: a mark never falls short of it
+        if pending is not None:  # its committer publishes and answers (``actors._later``)
+            return LaterAnswer(self, pending, mark, answer, started)  # type: ignore[return-value]
         self._steered = []
         return answer
 
-    def _settle(self, mark: TurnMark, checkpointer: Callable[[Snapshot], object] | None) -> None:
+    def _settle(
+        self, mark: TurnMark, checkpointer: Callable[[Snapshot], object] | None
+    ) -> PendingSave | None:
         """Save the turn begun at ``mark`` with ``checkpointer`` (when one is due), or check that
         a later checkpoint could hold what it changed; roll it back and publish its ``error``
         if not (see ``send``), before its ``turn_finished`` is published: a failed turn has
         none, which every follower of the events (metrics, tracing, a streamed send) would
-        take as its success."""
+        take as its success. The ``PendingSave`` of a checkpointer that did not wait for
+        the commit (see ``actors._later``), whose outcome settles the turn then."""
         provider_changed = self._provider_state is not mark.provider_state
         if checkpointer is None and not self._has_plugins and not provider_changed:
-            return
+            return None
         try:
             if checkpointer is not None:
-                _save(checkpointer, self.snapshot())
+                saved = _save(checkpointer, self.snapshot())
+                if isinstance(saved, PendingSave):
+                    if not saved.finished:
+                        return saved
+                    _raise_failed(saved)  # ended already (this thread committed it)
             else:  # what a later checkpoint would refuse must not outlive this turn
                 if self._has_plugins:
                     self._check_plugin_states()
@@ -488,6 +521,7 @@ class AgentSession(pykka.ThreadingActor):
             self._rollback(mark)
             self.event_buffer.publish("error", turn=self._turns + 1, error=repr(exc))
             raise
+        return None
 
     def _mark(self) -> TurnMark:
         """Where the session stands before a turn: what ``_rollback`` returns it to."""

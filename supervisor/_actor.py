@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pykka
 from pykka import messages
 
+from actors._later import LaterAnswer
 from actors._mailbox import new_inbox, new_reply
 from supervisor._lifecycle import (
     NORMAL,
@@ -141,13 +142,21 @@ class SupervisedActor(pykka.ThreadingActor):
         inbox = self.actor_inbox
         stopped = self.actor_stopped
         envelope: Envelope[Any] | None = None
+        later: LaterAnswer | None = None  # the last turn's, while its save may be pending
         while not stopped.is_set():
             envelope = inbox.get()
             try:
+                if later is not None:  # before any message, a kill or a stop included
+                    settling, later = later, None
+                    settling.settle()
                 if envelope.message.__class__ is _Kill:  # identity test: no cost per message
                     raise Killed(envelope.message.reason)
                 response = self._handle_receive(envelope.message)
-                if envelope.reply_to is not None:
+                if response.__class__ is LaterAnswer:  # answered once its save is durable
+                    later = response
+                    if envelope.reply_to is not None:
+                        later.reply_with(envelope.reply_to)
+                elif envelope.reply_to is not None:
                     envelope.reply_to.set(response)
             except Exception:
                 if envelope.reply_to is not None:

@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 
 from actors import EventBuffer, Snapshot, SnapshotDecodeError, strip_secrets
 from actors._ids import new_checkpoint_id
-from supervisor._outcome import raise_tamed
-from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore, SnapshotTooNew
+from actors._later import PendingSave
+from supervisor._outcome import raise_tamed, tamed
+from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore, SaveDone, SnapshotTooNew
 from supervisor.errors import CheckpointNotFound
 
 __all__ = ["EVENT_SEQ", "Checkpoints", "SaveObserver", "SaveOrder", "event_seq"]
@@ -63,6 +64,8 @@ class Checkpoints:
             (``None``: saved as taken).
         write: How a snapshot is written: ``store.save`` unless the host's ownership
             fences its saves (a cluster node's ``save``).
+        write_later: How a snapshot is written without waiting for its commit (a store's
+            ``save_later``), for ``save_later``; ``None``: it writes with ``write``.
     """
 
     def __init__(
@@ -70,10 +73,12 @@ class Checkpoints:
         store: CheckpointStore,
         redact: Redaction | None = strip_secrets,
         write: Callable[[Snapshot], CheckpointInfo] | None = None,
+        write_later: Callable[[Snapshot, SaveDone], None] | None = None,
     ) -> None:
         self.store = store
         self.redact = redact
         self._write = store.save if write is None else write
+        self._write_later = write_later
         self._observers: tuple[SaveObserver, ...] = ()
 
     def observe(self, observer: SaveObserver) -> None:
@@ -123,23 +128,82 @@ class Checkpoints:
             raise_tamed(exc, f"the checkpoint save of session {snapshot.session_id!r}")
 
     def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
-        if self.redact is not None:
-            snapshot = self.redact(snapshot)
-        if events is not None:
-            snapshot = snapshot.with_metadata({**snapshot.metadata, EVENT_SEQ: events.mark})
-        observers = self._observers
-        if not observers:
+        snapshot = self._stamped(snapshot, events)
+        if not self._observers:
             self._write(snapshot)
             return snapshot
         started = time.perf_counter()
         info = self._write(snapshot)
-        seconds = time.perf_counter() - started
-        for observer in observers:
+        self._observe(info, time.perf_counter() - started)
+        return snapshot
+
+    def _stamped(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
+        """``snapshot`` as it is written: redacted, and marked with ``events``'s mark."""
+        if self.redact is not None:
+            snapshot = self.redact(snapshot)
+        if events is not None:
+            snapshot = snapshot.with_metadata({**snapshot.metadata, EVENT_SEQ: events.mark})
+        return snapshot
+
+    def _observe(self, info: CheckpointInfo, seconds: float) -> None:
+        for observer in self._observers:
             try:
                 observer(info, seconds)
             except Exception:
                 logger.exception("checkpoint save observer %r failed", observer)
-        return snapshot
+
+    def save_later(
+        self, snapshot: Snapshot, events: EventBuffer, order: SaveOrder
+    ) -> PendingSave | Snapshot:
+        """``save`` without waiting for the commit, where the store can (its
+        ``save_later``) and every subscriber of ``events`` is quick (else this is ``save``,
+        returning what it saved: a subscriber may block, call its session or raise
+        ``SystemExit`` on the session's thread, as ``AgentHost.subscribe`` says): the returned
+        ``PendingSave`` is finished with ``None`` once the snapshot is durable, or with the
+        error ``save`` would raise, on the thread that committed it. For a session's
+        thread (see ``actors._later``).
+
+        ``order``'s lock is held while the snapshot is placed and queued, and again when
+        the save is counted (``SaveOrder.saved``): a session's other saves come through its
+        inbox, which its thread reads only once this one has ended.
+
+        Raises:
+            What ``save`` raises before the store writes (the snapshot refused up front).
+        """
+        write_later = self._write_later
+        if write_later is None or events.slow_subscribers:  # subscribers as on its thread
+            return self.save(snapshot, events, order)
+        pending = PendingSave()
+        sid, taken = snapshot.session_id, snapshot.checkpoint_id
+        try:
+            with order.lock:
+                placed = self._stamped(order.place(snapshot), events)
+                started = time.perf_counter()
+
+                def done(info: CheckpointInfo | None, error: BaseException | None) -> None:
+                    if error is not None or info is None:
+                        pending.finish(tamed(error or _no_info(sid), _during(sid)))
+                        return
+                    with order.lock:
+                        order.saved(
+                            placed.checkpoint_id, copy=False, mark=event_seq(placed), taken=taken
+                        )
+                    self._observe(info, time.perf_counter() - started)
+                    pending.finish(None)
+
+                write_later(placed, done)
+        except BaseException as exc:  # refused up front: as ``save`` raises it
+            if threading.current_thread() is threading.main_thread():
+                raise
+            raise_tamed(exc, _during(sid))
+        return pending
+
+    def later_saver(
+        self, events: EventBuffer, order: SaveOrder
+    ) -> Callable[[Snapshot], PendingSave | Snapshot]:
+        """``save_later`` bound to one session's event stream and ``order``: the checkpointer
+        of a session in thread mode (see ``actors._later``)."""
+        return functools.partial(self.save_later, events=events, order=order)
 
     def saver(
         self, events: EventBuffer, order: SaveOrder | None = None
@@ -355,3 +419,11 @@ class SaveOrder:
         if not copy:
             self._real = max(self._real, checkpoint_id if taken is None else taken)
         self._top = max(self._top, checkpoint_id)
+
+
+def _during(session_id: str) -> str:
+    return f"the checkpoint save of session {session_id!r}"
+
+
+def _no_info(session_id: str) -> RuntimeError:  # pragma: no cover - a store's broken promise
+    return RuntimeError(f"the store told no outcome of the save of session {session_id!r}")

@@ -319,7 +319,7 @@ class HostFutures:
         check_subscriber(on_event, "on_event")
         check_subscriber(on_stopped, "on_stopped", "once the session is stopped")
         record = self._table.live(session_id, tenant_id)
-        unsubscribe = record.events.subscribe(on_event)
+        unsubscribe = record.events.subscribe(on_event, quick=True)
         unwatch = self._table.when_stopped(record, _logged(on_stopped, session_id))
         return EventWatch(record.events, unsubscribe, unwatch)
 

@@ -134,7 +134,7 @@ class SessionRecord:
         self.steering = SteeringQueue(attrs.get("max_steering_queue") or 16)
         self.usage = Usage()
         self.restart_usage(resume_from)
-        self.events.subscribe(self._count_usage)
+        self.events.subscribe(self._count_usage, quick=True)
 
     def restart_usage(self, snapshot: Snapshot | None) -> None:
         """Count usage on from ``snapshot``'s (an incarnation starts from it), or from 0."""

@@ -286,6 +286,7 @@ class Incarnations:
             steering=record.steering,
             events=record.events,
             save=self._checkpoints.saver(record.events, record.save_order),
+            save_later=self._checkpoints.later_saver(record.events, record.save_order),
             timeout=self.policy.call_timeout,
             credentials=self._credentials.resolve(record.tenant_id),
             epoch=epoch,

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from actors import AgentTemplate, Snapshot
-from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore
+from supervisor.checkpoint_store import CheckpointInfo, CheckpointStore, SaveDone
 
 if TYPE_CHECKING:
     from supervisor.cluster import ClusterNode, NodeConfig
 
-__all__ = ["Ownership", "SoleOwnership", "node_of", "ownership_for"]
+__all__ = ["Ownership", "SoleOwnership", "later_writer", "node_of", "ownership_for"]
 
 
 class Ownership(Protocol):
@@ -167,3 +167,15 @@ def node_of(ownership: Ownership) -> ClusterNode | None:
     from supervisor.cluster import ClusterNode  # noqa: PLC0415
 
     return ownership if isinstance(ownership, ClusterNode) else None
+
+
+def later_writer(
+    ownership: Ownership, store: CheckpointStore
+) -> Callable[[Snapshot, SaveDone], None] | None:
+    """How a host writes a turn's checkpoint without waiting for its commit: the store's
+    ``save_later``, for a host alone whose store has one (a cluster node's saves are
+    fenced, and wait); ``None`` otherwise (its turns' saves wait)."""
+    if not isinstance(ownership, SoleOwnership):
+        return None
+    later: Callable[[Snapshot, SaveDone], None] | None = getattr(store, "save_later", None)
+    return later

@@ -100,6 +100,9 @@ class SessionLaunch:
         steering: The host's steering queue of the session (outlives incarnations).
         events: The host's event stream of the session (outlives incarnations).
         save: The host's checkpoint writer for this session.
+        save_later: The same, not waiting for the commit (``Checkpoints.later_saver``):
+            the checkpointer of a session on a thread of this process, which need not wait
+            on its thread (``actors._later``). ``None``: ``save``.
         timeout: Seconds the start may take.
         credentials: The tenant's credentials, resolved for this incarnation; never
             persisted (in process mode they travel with the ``start`` frame only).
@@ -120,6 +123,7 @@ class SessionLaunch:
     timeout: float
     credentials: Credentials | None = None
     epoch: int = 0
+    save_later: Callable[[Snapshot], object] | None = None
 
 
 class SessionRuntime(Protocol):

@@ -100,7 +100,7 @@ class SessionTable:
             self._taps = (*self._taps, tap)
             records = list(self._records.values())
         for record in records:  # a record added from now on is tapped by ``add``
-            record.events.subscribe(functools.partial(tap, record))
+            record.events.subscribe(functools.partial(tap, record), quick=True)
 
     def check_open(self) -> None:
         """Raise ``HostShutDown`` (a ``RuntimeError``) once the host is shut down."""
@@ -125,7 +125,7 @@ class SessionTable:
             self._records[record.session_id] = record
             self._by_tenant.setdefault(record.tenant_id, {})[record.session_id] = None
             for tap in self._taps:
-                record.events.subscribe(functools.partial(tap, record))
+                record.events.subscribe(functools.partial(tap, record), quick=True)
         if existing is not None:  # its watchers (event streams) end: it is gone for good
             self._call_stop_watchers(existing)
 

@@ -9,11 +9,12 @@ included) is handled.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pykka
 
-from actors import AgentSession, Send
+from actors import AgentSession, Send, Snapshot
 from actors.snapshot import checked_encoding, checked_messages
 from supervisor._actor import supervised_class
 from supervisor._ask_later import ask_and_wait, ask_later
@@ -48,7 +49,7 @@ class ThreadRuntime:
             metadata=launch.metadata,
             steering=launch.steering,
             event_buffer=launch.events,
-            checkpointer=None if launch.checkpoint_every is None else launch.save,
+            checkpointer=None if launch.checkpoint_every is None else _checkpointer(launch),
             checkpoint_every=launch.checkpoint_every or 1,
             credentials=launch.credentials,
             epoch=launch.epoch,
@@ -136,3 +137,9 @@ def _own_session(ref: pykka.ActorRef[Any]) -> AgentSession | None:
         return None
     actor = lifecycle.actor()
     return actor if isinstance(actor, AgentSession) else None
+
+
+def _checkpointer(launch: SessionLaunch) -> Callable[[Snapshot], object]:
+    """The session's checkpointer: one that does not wait for the commit where the host
+    has one (the session's thread goes back to its inbox; ``actors._later``)."""
+    return launch.save if launch.save_later is None else launch.save_later

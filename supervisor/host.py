@@ -48,7 +48,7 @@ from supervisor._host_record import SessionInfo
 from supervisor._host_shutdown import HostShutdown
 from supervisor._incarnations import Incarnations
 from supervisor._nonblocking import NonBlockingCalls
-from supervisor._ownership import node_of
+from supervisor._ownership import later_writer, node_of
 from supervisor._runtime import WorkerInfo
 from supervisor._runtimes import WorkerOptions
 from supervisor._session_attrs import SessionMetadata, plain_text, send_request
@@ -201,7 +201,9 @@ class AgentHost:
             self._runtime = backing.runtime
             self.node = node_of(self._ownership)
             self.store: CheckpointStore = backing.store
-            self._checkpoints = Checkpoints(self.store, redact, self._ownership.save)
+            self._checkpoints = Checkpoints(
+                self.store, redact, self._ownership.save, later_writer(self._ownership, self.store)
+            )
             self.providers = providers if providers is not None else ProviderRegistry()
             self.checkpoint_every = checkpoint_every
             self.max_restarts = max_restarts
@@ -491,9 +493,12 @@ class AgentHost:
 
         It runs on the thread that publishes: the session's for turn events (in
         process mode, the thread reading the worker's pipe: usually the caller
-        of ``send``), the dying actor's for ``crashed`` (after the registry
-        evicted the session and before the supervisor restarts it), the
-        supervisor's for ``resumed`` and ``given_up``. It may call the host for
+        of ``send``; in thread mode a session followed by such a subscriber saves its
+        turns on its own thread, so they end there: only a turn whose save was
+        already queued when it subscribed may end on the thread that commits it),
+        the dying actor's for ``crashed`` (after the registry evicted the session and
+        before the supervisor restarts it), the supervisor's for ``resumed`` and
+        ``given_up``. It may call the host for
         another session, and ``history`` or ``checkpoint`` for its own, in either
         mode; except, in process mode, ``stop_session`` or ``hibernate`` of another
         session of the same worker, which waits out ``call_timeout`` (hand such a call

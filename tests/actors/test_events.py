@@ -293,3 +293,16 @@ def test_readers_never_see_a_gap_while_a_thread_publishes() -> None:
             break
     publisher.join()
     assert (cursor, seen + missed) == (2100, 2000)
+
+
+def test_slow_subscribers_counts_those_not_promised_quick_until_they_unsubscribe() -> None:
+    buffer = EventBuffer(10)
+    quick = buffer.subscribe(lambda event: None, quick=True)
+    assert buffer.slow_subscribers == 0  # a host may finish its turns on another thread
+    slow = buffer.subscribe(lambda event: None)
+    assert buffer.slow_subscribers == 1
+    slow()
+    slow()  # undone once only
+    assert buffer.slow_subscribers == 0
+    quick()
+    assert buffer.slow_subscribers == 0

@@ -125,16 +125,23 @@ def test_saves_that_arrive_together_share_one_commit(tmp_path: Path) -> None:
             assert store.load(snap.session_id) == snap
 
 
+def full_from_now(store: SQLiteCheckpointStore) -> sqlite3.Connection:
+    """Save a checkpoint of session ``before``, then make the store's database as full as
+    a full disk (``SQLITE_FULL`` for whatever needs a page more); its connection (to lift
+    the limit: ``PRAGMA max_page_count = 1073741823``)."""
+    store.save(_snap("before"))
+    conn = store._conn
+    assert conn is not None
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    return conn
+
+
 def test_a_failed_batch_fails_every_save_in_it_and_the_store_goes_on(tmp_path: Path) -> None:
     db = tmp_path / "full.db"
     with SQLiteCheckpointStore(db) as store:
-        store.save(_snap("before"))
-        conn = store._conn
-        assert conn is not None
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
         big = [_snap(f"s{n}", turns=200) for n in range(SAVERS)]  # each far more than a page
-
-        conn.execute(f"PRAGMA max_page_count = {pages}")  # as a full disk: SQLITE_FULL
+        conn = full_from_now(store)
 
         futures = _save_together(store, db, big, lambda: None)
 

@@ -15,7 +15,7 @@ from actors import Snapshot
 from supervisor import CheckpointInfo, CheckpointNotFound, SQLiteCheckpointStore, StoreFull
 from supervisor.checkpoint_store import SaveDone
 from supervisor.errors import StoreReadOnly
-from tests.supervisor.test_group_commit import _snap, _wait_for, _writer_held
+from tests.supervisor.test_group_commit import _snap, _wait_for, _writer_held, full_from_now
 from tests.supervisor.test_sqlite_store import TIMEOUT
 
 SAVERS = 8
@@ -99,11 +99,7 @@ def test_saves_later_queued_behind_a_leader_are_told_once_durable(tmp_path: Path
 def test_a_failed_batch_tells_every_save_later_the_error_save_raises(tmp_path: Path) -> None:
     db = tmp_path / "full.db"
     with SQLiteCheckpointStore(db) as store:
-        store.save(_snap("before"))
-        conn = store._conn
-        assert conn is not None
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {pages}")  # as a full disk: SQLITE_FULL
+        conn = full_from_now(store)
         sids = [f"s{n}" for n in range(SAVERS)]
         outcomes = Outcomes(SAVERS)
 

@@ -31,7 +31,7 @@ from actors._turn_undo import TurnMark
 from actors.errors import CheckpointAborted
 from actors.messages import Message
 
-__all__ = ["LaterAnswer", "PendingSave"]
+__all__ = ["LaterAnswer", "PendingSave", "reply"]
 
 logger = logging.getLogger("actors")
 
@@ -171,6 +171,19 @@ class LaterAnswer:
                 reply, self._reply = self._reply, None
             if reply is not None:
                 _answer(reply, self._answer, error)
+
+
+def reply(response: Any, reply_to: Any) -> LaterAnswer | None:
+    """Hand a handler's ``response`` to the ask's ``reply_to`` (a Pykka future; ``None``
+    for a tell): at once, or, for a ``LaterAnswer``, once its save has ended. Returns that
+    ``LaterAnswer``, which the actor's loop settles before its next message."""
+    if response.__class__ is LaterAnswer:
+        if reply_to is not None:
+            response.reply_with(reply_to)
+        return response
+    if reply_to is not None:
+        reply_to.set(response)
+    return None
 
 
 def _answer(reply: Any, answer: Message, error: BaseException | None) -> None:

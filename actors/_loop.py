@@ -25,7 +25,7 @@ from typing import Any
 
 import pykka
 
-from actors._later import LaterAnswer
+from actors._later import LaterAnswer, reply
 
 __all__ = ["ends_session", "run"]
 
@@ -43,13 +43,7 @@ def run(actor: pykka.ThreadingActor) -> None:
             if later is not None:  # before any message (see ``actors._later``)
                 settling, later = later, None
                 settling.settle()
-            response = actor._handle_receive(envelope.message)
-            if response.__class__ is LaterAnswer:
-                later = response
-                if envelope.reply_to is not None:
-                    later.reply_with(envelope.reply_to)
-            elif envelope.reply_to is not None:
-                envelope.reply_to.set(response)
+            later = reply(actor._handle_receive(envelope.message), envelope.reply_to)
         except Exception:
             if envelope.reply_to is not None:
                 logger.info("exception returned from %s to caller", actor, exc_info=True)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pykka
 from pykka import messages
 
-from actors._later import LaterAnswer
+from actors._later import LaterAnswer, reply
 from actors._mailbox import new_inbox, new_reply
 from supervisor._lifecycle import (
     NORMAL,
@@ -151,13 +151,8 @@ class SupervisedActor(pykka.ThreadingActor):
                     settling.settle()
                 if envelope.message.__class__ is _Kill:  # identity test: no cost per message
                     raise Killed(envelope.message.reason)
-                response = self._handle_receive(envelope.message)
-                if response.__class__ is LaterAnswer:  # answered once its save is durable
-                    later = response
-                    if envelope.reply_to is not None:
-                        later.reply_with(envelope.reply_to)
-                elif envelope.reply_to is not None:
-                    envelope.reply_to.set(response)
+                # a turn's LaterAnswer answers once its save is durable (``actors._later``)
+                later = reply(self._handle_receive(envelope.message), envelope.reply_to)
             except Exception:
                 if envelope.reply_to is not None:
                     logger.info("exception returned from %s to caller", self, exc_info=True)

@@ -125,7 +125,7 @@ class Checkpoints:
             # fails the save as any store error does. On the main thread it stops the program.
             if threading.current_thread() is threading.main_thread():
                 raise
-            raise_tamed(exc, f"the checkpoint save of session {snapshot.session_id!r}")
+            raise_tamed(exc, _during(snapshot.session_id))
 
     def _save(self, snapshot: Snapshot, events: EventBuffer | None) -> Snapshot:
         snapshot = self._stamped(snapshot, events)

@@ -81,7 +81,10 @@ def test_a_take_over_on_request_runs_off_the_event_loop(cluster: Cluster, call: 
         return await asyncio.wait_for(task, WAIT)
 
     outcome = asyncio.run(main())
-    assert held.released == [True], "session_start gave up: the loop was held meanwhile"
+    # A kill's crash restarts the session: its next incarnation's session_start may have
+    # run by now too (let go at once). The take-over's is the first.
+    released = held.released[:1] if call == "kill" else held.released
+    assert released == [True], "session_start gave up: the loop was held meanwhile"
     if call == "send":
         assert outcome.content == "echo: after"
     if call == "events":

@@ -14,10 +14,13 @@ rounds interleaved, for N = 100, 1,000 and 3,000:
     from N threads (``ThreadPoolExecutor(max_workers=N)``);
 (d) sessionvisor's non-blocking API: ``host.futures.send`` for all N, then wait for
     every future (no caller thread per call);
-(e) the same in a process tuned as ``supervisor.tuning`` advises (and the
-    ``serve`` command does): ``tune_interpreter()``, a 200 ms switch interval
-    instead of Python's 5 ms, which keeps thousands of session threads from
-    thrashing on the GIL, and full collections ten times rarer;
+(e) the same in a process tuned as ``supervisor.tuning`` advises for many
+    sessions: ``tune_interpreter()`` (as the ``serve`` command does), a 200 ms
+    switch interval instead of Python's 5 ms, which keeps thousands of session
+    threads from thrashing on the GIL, and full collections ten times rarer;
+    and ``pin_to_one_cpu()`` (``serve --cpu``), every thread on the CPU the
+    process started on, so that threads waiting for the GIL do not fight over it
+    from the other CPU. The floors, an asyncio program each, keep every CPU;
 (f) for context, the floor of an actor per session, tuned as (e): N bare
     Pykka actors, started before the clock starts as the sessions are, each
     asked once without blocking, sleeping 200 ms and answering; no checkpoint,
@@ -73,7 +76,7 @@ from actors import AgentSession, AgentTemplate, Message, ModelResponse, Tool, Us
 from benchmarks._asyncio_floors import group_commits, open_floor_db, per_turn_commits
 from benchmarks._common import print_table
 from benchmarks._process_peaks import PeakSampler, process_status
-from supervisor import AgentHost, SQLiteCheckpointStore, tune_interpreter
+from supervisor import AgentHost, SQLiteCheckpointStore, pin_to_one_cpu, tune_interpreter
 
 DELAY = 0.2
 TEXT = "hello there"
@@ -87,7 +90,7 @@ CASES = {
     "floor-group": "asyncio floor, group commit",
     "threads": "sessionvisor threads, blocking send",
     "futures": "sessionvisor host.futures.send",
-    "futures-tuned": "the same, tune_interpreter()",
+    "futures-tuned": "the same, tune_interpreter(), pin_to_one_cpu()",
     "actor-floor": "Pykka actors alone, no checkpoint, tuned",
 }
 
@@ -151,8 +154,14 @@ class SleepingActor(pykka.ThreadingActor):
         return message
 
 
-def _actor_floor(n: int) -> dict[str, Any]:
+def _tune() -> None:
+    """What case (e) and (f) apply (see the module docstring)."""
     tune_interpreter()
+    pin_to_one_cpu()
+
+
+def _actor_floor(n: int) -> dict[str, Any]:
+    _tune()
     refs = [SleepingActor.start() for _ in range(n)]
     try:
         before = process_status().threads
@@ -173,7 +182,7 @@ def _actor_floor(n: int) -> dict[str, Any]:
 
 def _host(case: str, n: int, directory: Path) -> dict[str, Any]:
     if case == "futures-tuned":
-        tune_interpreter()
+        _tune()
     with AgentHost(data_dir=directory / "data") as host:
         sids = [host.start_session(TEMPLATE) for _ in range(n)]
         before = process_status().threads

@@ -15,7 +15,7 @@ import click
 from cli import main
 from cli._common import data_dir_errors, fail, make_data_dir
 from cli._templates import load
-from supervisor import SWITCH_INTERVAL, freeze_startup_objects, tune_interpreter
+from supervisor import SWITCH_INTERVAL, freeze_startup_objects, pin_to_one_cpu, tune_interpreter
 from supervisor.cluster import MAX_TTL, MIN_TTL, NodeConfig
 from supervisor.log_format import JsonLogFormatter
 
@@ -128,6 +128,14 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     "Python's 0.005 thrashes with thousands of session threads",
 )
 @click.option(
+    "--cpu",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Run every thread of the process on this one CPU (Linux): with thousands of "
+    "sessions, threads on several CPUs fight over Python's GIL; worker processes keep "
+    "every CPU [default: every CPU]",
+)
+@click.option(
     "--metrics-token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -164,6 +172,7 @@ def serve(  # noqa: PLR0917 (the command's options)
     advertise: str | None,
     ttl: float,
     switch_interval: float,
+    cpu: int | None,
     metrics_token_file: Path | None,
     schema: str,
     max_body_bytes: int,
@@ -213,6 +222,8 @@ def serve(  # noqa: PLR0917 (the command's options)
         max_sessions_per_tenant=max_sessions_per_tenant,
         max_concurrent_per_key=max_concurrent_per_key,
     )
+    if cpu is not None:
+        _pin(cpu)
     _importable(app_dir)
     loaded = load(templates)
     metrics_token = None if metrics_token_file is None else _token(metrics_token_file)
@@ -250,6 +261,17 @@ def serve(  # noqa: PLR0917 (the command's options)
 _OPTION_OF = {"node_id": "--node-id", "ttl": "--ttl", "address": "--advertise"}
 """The ``NodeConfig`` field a ``NodeConfigError`` names (its ``field``) -> the option that
 sets it."""
+
+
+def _pin(cpu: int) -> None:
+    """``pin_to_one_cpu(cpu)``, its refusal as the option's usage error: before the host
+    starts, whose threads, but not its workers, inherit the CPU."""
+    try:
+        pin_to_one_cpu(cpu)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--cpu'") from None
+    except NotImplementedError as exc:
+        fail(str(exc))
 
 
 def _check_node(node_id: str, ttl: float, advertise: str | None) -> None:

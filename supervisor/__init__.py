@@ -93,6 +93,7 @@ from supervisor.sqlite_store import SQLiteCheckpointStore as SQLiteCheckpointSto
 from supervisor.supervisor import Supervisor as Supervisor
 from supervisor.tuning import SWITCH_INTERVAL as SWITCH_INTERVAL
 from supervisor.tuning import freeze_startup_objects as freeze_startup_objects
+from supervisor.tuning import pin_to_one_cpu as pin_to_one_cpu
 from supervisor.tuning import tune_interpreter as tune_interpreter
 from supervisor.workers import WorkerPool as WorkerPool
 
@@ -184,6 +185,7 @@ __all__ = [
     "is_abnormal",
     "kill",
     "monitor",
+    "pin_to_one_cpu",
     "supervised_class",
     "terminate",
     "tune_interpreter",

@@ -51,12 +51,17 @@ class WorkerSetup:
         switch_interval: The interpreter's switch interval (``sys.setswitchinterval``)
             in the host's process when it made its workers, or ``None`` for Python's
             own: a worker's session threads are tuned as the host's are.
+        cpus: The CPUs the worker runs on, or ``None`` to keep those it inherits: the
+            CPUs of the host's process before it was pinned to one
+            (``supervisor.tuning.pin_to_one_cpu``), which a worker, a GIL of its
+            own, would otherwise share with the host.
     """
 
     memory_limit: int | None = None
     initializer: bytes | None = None
     io: str = "auto"
     switch_interval: float | None = None
+    cpus: frozenset[int] | None = None
 
 
 def worker_main(conn: Connection, setup: WorkerSetup) -> None:
@@ -72,6 +77,8 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     raises ``WorkerStartError``); its traceback goes to stderr.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if setup.cpus is not None:  # before any thread of its own starts: they inherit them
+        os.sched_setaffinity(0, setup.cpus)
     if setup.switch_interval is not None:
         sys.setswitchinterval(setup.switch_interval)
     if setup.memory_limit is not None:

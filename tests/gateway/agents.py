@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +37,14 @@ class SwitchInterval:
         return ModelResponse(Message.assistant(repr(sys.getswitchinterval())), Usage(1, 1))
 
 
+class CpuSet:
+    """Answers with the CPUs its thread may run on (``os.sched_getaffinity``): what ``serve
+    --cpu`` left a session's thread, in the server's process or a worker's."""
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
+        return ModelResponse(Message.assistant(repr(sorted(os.sched_getaffinity(0)))), Usage(1, 1))
+
+
 class FrozenCount:
     """Answers with how many objects the garbage collector of its process has frozen
     (``gc.get_freeze_count``): what ``serve`` froze at start."""
@@ -44,6 +53,7 @@ class FrozenCount:
         return ModelResponse(Message.assistant(repr(gc.get_freeze_count())), Usage(1, 1))
 
 
+cpu_set = AgentTemplate(model=CpuSet())
 echo = AgentTemplate(model="echo")
 frozen_count = AgentTemplate(model=FrozenCount())
 switch_interval = AgentTemplate(model=SwitchInterval())
@@ -55,11 +65,13 @@ def make_streaming() -> AgentTemplate:
 
 
 __all__ = [
+    "CpuSet",
     "FrozenCount",
     "Message",
     "SlowStreamingEcho",
     "StreamingEcho",
     "SwitchInterval",
+    "cpu_set",
     "echo",
     "frozen_count",
     "make_slow",

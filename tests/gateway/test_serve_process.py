@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 from pathlib import Path
@@ -130,6 +131,48 @@ def test_serve_tunes_the_switch_interval_of_its_session_threads(
     finally:
         if server.proc.returncode is None:
             server.kill()
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux and two CPUs: on one, a pinned thread cannot be told from a free one",
+)
+@pytest.mark.parametrize("workers", [None, 1], ids=["threads", "worker"])
+def test_serve_runs_its_threads_on_the_cpu_given_and_workers_on_every_cpu(
+    tmp_path: Path, workers: int | None
+) -> None:
+    """With thousands of sessions, threads on several CPUs fight over the GIL
+    (``supervisor.tuning``): ``--cpu`` confines the server's threads to one; a worker
+    process, a GIL of its own, keeps every CPU the server had."""
+    allowed = sorted(os.sched_getaffinity(0))
+    data = tmp_path / "data"
+    key = create_key(data, "acme")
+    templates = ["cpus=tests.gateway.agents:cpu_set"]
+    options = ("--cpu", str(allowed[-1]))
+    server = ServeProcess(data, templates, tmp_path / "serve.log", workers=workers, options=options)
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            answer = _first_answer(c, "cpus", "where?")["message"]["content"]
+        assert answer == repr([allowed[-1]] if workers is None else allowed)
+        assert os.sched_getaffinity(server.proc.pid) == {allowed[-1]}
+        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.log.read_text()
+    finally:
+        if server.proc.returncode is None:
+            server.kill()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+def test_serve_refuses_a_cpu_it_may_not_run_on(tmp_path: Path) -> None:
+    said = {}
+    for bad in ("-1", "100000", "first"):
+        done = cli("serve", "--data-dir", str(tmp_path), "--template", "e=x:y", "--cpu", bad)
+        assert done.returncode == 2, (bad, done.stdout, done.stderr)
+        assert "--cpu" in done.stderr, done.stderr
+        said[bad] = done.stderr
+    allowed = sorted(os.sched_getaffinity(0))
+    assert f"may run on, {allowed}; got 100000" in said["100000"], said["100000"]
 
 
 def test_serve_freezes_its_startup_objects(tmp_path: Path) -> None:

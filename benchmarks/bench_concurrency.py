@@ -19,8 +19,9 @@ rounds interleaved, for N = 100, 1,000 and 3,000:
     switch interval instead of Python's 5 ms, which keeps thousands of session
     threads from thrashing on the GIL, and full collections ten times rarer;
     and ``pin_to_one_cpu()`` (``serve --cpu``), every thread on the CPU the
-    process started on, so that threads waiting for the GIL do not fight over it
-    from the other CPU. The floors, an asyncio program each, keep every CPU;
+    process started on, as batch work, so that threads waiting for the GIL do
+    not fight over it from the other CPU, nor wake only to find it held. The
+    floors, an asyncio program each, keep every CPU;
 (f) for context, the floor of an actor per session, tuned as (e): N bare
     Pykka actors, started before the clock starts as the sessions are, each
     asked once without blocking, sleeping 200 ms and answering; no checkpoint,

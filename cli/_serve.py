@@ -131,9 +131,9 @@ def configure_logging(log_format: str, level: str, stream: TextIO | None = None)
     "--cpu",
     type=click.IntRange(min=0),
     default=None,
-    help="Run every thread of the process on this one CPU (Linux): with thousands of "
-    "sessions, threads on several CPUs fight over Python's GIL; worker processes keep "
-    "every CPU [default: every CPU]",
+    help="Run every thread of the process on this one CPU, as batch work (Linux; "
+    "supervisor.pin_to_one_cpu): with thousands of sessions, threads on several CPUs "
+    "fight over Python's GIL; worker processes run as before [default: every CPU]",
 )
 @click.option(
     "--metrics-token-file",

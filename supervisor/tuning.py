@@ -56,23 +56,27 @@ Six interleaved pairs of runs: none ran during a burst, medians 2.21 s against
 2.94 s, 490 against 655 us of user time per turn. Garbage cycles are freed
 less often; objects that no cycle holds are freed at once as ever.
 
-One CPU: only one thread runs Python at a time, whatever the CPU count, but a
-thread woken on another CPU (its model call returned, a message arrived) runs
-there at once: it takes the GIL's mutex, finds the GIL held, and sleeps again;
-it wakes the holder's CPU with each hand-over, and the scheduler preempts the
-holder for threads that cannot run. With 3,000 turns in flight on this 2-core
-machine, a process so spread spent 210-470 us of CPU per turn and its runs took
-0.86-1.54 s; confined to one CPU (``pin_to_one_cpu``), 210-240 us and
-0.79-0.92 s, with no other change (``bench_concurrency``, 3,000 and 1,000
-sessions, interleaved rounds: medians 0.82 s against 0.99 s, and 0.40 s
-against 0.42 s; at 100 sessions no difference). What the process gives up is C
+One CPU, as batch work: only one thread runs Python at a time, whatever the CPU
+count. A thread the kernel wakes (its model call returned, a message arrived) on
+another CPU runs there at once, takes the GIL's mutex, finds the GIL held and
+sleeps again; on the same CPU, the kernel preempts the thread holding the GIL for
+it, to the same end. Either way a turn costs each of its wake-ups twice.
+``pin_to_one_cpu`` puts every thread on one CPU and schedules them as batch work
+(``SCHED_BATCH``: a woken thread waits until the running one blocks, by which
+time that one has let go of the GIL). With 3,000 turns in flight on this 2-core
+machine (``bench_concurrency``, interleaved rounds) a turn took about 5.3
+voluntary context switches spread over both CPUs, 5.3 and 1 preemption pinned,
+and as few as 3 pinned as batch work; the runs' medians were 0.99 s spread,
+0.82 s pinned, 0.78 s pinned as batch work, and the spread runs varied twice as
+much. At 100 sessions it made no difference. What the process gives up is C
 code running beside Python on another CPU (SQLite writing pages, TLS): for a
-process of many sessions that is little against the fight it ends. Two such
+process of many sessions that is little against what it ends. Two such
 processes on one machine (a host per CPU) should be given different CPUs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -84,11 +88,12 @@ __all__ = [
     "FULL_COLLECTION_EVERY",
     "HINT_THREADS",
     "SWITCH_INTERVAL",
+    "Scheduling",
     "freeze_startup_objects",
     "hint_if_untuned",
     "pin_to_one_cpu",
+    "scheduling_before_pin",
     "tune_interpreter",
-    "unpinned_cpus",
 ]
 
 logger = logging.getLogger("supervisor.host")
@@ -106,7 +111,7 @@ HINT_THREADS = 1000
 _HINTED = threading.Lock()  # taken, and never released, by the one warning of the process
 
 _pinning = threading.Lock()
-_unpinned: frozenset[int] | None = None  # the CPUs before the first pin_to_one_cpu, if any
+_before: Scheduling | None = None  # how threads ran before the first pin_to_one_cpu, if any
 
 
 def tune_interpreter(switch_interval: float = SWITCH_INTERVAL) -> float:
@@ -150,16 +155,31 @@ def freeze_startup_objects() -> int:
     return gc.get_freeze_count()
 
 
-def pin_to_one_cpu(cpu: int | None = None) -> int:
-    """Run every thread of this process on one CPU, ``cpu`` (by default the one the calling
-    thread runs on now); the threads it starts from then on inherit it. Returns that CPU.
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scheduling:
+    """Where and how the kernel ran this process's threads before ``pin_to_one_cpu``.
 
-    For a process of thousands of session threads: threads on several CPUs fight over the
-    GIL (see the module docstring). Linux only. Call it once at start, before the host
-    starts its sessions (a thread that an unpinned thread starts while this runs may keep
-    every CPU). Worker processes a host starts afterwards get back the CPUs this process
-    had before (``unpinned_cpus``): each is a GIL of its own, best on a CPU of its own;
-    a ``worker_initializer`` may pin one in turn.
+    Attributes:
+        cpus: The CPUs they could run on.
+        policy: Their scheduling policy (``os.SCHED_OTHER`` as a rule).
+    """
+
+    cpus: frozenset[int]
+    policy: int
+
+
+def pin_to_one_cpu(cpu: int | None = None, *, batch: bool = True) -> int:
+    """Run every thread of this process on one CPU, ``cpu`` (by default the one the calling
+    thread runs on now), and with ``batch`` as batch work (``SCHED_BATCH``: a thread the
+    kernel wakes waits for the running one to block instead of preempting it); the threads
+    started from then on inherit both. Returns that CPU.
+
+    For a process of thousands of session threads, which fight over the GIL from several
+    CPUs, and wake only to find it held (see the module docstring). Linux only. Call it
+    once at start, before the host starts its sessions (a thread that an unpinned thread
+    starts while this runs may keep the old setting). Worker processes a host starts
+    afterwards run as this process did before (``scheduling_before_pin``): each is a GIL
+    of its own, best on a CPU of its own; a ``worker_initializer`` may pin one in turn.
 
     Raises:
         NotImplementedError: the platform cannot confine a thread to a CPU (only Linux has
@@ -167,35 +187,37 @@ def pin_to_one_cpu(cpu: int | None = None) -> int:
         ValueError: ``cpu`` is not a CPU this process may run on (the message lists them);
             nothing changed.
     """
-    global _unpinned  # noqa: PLW0603 (the process's own setting, recorded once)
+    global _before  # noqa: PLW0603 (the process's own setting, recorded once)
     if not hasattr(os, "sched_setaffinity"):
         raise NotImplementedError(
             "pin_to_one_cpu needs os.sched_setaffinity, which only Linux has; "
             "on this platform leave the process on every CPU"
         )
     with _pinning:
-        allowed = frozenset(os.sched_getaffinity(0)) if _unpinned is None else _unpinned
+        before = _before or Scheduling(frozenset(os.sched_getaffinity(0)), os.sched_getscheduler(0))
         if cpu is None:
-            cpu = _current_cpu(allowed)
-        elif isinstance(cpu, bool) or not isinstance(cpu, int) or cpu not in allowed:
+            cpu = _current_cpu(before.cpus)
+        elif isinstance(cpu, bool) or not isinstance(cpu, int) or cpu not in before.cpus:
             raise ValueError(
                 f"cpu must be one of the CPUs this process may run on, "
-                f"{sorted(allowed)}; got {cpu!r}"
+                f"{sorted(before.cpus)}; got {cpu!r}"
             )
+        policy = os.SCHED_BATCH if batch else before.policy
         for thread in _thread_ids():
             try:
                 os.sched_setaffinity(thread, {cpu})
+                os.sched_setscheduler(thread, policy, os.sched_param(0))
             except ProcessLookupError:  # the thread ended meanwhile
                 continue
-        _unpinned = allowed
+        _before = before
     return cpu
 
 
-def unpinned_cpus() -> frozenset[int] | None:
-    """The CPUs this process could run on before ``pin_to_one_cpu``, or ``None`` if it was
-    never called. Thread-safe."""
+def scheduling_before_pin() -> Scheduling | None:
+    """How this process's threads ran before ``pin_to_one_cpu``, or ``None`` if it was never
+    called. Thread-safe."""
     with _pinning:
-        return _unpinned
+        return _before
 
 
 def _current_cpu(allowed: frozenset[int]) -> int:

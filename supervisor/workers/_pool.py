@@ -57,7 +57,7 @@ from supervisor._host_policy import check_worker_count, worker_call_timeout
 from supervisor._runtime import WorkerInfo
 from supervisor.errors import TemplateNotPicklable, WorkerCrashed, WorkerStartError
 from supervisor.intensity import Backoff, RestartIntensity
-from supervisor.tuning import unpinned_cpus
+from supervisor.tuning import scheduling_before_pin
 from supervisor.workers._client import LoadedTemplate, WorkerClient
 from supervisor.workers._io import named as io_named
 from supervisor.workers._worker_process import WorkerSetup
@@ -219,7 +219,7 @@ class WorkerPool:
             _pickled_initializer(initializer, initargs),
             io=self._io.name,
             switch_interval=sys.getswitchinterval(),
-            cpus=unpinned_cpus(),
+            scheduling=scheduling_before_pin(),
         )
         context = _default_context() if start_method is None else None
         self._context = context or multiprocessing.get_context(start_method)

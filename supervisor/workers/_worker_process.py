@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 
 import cloudpickle
 
+from supervisor.tuning import Scheduling
 from supervisor.workers._io import named as io_named
 from supervisor.workers._memory_limit import apply_memory_limit
 from supervisor.workers._worker_server import WorkerServer
@@ -51,17 +52,17 @@ class WorkerSetup:
         switch_interval: The interpreter's switch interval (``sys.setswitchinterval``)
             in the host's process when it made its workers, or ``None`` for Python's
             own: a worker's session threads are tuned as the host's are.
-        cpus: The CPUs the worker runs on, or ``None`` to keep those it inherits: the
-            CPUs of the host's process before it was pinned to one
-            (``supervisor.tuning.pin_to_one_cpu``), which a worker, a GIL of its
-            own, would otherwise share with the host.
+        scheduling: How the worker's threads run, or ``None`` to keep what it inherits:
+            as the host's process ran before it was pinned to one CPU
+            (``supervisor.tuning.pin_to_one_cpu``), on which a worker, a GIL of its
+            own, would otherwise share the host's CPU.
     """
 
     memory_limit: int | None = None
     initializer: bytes | None = None
     io: str = "auto"
     switch_interval: float | None = None
-    cpus: frozenset[int] | None = None
+    scheduling: Scheduling | None = None
 
 
 def worker_main(conn: Connection, setup: WorkerSetup) -> None:
@@ -77,8 +78,9 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     raises ``WorkerStartError``); its traceback goes to stderr.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if setup.cpus is not None:  # before any thread of its own starts: they inherit them
-        os.sched_setaffinity(0, setup.cpus)
+    if setup.scheduling is not None:  # before any thread of its own starts: they inherit it
+        os.sched_setaffinity(0, setup.scheduling.cpus)
+        os.sched_setscheduler(0, setup.scheduling.policy, os.sched_param(0))
     if setup.switch_interval is not None:
         sys.setswitchinterval(setup.switch_interval)
     if setup.memory_limit is not None:

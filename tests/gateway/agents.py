@@ -38,11 +38,12 @@ class SwitchInterval:
 
 
 class CpuSet:
-    """Answers with the CPUs its thread may run on (``os.sched_getaffinity``): what ``serve
+    """Answers with the CPUs its thread may run on and its scheduling policy: what ``serve
     --cpu`` left a session's thread, in the server's process or a worker's."""
 
     def generate(self, messages: Sequence[Message], tools: Sequence[Tool]) -> ModelResponse:
-        return ModelResponse(Message.assistant(repr(sorted(os.sched_getaffinity(0)))), Usage(1, 1))
+        found = (sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))
+        return ModelResponse(Message.assistant(repr(found)), Usage(1, 1))
 
 
 class FrozenCount:

@@ -142,8 +142,8 @@ def test_serve_runs_its_threads_on_the_cpu_given_and_workers_on_every_cpu(
     tmp_path: Path, workers: int | None
 ) -> None:
     """With thousands of sessions, threads on several CPUs fight over the GIL
-    (``supervisor.tuning``): ``--cpu`` confines the server's threads to one; a worker
-    process, a GIL of its own, keeps every CPU the server had."""
+    (``supervisor.tuning``): ``--cpu`` confines the server's threads to one, as batch work;
+    a worker process, a GIL of its own, runs as the server did before."""
     allowed = sorted(os.sched_getaffinity(0))
     data = tmp_path / "data"
     key = create_key(data, "acme")
@@ -154,7 +154,8 @@ def test_serve_runs_its_threads_on_the_cpu_given_and_workers_on_every_cpu(
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
             answer = _first_answer(c, "cpus", "where?")["message"]["content"]
-        assert answer == repr([allowed[-1]] if workers is None else allowed)
+        pinned, before = ([allowed[-1]], os.SCHED_BATCH), (allowed, os.sched_getscheduler(0))
+        assert answer == repr(pinned if workers is None else before)
         assert os.sched_getaffinity(server.proc.pid) == {allowed[-1]}
         server.signal(signal.SIGTERM)
         assert server.wait(30) == 0, server.log.read_text()

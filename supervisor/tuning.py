@@ -1,7 +1,7 @@
 """``tune_interpreter``: the interpreter setting a process with many session threads wants;
 ``freeze_startup_objects``: full garbage collections that skip what the imports made;
-``pin_to_one_cpu``: every thread of the process on one CPU, so that threads waiting for
-the GIL do not fight over it from other CPUs.
+``pin_to_one_cpu``: every thread of the process on one CPU as batch work, so that threads
+waiting for the GIL neither fight over it from other CPUs nor wake only to find it held.
 
 Every running session owns a thread. When hundreds of them become runnable at
 once (their model calls return together), each thread waiting for the GIL
@@ -162,10 +162,17 @@ class Scheduling:
     Attributes:
         cpus: The CPUs they could run on.
         policy: Their scheduling policy (``os.SCHED_OTHER`` as a rule).
+        priority: Their static priority under ``policy`` (0 but for a real-time one).
     """
 
     cpus: frozenset[int]
     policy: int
+    priority: int = 0
+
+    def apply(self, thread: int) -> None:
+        """Make ``thread`` (a kernel thread id; 0 for the calling one) run as described."""
+        os.sched_setaffinity(thread, self.cpus)
+        os.sched_setscheduler(thread, self.policy, os.sched_param(self.priority))
 
 
 def pin_to_one_cpu(cpu: int | None = None, *, batch: bool = True) -> int:
@@ -194,7 +201,11 @@ def pin_to_one_cpu(cpu: int | None = None, *, batch: bool = True) -> int:
             "on this platform leave the process on every CPU"
         )
     with _pinning:
-        before = _before or Scheduling(frozenset(os.sched_getaffinity(0)), os.sched_getscheduler(0))
+        before = _before or Scheduling(
+            frozenset(os.sched_getaffinity(0)),
+            os.sched_getscheduler(0),
+            os.sched_getparam(0).sched_priority,
+        )
         if cpu is None:
             cpu = _current_cpu(before.cpus)
         elif isinstance(cpu, bool) or not isinstance(cpu, int) or cpu not in before.cpus:
@@ -202,11 +213,14 @@ def pin_to_one_cpu(cpu: int | None = None, *, batch: bool = True) -> int:
                 f"cpu must be one of the CPUs this process may run on, "
                 f"{sorted(before.cpus)}; got {cpu!r}"
             )
-        policy = os.SCHED_BATCH if batch else before.policy
+        pinned = (
+            Scheduling(frozenset({cpu}), os.SCHED_BATCH)
+            if batch
+            else Scheduling(frozenset({cpu}), before.policy, before.priority)
+        )
         for thread in _thread_ids():
             try:
-                os.sched_setaffinity(thread, {cpu})
-                os.sched_setscheduler(thread, policy, os.sched_param(0))
+                pinned.apply(thread)
             except ProcessLookupError:  # the thread ended meanwhile
                 continue
         _before = before

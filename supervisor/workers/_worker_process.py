@@ -79,8 +79,7 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if setup.scheduling is not None:  # before any thread of its own starts: they inherit it
-        os.sched_setaffinity(0, setup.scheduling.cpus)
-        os.sched_setscheduler(0, setup.scheduling.policy, os.sched_param(0))
+        setup.scheduling.apply(0)
     if setup.switch_interval is not None:
         sys.setswitchinterval(setup.switch_interval)
     if setup.memory_limit is not None:

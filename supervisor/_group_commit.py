@@ -148,12 +148,15 @@ class GroupCommit:
             lead = self._wait(pending, pending.wake)
         if lead:
             self._lead()
-        error = pending.error
+        error, result = _taken(pending)
         if error is not None:
-            if not lead and not isinstance(error, Exception):  # the leader's KeyboardInterrupt
-                raise RuntimeError(f"the commit holding this save was interrupted: {error!r}")
-            raise error
-        return pending.result  # type: ignore[return-value]  # set by the batch that ran it
+            try:
+                if not lead and not isinstance(error, Exception):  # the leader's interrupt
+                    raise RuntimeError(f"the commit holding this save was interrupted: {error!r}")
+                raise error
+            finally:
+                del error  # raised, it holds this frame: kept here, a reference cycle
+        return result  # type: ignore[no-any-return]  # set by the batch that ran it
 
     def submit(self, write: Callable[[sqlite3.Connection], Any], on_done: Done) -> None:
         """Queue ``write`` for a batch without waiting for it. ``on_done(result, None)``, or
@@ -318,10 +321,21 @@ def _tell(batch: list[_Pending[Any]]) -> None:
         on_done = pending.on_done
         if on_done is None:
             continue
-        error = pending.error
-        if not pending.done:
+        ran = pending.done
+        error, result = _taken(pending)
+        if not ran:
             error = RuntimeError("the commit holding this save was interrupted before it ran")
         try:
-            on_done(None if error is not None else pending.result, error)
+            on_done(None if error is not None else result, error)
         except BaseException:
             logger.exception("a submitted save's completion handler failed")
+
+
+def _taken(pending: _Pending[Any]) -> tuple[BaseException | None, Any]:
+    """``pending``'s error and result, which it no longer holds: the error's traceback holds
+    the frames of its batch's commit, and those hold the batch's saves (their locals, and
+    their callers' through ``f_back``). A save still holding its error made a reference
+    cycle of every failed save."""
+    taken = pending.error, pending.result
+    pending.error = pending.result = None
+    return taken

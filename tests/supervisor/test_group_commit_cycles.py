@@ -8,16 +8,18 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from supervisor import _group_commit
-from supervisor._group_commit import GroupCommit
 from tests.supervisor.host_helpers import CyclicGarbage
 from tests.supervisor.test_group_commit import Rows, _insert, _wait_for, rows
-from tests.supervisor.test_group_commit_submit import Told, _behind_a_waiting_leader
+from tests.supervisor.test_group_commit_submit import (
+    Told,
+    _behind_a_waiting_leader,
+    second_batch_fails,
+)
 from tests.supervisor.test_sqlite_store import TIMEOUT
 
 __all__ = ["rows"]  # the fixture
@@ -79,18 +81,7 @@ def test_submitted_writes_told_their_errors_leave_no_cycle(rows: Rows) -> None:
 
 
 def test_a_failed_batch_leaves_no_cycle(tmp_path: Path) -> None:
-    lock, batches = threading.Lock(), []
-
-    def begin(db: sqlite3.Connection) -> None:
-        batches.append(1)
-        if len(batches) == 2:
-            raise sqlite3.OperationalError("database or disk is full")
-
-    with closing(
-        sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
-    ) as conn:
-        conn.execute("CREATE TABLE rows (n INTEGER)")
-        commits = GroupCommit(lock, lambda: conn, begin=begin)
+    with second_batch_fails(tmp_path) as (_, lock, commits):
         with CyclicGarbage(KINDS) as garbage:
             told = Told(2)
             _behind_a_waiting_leader(

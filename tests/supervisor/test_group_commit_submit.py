@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -151,9 +151,11 @@ def test_a_submitted_write_that_raises_is_told_its_error_and_the_others_commit(
     _wait_for(_own_thread_ended, "the store's own thread to end")
 
 
-def test_a_batch_that_fails_tells_every_submitted_write_its_error(tmp_path: Path) -> None:
+@contextmanager
+def second_batch_fails(tmp_path: Path) -> Iterator[Rows]:
+    """As the ``rows`` fixture, but the second batch's transaction fails as it begins (the
+    disk is full)."""
     lock, batches = threading.Lock(), []
-    told = Told(3)
 
     def begin(db: sqlite3.Connection) -> None:
         batches.append(1)
@@ -164,7 +166,12 @@ def test_a_batch_that_fails_tells_every_submitted_write_its_error(tmp_path: Path
         sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
     ) as conn:
         conn.execute("CREATE TABLE rows (n INTEGER)")
-        commits = GroupCommit(lock, lambda: conn, begin=begin)
+        yield conn, lock, GroupCommit(lock, lambda: conn, begin=begin)
+
+
+def test_a_batch_that_fails_tells_every_submitted_write_its_error(tmp_path: Path) -> None:
+    told = Told(3)
+    with second_batch_fails(tmp_path) as (conn, lock, commits):
         _behind_a_waiting_leader(commits, lock, [(_insert(n), told.of(n)) for n in (1, 2, 3)], told)
         errors = [told.outcomes[n][1] for n in (1, 2, 3)]
         assert all(isinstance(e, sqlite3.OperationalError) for e in errors)

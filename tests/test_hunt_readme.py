@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+import pytest
 
 from actors import (
     AgentSession,
@@ -164,6 +165,24 @@ def test_tune_interpreter_and_freeze_startup_objects_do_what_the_readme_says(
     run(code, tmp_path)
     previous, interval, full = run(check, tmp_path).split()[:3]
     assert (float(previous), round(float(interval), 6), int(full)) == (0.005, 0.2, 100)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+def test_pin_to_one_cpu_does_what_the_readme_says(tmp_path: Path) -> None:
+    """In a process of its own: the snippet pins every thread of it."""
+    code = snippet("cpu = pin_to_one_cpu()  # the CPU this thread runs on")
+    check = textwrap.dedent("""
+        import os, threading
+        found = []
+        later = threading.Thread(target=lambda: found.append(os.sched_getaffinity(0)))
+        later.start()
+        later.join()
+        print(os.sched_getaffinity(0) == {cpu}, found == [{cpu}])
+        print(os.sched_getscheduler(0) == os.SCHED_BATCH)
+    """)
+    allowed = os.sched_getaffinity(0)
+    assert run(code + check, tmp_path).split() == ["True", "True", "True"]
+    assert os.sched_getaffinity(0) == allowed  # the test's own process is left as it was
 
 
 def test_encryption_at_rest_snippet_runs_with_keys_from_the_environment(tmp_path: Path) -> None:

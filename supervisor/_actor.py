@@ -33,12 +33,13 @@ notices to narrow this window). Always pass ``timeout=`` to ``ask``/``get``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import queue
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import pykka
 from pykka import messages
@@ -60,11 +61,15 @@ if TYPE_CHECKING:
 
     from pykka._envelope import Envelope
 
+    from supervisor._session_threads import SessionThreads
+
 __all__ = ["SupervisedActor", "begin_terminate", "kill", "supervised_class", "terminate"]
 
 logger = logging.getLogger("supervisor")
 
 A = TypeVar("A", bound=pykka.ThreadingActor)
+
+_thread_numbers = itertools.count(1)
 
 
 class _ShutdownStop(messages._ActorStop):
@@ -95,6 +100,11 @@ class SupervisedActor(pykka.ThreadingActor):
     _create_actor_inbox = staticmethod(new_inbox)
     _create_future = staticmethod(new_reply)
 
+    sv_threads: ClassVar[SessionThreads | None] = None
+    """Where this class's actors run their loops: ``None``, each on a new thread of its
+    own (Pykka's way); else on these ``SessionThreads`` (a parked thread, when one waits:
+    ``start`` then does not wait for a new thread to run)."""
+
     def _start_actor_loop(self) -> None:
         if lifecycle_of(self.actor_ref) is None:
             msg = (
@@ -104,7 +114,11 @@ class SupervisedActor(pykka.ThreadingActor):
             pykka.ActorRegistry.unregister(self.actor_ref)  # start() registered it already
             self.actor_stopped.set()
             raise TypeError(msg)
-        super()._start_actor_loop()
+        threads = self.sv_threads
+        if threads is None:
+            super()._start_actor_loop()
+        else:  # named as Pykka names an actor's thread
+            threads.run(self._actor_loop, f"{type(self).__name__}-{next(_thread_numbers)}")
 
     # -- the one choke point -------------------------------------------------
 

@@ -17,6 +17,7 @@ from supervisor._encryption_keys import EncryptionKeys
 from supervisor._ownership import Ownership, ownership_for
 from supervisor._runtime import SessionRuntime
 from supervisor._runtimes import WorkerOptions, runtime_for
+from supervisor._session_threads import DEFAULT_PARKED_THREADS
 from supervisor.checkpoint_store import CheckpointStore
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def open_backing(
     *,
     clock: Callable[[], float] = time.monotonic,
     worker_options: WorkerOptions | None = None,
+    parked_threads: int = DEFAULT_PARKED_THREADS,
 ) -> HostBacking:
     """Open the store (the default one in ``data_dir`` when ``store`` is ``None``), the
     ownership over it, then the runtime; on failure close what was opened.
@@ -76,7 +78,7 @@ def open_backing(
     try:
         ownership = ownership_for(store, node)
         try:
-            runtime = runtime_for(workers, clock, worker_options or {})
+            runtime = runtime_for(workers, clock, worker_options or {}, parked_threads)
         except BaseException:
             ownership.drain()
             raise

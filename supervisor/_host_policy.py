@@ -25,6 +25,7 @@ __all__ = [
     "HostPolicy",
     "call_wait",
     "check_label",
+    "check_parked_threads",
     "check_since",
     "check_stop_checkpoint",
     "check_subscriber",
@@ -108,6 +109,22 @@ class HostPolicy:
                 "max_steps must be a positive integer (the most model calls in one turn), "
                 f"got {self.max_steps!r}"
             )
+
+
+def check_parked_threads(parked_threads: object) -> None:
+    """Refuse an ``AgentHost(parked_threads=)`` that is not an integer >= 0.
+
+    Raises:
+        TypeError: not an ``int`` (``bool`` included).
+        ValueError: below 0.
+    """
+    if isinstance(parked_threads, bool) or not isinstance(parked_threads, int):
+        raise TypeError(f"parked_threads must be an int, got {_shown(parked_threads)}")
+    if parked_threads < 0:
+        raise ValueError(
+            "parked_threads must be >= 0 (0: a session's thread ends with it), "
+            f"got {parked_threads!r}"
+        )
 
 
 def _positive_or_none(name: str, value: object) -> None:

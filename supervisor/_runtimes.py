@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from supervisor._runtime import SessionRuntime
+from supervisor._session_threads import DEFAULT_PARKED_THREADS, SessionThreads
 from supervisor._thread_runtime import ThreadRuntime
 from supervisor.workers import WorkerPool, WorkerRuntime
 
@@ -54,10 +55,14 @@ _PREFIX = "worker_"
 
 
 def runtime_for(
-    workers: int | None, clock: Callable[[], float], options: WorkerOptions
+    workers: int | None,
+    clock: Callable[[], float],
+    options: WorkerOptions,
+    parked_threads: int = DEFAULT_PARKED_THREADS,
 ) -> SessionRuntime:
-    """A ``ThreadRuntime`` when ``workers`` is ``None``, else a ``WorkerRuntime`` of that size
-    with ``options`` (checked already: ``_host_policy.check_worker_options``).
+    """A ``ThreadRuntime`` keeping up to ``parked_threads`` threads parked when ``workers``
+    is ``None``, else a ``WorkerRuntime`` of that size with ``options`` (checked already:
+    ``_host_policy.check_worker_options``).
 
     Raises:
         ValueError: an invalid worker option (the pool's own checks).
@@ -66,4 +71,4 @@ def runtime_for(
     if workers is not None:
         settings: dict[str, Any] = {k.removeprefix(_PREFIX): v for k, v in options.items()}
         return WorkerRuntime(WorkerPool(workers, clock=clock, **settings))
-    return ThreadRuntime()
+    return ThreadRuntime(SessionThreads(parked_threads))

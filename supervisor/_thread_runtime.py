@@ -20,24 +20,40 @@ from supervisor._actor import supervised_class
 from supervisor._ask_later import ask_and_wait, ask_later
 from supervisor._lifecycle import lifecycle_of
 from supervisor._runtime import Done, NotDelivered, Request, SessionLaunch, WorkerInfo
+from supervisor._session_threads import SessionThreads
 from supervisor._timer import CallTimer
 from supervisor.errors import SessionCrashed
 
 __all__ = ["ThreadRuntime"]
 
 _SessionActor = supervised_class(AgentSession)
+_CLOSE_TIMEOUT = 5.0  # parked threads end at once: a bound for a stalled machine
 
 
 class ThreadRuntime:
-    """Runs sessions as actors on threads of this process. Thread-safe (stateless)."""
+    """Runs sessions as actors on threads of this process. Thread-safe.
+
+    A session's thread is one of ``threads``: a start hands the session's loop to a
+    thread parked there when one is, instead of waiting for a new thread to run, and a
+    thread whose session ended parks for the next start (``SessionThreads``).
+    """
 
     deaths = 0
     gave_up = False
 
+    def __init__(self, threads: SessionThreads | None = None) -> None:
+        self.threads = SessionThreads() if threads is None else threads
+        # This runtime's own session class: its sessions' loops run on its threads.
+        self._actor_class: type[AgentSession] = type(
+            _SessionActor.__name__,
+            (_SessionActor,),
+            {"__module__": _SessionActor.__module__, "sv_threads": self.threads},
+        )
+
     def start(self, launch: SessionLaunch) -> pykka.ActorRef[Any]:
         """Start the session's actor; its plugins' ``session_start`` runs before this returns."""
         snapshot = launch.snapshot
-        return _SessionActor.start(
+        return self._actor_class.start(
             launch.template,
             session_id=launch.session_id,
             restored_state=None if snapshot is None else snapshot.state,
@@ -115,7 +131,8 @@ class ThreadRuntime:
         return True
 
     def close(self) -> None:
-        """Nothing to release: the host's supervisor stops the sessions."""
+        """End the parked threads (the host's supervisor has stopped the sessions)."""
+        self.threads.close(_CLOSE_TIMEOUT)
 
 
 def _ended(session_id: str, exc: pykka.ActorDeadError) -> NotDelivered | SessionCrashed:
@@ -133,7 +150,12 @@ def _ended(session_id: str, exc: pykka.ActorDeadError) -> NotDelivered | Session
 def _own_session(ref: pykka.ActorRef[Any]) -> AgentSession | None:
     """The session actor of ``ref`` when this thread is its own, else ``None``."""
     lifecycle = lifecycle_of(ref)
-    if lifecycle is None or lifecycle.thread != threading.get_ident():
+    # Once ``finished``, its thread may run another session (or a thread with its ident).
+    if (
+        lifecycle is None
+        or lifecycle.thread != threading.get_ident()
+        or lifecycle.finished.is_set()
+    ):
         return None
     actor = lifecycle.actor()
     return actor if isinstance(actor, AgentSession) else None

@@ -36,6 +36,7 @@ from supervisor._host_policy import (
     HostPolicy,
     call_wait,
     check_label,
+    check_parked_threads,
     check_since,
     check_stop_checkpoint,
     check_subscriber,
@@ -58,6 +59,7 @@ from supervisor._session_table import (
     require_tenant,
     require_tenant_arg,
 )
+from supervisor._session_threads import DEFAULT_PARKED_THREADS
 from supervisor.checkpoint_store import CheckpointStore, check_session_id_for
 from supervisor.errors import (
     HostShutDown,
@@ -146,6 +148,11 @@ class AgentHost:
             ``SessionOwnedElsewhere``, orphans of dead nodes are taken over
             (with ``node.template``), and ``shutdown`` drains. ``host.node`` is the
             ``ClusterNode``.
+        parked_threads: In thread mode, how many threads of ended sessions (stopped,
+            hibernated, crashed) wait, each for up to 5 s, to run the next sessions
+            started: such a start does not wait for a new thread to run (a quarter of
+            a resume's own time, measured). ``0``: a session's thread ends with it.
+            Worker processes give each session a thread of its own.
 
     Raises:
         TypeError, ValueError: an invalid setting, named, before anything starts (no
@@ -173,6 +180,7 @@ class AgentHost:
         encryption: EncryptionKeys | None = None,
         credentials: CredentialsSource | None = None,
         node: NodeConfig | None = None,
+        parked_threads: int = DEFAULT_PARKED_THREADS,
         **worker_options: Unpack[WorkerOptions],
     ) -> None:
         policy = HostPolicy(  # every check before anything starts: a bad value leaks nothing
@@ -186,10 +194,18 @@ class AgentHost:
             clock,
         )
         check_worker_options(workers, worker_options, WorkerOptions.__annotations__)
+        check_parked_threads(parked_threads)
         keys = TenantCredentials(credentials)
         options = worker_options
         backing = open_backing(
-            store, data_dir, encryption, node, workers, clock=clock, worker_options=options
+            store,
+            data_dir,
+            encryption,
+            node,
+            workers,
+            clock=clock,
+            worker_options=options,
+            parked_threads=parked_threads,
         )
         # What was started, undone in reverse if a later step fails (then the shutdown's).
         undo: list[Callable[[], object]] = []

@@ -133,7 +133,8 @@ class StartSeen:
     """What one ``session_start`` of the ``Journal`` plugin saw, and where it ran.
 
     ``pid`` and ``native_id`` name the thread that ran the session (in this
-    process in thread mode, in a worker process in process mode).
+    process in thread mode, in a worker process in process mode); ``thread_name`` is
+    its name then (each incarnation's own, on a thread a host may reuse).
     """
 
     session_id: str
@@ -143,6 +144,7 @@ class StartSeen:
     handle_was: object
     pid: int
     native_id: int
+    thread_name: str
 
 
 _RECORDS = "journal.jsonl"
@@ -228,6 +230,7 @@ class Journal(Plugin):
             handle_was=handle if handle is None or is_stripped_marker(handle) else repr(handle),
             pid=os.getpid(),
             native_id=threading.get_native_id(),
+            thread_name=threading.current_thread().name,
         )
         if self.fail_first_start and not ctx.resumed:
             raise RuntimeError("journal storage unavailable")
@@ -296,6 +299,7 @@ class Journal(Plugin):
                 r["handle_was"],
                 r["pid"],
                 r["native_id"],
+                r["thread_name"],
             )
             for r in self._records()
             if r["kind"] == "start"
@@ -537,19 +541,28 @@ def assert_threads_back(before: Collection[threading.Thread]) -> None:
 
 
 def session_thread_gone(journal: Journal, session_id: str) -> bool:
-    """Whether every thread that ever ran ``session_id`` has exited (bounded wait).
+    """Whether no thread runs ``session_id`` any more (bounded wait).
 
-    A thread of this process is joined; one in a worker process is watched
-    through ``/proc/<pid>/task/<tid>`` until it is gone (or its process is).
+    A thread of this process has exited or been renamed (a host parks the thread of
+    an ended incarnation under another name, and renames it for each incarnation it
+    runs); one in a worker process is watched through ``/proc/<pid>/task/<tid>``
+    until it is gone (or its process is).
     """
     for seen in journal.of(session_id):
         if seen.pid == os.getpid():
-            for thread in threading.enumerate():
-                if thread.native_id == seen.native_id:
-                    thread.join(WAIT)
-        if not poll_until(functools.partial(_thread_exited, seen.pid, seen.native_id)):
+            thread = next((t for t in threading.enumerate() if t.native_id == seen.native_id), None)
+            if thread is not None and not poll_until(
+                functools.partial(_ran_other_since, thread, seen.thread_name)
+            ):
+                return False
+        elif not poll_until(functools.partial(_thread_exited, seen.pid, seen.native_id)):
             return False
     return True
+
+
+def _ran_other_since(thread: threading.Thread, name: str) -> bool:
+    """Whether ``thread`` exited, or runs under another name than ``name`` now."""
+    return not thread.is_alive() or thread.name != name
 
 
 def _thread_exited(pid: int, native_id: int) -> bool:

@@ -509,6 +509,8 @@ class ClusterNode:
             with self._lock:
                 doomed, self._to_lose = self._to_lose, []
             for session_id in doomed:
+                if not self._still_to_lose(session_id):
+                    continue
                 try:
                     assert self._lose is not None
                     self._lose(session_id)
@@ -523,6 +525,15 @@ class ClusterNode:
                     self.sweep()
                 except Exception:
                     logger.exception("node %r: sweep for orphaned sessions failed", self.node_id)
+
+    def _still_to_lose(self, session_id: str) -> bool:
+        """Whether the copy here that a stale claim or a lost lease doomed may still run:
+        its mark (``_stale`` or ``_revoked``) is there until the host stopped and forgot it.
+        Without the mark the host lost it already (a copy given up after its restarts' stale
+        claims, say), and the session may have been taken over anew here since: stopping
+        it then would stop that new, rightful incarnation."""
+        with self._lock:
+            return session_id in self._stale or session_id in self._revoked
 
     def _until_next_sweep(self) -> float:
         """Seconds until the next sweep: ``sweep_every``, or less when another node's lease

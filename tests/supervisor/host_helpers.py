@@ -43,8 +43,10 @@ from supervisor import (
     SessionCrashed,
     SessionNotFound,
 )
+from supervisor._session_threads import DEFAULT_PARKED_THREADS, PARKED_NAME
 
 __all__ = [
+    "DEFAULT_PARKED_THREADS",
     "MODES",
     "WAIT",
     "WORKERS",
@@ -531,13 +533,26 @@ def pairs(history: Sequence[Message]) -> list[tuple[str, str]]:
     return out
 
 
-def assert_threads_back(before: Collection[threading.Thread]) -> None:
-    """Join every thread started since ``before`` (bounded) and assert none is left."""
-    for thread in threading.enumerate():
-        if thread not in before:
-            thread.join(WAIT)
-    left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+def assert_threads_back(before: Collection[threading.Thread], *, parked: int = 0) -> None:
+    """Assert every thread started since ``before`` has ended (bounded wait), but for at
+    most ``parked`` parked session threads (of a host still running)."""
+    if parked:
+        assert poll_until(lambda: all(_ended_or_parked(t) for t in _since(before)))
+        waiting = [t for t in _since(before) if t.name == PARKED_NAME]
+        assert len(waiting) <= parked, f"{len(waiting)} threads parked, at most {parked}"
+        return
+    for thread in _since(before):
+        thread.join(WAIT)
+    left = [t.name for t in _since(before) if t.is_alive()]
     assert not left, f"threads still running: {left}"
+
+
+def _since(before: Collection[threading.Thread]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in before]
+
+
+def _ended_or_parked(thread: threading.Thread) -> bool:
+    return not thread.is_alive() or thread.name == PARKED_NAME
 
 
 def session_thread_gone(journal: Journal, session_id: str) -> bool:

@@ -100,10 +100,12 @@ class SupervisedActor(pykka.ThreadingActor):
     _create_actor_inbox = staticmethod(new_inbox)
     _create_future = staticmethod(new_reply)
 
-    sv_threads: ClassVar[SessionThreads | None] = None
+    _sv_threads: ClassVar[SessionThreads | None] = None
     """Where this class's actors run their loops: ``None``, each on a new thread of its
     own (Pykka's way); else on these ``SessionThreads`` (a parked thread, when one waits:
-    ``start`` then does not wait for a new thread to run)."""
+    ``start`` then does not wait for a new thread to run; those threads are never daemon
+    threads, whatever ``use_daemon_thread`` says). Private: a ``ThreadRuntime`` sets it on
+    its own subclass of the session actor."""
 
     def _start_actor_loop(self) -> None:
         if lifecycle_of(self.actor_ref) is None:
@@ -114,7 +116,7 @@ class SupervisedActor(pykka.ThreadingActor):
             pykka.ActorRegistry.unregister(self.actor_ref)  # start() registered it already
             self.actor_stopped.set()
             raise TypeError(msg)
-        threads = self.sv_threads
+        threads = self._sv_threads
         if threads is None:
             super()._start_actor_loop()
         else:  # named as Pykka names an actor's thread

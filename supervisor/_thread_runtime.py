@@ -47,7 +47,7 @@ class ThreadRuntime:
         self._actor_class: type[AgentSession] = type(
             _SessionActor.__name__,
             (_SessionActor,),
-            {"__module__": _SessionActor.__module__, "sv_threads": self.threads},
+            {"__module__": _SessionActor.__module__, "_sv_threads": self.threads},
         )
 
     def start(self, launch: SessionLaunch) -> pykka.ActorRef[Any]:

@@ -120,7 +120,7 @@ class _Probe:
 def test_a_call_from_a_reused_thread_is_not_answered_by_the_ended_incarnation() -> None:
     threads = SessionThreads(most_parked=1)
     session_class: type[AgentSession] = type(
-        "ParkedSession", (supervised_class(AgentSession),), {"sv_threads": threads}
+        "ParkedSession", (supervised_class(AgentSession),), {"_sv_threads": threads}
     )
     ended = session_class.start(AgentTemplate(model=EchoModel()), session_id="ended")
     ended.stop()

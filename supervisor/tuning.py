@@ -267,7 +267,10 @@ def hint_if_untuned() -> None:
     logger.warning(
         "this process runs %d threads at a GIL switch interval of %.3f s: with thousands of "
         "session threads, Python's default makes them thrash; call "
-        "supervisor.tune_interpreter() once at start (sessionvisor serve does)",
+        "supervisor.tune_interpreter() once at start (sessionvisor serve does), and "
+        "consider supervisor.pin_to_one_cpu() (serve --cpu N): their turns run one at a "
+        "time on the interpreter lock anyway, and on one CPU they stop waking each other "
+        "to no purpose",
         threading.active_count(),
         sys.getswitchinterval(),
     )

@@ -68,6 +68,7 @@ def test_a_host_with_many_threads_at_the_default_interval_says_once_what_to_do(
     hints = [r.getMessage() for r in caplog.records if "tune_interpreter" in r.getMessage()]
     assert len(hints) == 1, hints
     assert "GIL switch interval of 0.005 s" in hints[0]
+    assert "supervisor.pin_to_one_cpu() (serve --cpu N)" in hints[0]
 
 
 def test_a_tuned_or_small_host_gets_no_hint(

@@ -121,6 +121,8 @@ class HostProcess:
             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
             env={**os.environ, "SESSIONVISOR_KEYS": KEYS_TEXT},
         )  # fmt: skip
+        self.errors = Path(errors.name)
+        self.ended = False  # its stdout's end was read already
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.reader = threading.Thread(target=self._read, name="encrypted-host-reader")
         self.reader.start()
@@ -133,7 +135,11 @@ class HostProcess:
 
     def next(self, timeout: float) -> dict[str, Any]:
         line = self.lines.get(timeout=timeout)
-        assert line is not None, f"the host exited with {self.proc.wait(WAIT)}; see its stderr"
+        if line is None:
+            self.ended = True
+            code = self.proc.wait(WAIT)
+            said = self.errors.read_bytes()[-3000:].decode(errors="replace")
+            raise AssertionError(f"the host exited with {code}; the end of its stderr:\n{said}")
         parsed: dict[str, Any] = json.loads(line)
         return parsed
 
@@ -145,8 +151,8 @@ class HostProcess:
         self.reader.join(WAIT)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
-        rest = []
-        while (line := self.lines.get(timeout=WAIT)) is not None:
+        rest: list[dict[str, Any]] = []
+        while not self.ended and (line := self.lines.get(timeout=WAIT)) is not None:
             rest.append(json.loads(line))
         return rest
 
@@ -161,9 +167,10 @@ def test_a_host_sigkilled_during_turns_loses_no_acknowledged_turn_and_all_decryp
     with (tmp_path / "host.err").open("wb") as errors:
         for round_ in range(ROUNDS):
             host = HostProcess(data_dir, round_, errors)
+            lines: list[dict[str, Any]] = []
             try:
                 assert host.next(START_WAIT) == {"ready": round_}
-                lines = [host.next(WAIT) for _ in range(rng.randint(1, 6))]
+                lines += [host.next(WAIT) for _ in range(rng.randint(1, 6))]
             finally:
                 lines += host.kill()  # acknowledged while we were killing it count too
             assert host.proc.returncode == -signal.SIGKILL

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors._codec import encode_plain
-from actors._strip import first_live, strip_live
+from actors._strip import first_live, is_flat_plain, strip_live
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError
 from actors.template import AgentTemplate
 
@@ -81,6 +81,8 @@ def check_metadata(metadata: Mapping[str, Any]) -> None:
         ValueError: the metadata holds a reference cycle (naming where) or nests deeper
             than Python can walk.
     """
+    if is_flat_plain(metadata):
+        return
     try:
         plain, stripped = strip_live(metadata, root="metadata")
     except RecursionError:

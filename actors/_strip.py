@@ -53,6 +53,7 @@ __all__ = [
     "STRIPPED_KEY",
     "LiveResource",
     "first_live",
+    "is_flat_plain",
     "is_stripped_marker",
     "strip_live",
 ]
@@ -134,6 +135,37 @@ _PLAIN_SCALARS = PLAIN_SCALARS
 def is_stripped_marker(value: object) -> bool:
     """Whether ``value`` is a marker left where a live value was stripped."""
     return type(value) is dict and len(value) == 1 and isinstance(value.get(STRIPPED_KEY), str)
+
+
+_LOWEST_INT = -(2**63)
+_HIGHEST_INT = 2**64 - 1
+
+
+def is_flat_plain(value: object) -> bool:
+    """Whether ``value`` is a ``dict`` of ASCII ``str`` keys to scalars a checkpoint holds
+    as they are: ``None``, ``bool``, ``float``, a 64-bit ``int`` or an ASCII ``str``.
+
+    Such a dict has nothing to strip, and encodes as it is. It is what most session
+    metadata and plugin states hold, so a check of them can skip the walk, which costs
+    more than ten times this look at a handful of keys. ``False`` says only that the full
+    walk is needed (non-ASCII text may hold a lone surrogate; the marker's key is the
+    walk's to judge).
+    """
+    if type(value) is not dict or STRIPPED_KEY in value:
+        return False
+    for key, item in list(value.items()):  # one step: another thread may change it
+        if type(key) is not str or not key.isascii():
+            return False
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                return False
+        elif kind is int:
+            if not _LOWEST_INT <= item <= _HIGHEST_INT:
+                return False
+        elif kind is not bool and kind is not float and item is not None:
+            return False
+    return True
 
 
 def _marker(value: object) -> dict[str, str]:

@@ -43,7 +43,13 @@ from actors._storable import (
     storable_message,
     user_text,
 )
-from actors._strip import STRIPPED_KEY, first_live, is_stripped_marker, strip_live
+from actors._strip import (
+    STRIPPED_KEY,
+    first_live,
+    is_flat_plain,
+    is_stripped_marker,
+    strip_live,
+)
 from actors._tool_text import tool_error, tool_output
 from actors._turn_undo import TurnMark, Undo, copy_containers
 from actors.errors import (
@@ -654,8 +660,11 @@ class AgentSession(pykka.ThreadingActor):
     def _check_plugin_states(self) -> None:
         """Raise ``SnapshotEncodeError`` (naming the path) if a checkpoint could not hold the
         plugins' states as they are now; costs a walk of those states, not of the history."""
+        dicts = self._plugin_dicts()
+        if all(map(is_flat_plain, dicts.values())) and all(map(_ascii_name, dicts)):
+            return  # nothing to strip, all plain: the common case, without the walk
         try:
-            states = copy_containers(self._plugin_dicts())
+            states = copy_containers(dicts)
         except RecursionError:
             raise self._too_deep_error() from None
         stripped, _ = strip_live(states)
@@ -938,6 +947,11 @@ class AgentSession(pykka.ThreadingActor):
 AgentSession.__module__ = "actors"
 for _cls in (Send, TakeSnapshot, GetHistory):
     _cls.__module__ = "actors"
+
+
+def _ascii_name(name: object) -> bool:
+    """Whether a plugin's name, a key of the checkpoint's plugin states, encodes as it is."""
+    return type(name) is str and name.isascii()
 
 
 def _started_well(ref: pykka.ActorRef[Any], timeout: float) -> bool:

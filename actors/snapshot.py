@@ -36,11 +36,13 @@ from typing import Any, ClassVar
 
 from actors._codec import (
     array_header,
+    check_keys,
     check_plain,
     decode_plain,
     encode_plain,
     join_path,
     map_header,
+    pack_plain,
 )
 from actors._history import EncodedMessages
 from actors._ids import PROCESS_IDS
@@ -566,44 +568,49 @@ def _encode_reusing(plain: dict[str, Any], encoded: EncodedMessages) -> bytes:
 
     A map's encoding is its header, then each key's and value's encoding in
     order, so encoding the pieces separately gives the same bytes. The pieces
-    around the messages are encoded in four runs (``_run``), not one call each:
-    every ``packb`` call costs far more than the few bytes it writes.
+    around the messages are encoded in four runs (``_run``), not one call each,
+    and their keys checked in one walk over all four: every ``packb`` call and
+    every walk costs far more than the few bytes it looks at.
 
     Raises:
         SnapshotEncodeError: a piece is not plain (the path may differ from the
             full walk's: the caller encodes everything again to name it).
     """
     pieces: list[bytes | memoryview] = [map_header(len(plain))]
+    runs: list[list[Any]] = []
     run: list[Any] = []
     for key, value in plain.items():
         run.append(key)
         if key != "state":
             run.append(value)
             continue
-        pieces.append(_run(run))
+        pieces.append(_run(run, runs))
         pieces.append(map_header(len(value)))
         run = []
         for part, item in value.items():
             run.append(part)
             if part == "messages":
-                pieces.append(_run(run))
+                pieces.append(_run(run, runs))
                 pieces.append(array_header(encoded.count))
                 pieces.extend(islice(encoded.parts, encoded.count))
                 run = []
             else:
                 run.append(item)
-        pieces.append(_run(run))
+        pieces.append(_run(run, runs))
         run = []
-    pieces.append(_run(run))
+    pieces.append(_run(run, runs))
+    check_keys(runs, root="state")
     return b"".join(pieces)
 
 
-def _run(items: list[Any]) -> bytes | memoryview:
+def _run(items: list[Any], runs: list[list[Any]]) -> bytes | memoryview:
     """The encodings of ``items`` one after the other: one array encoded in one call, less its
-    header (an array's encoding is its header, then each item's encoding)."""
+    header (an array's encoding is its header, then each item's encoding). Their keys are
+    not checked: ``items`` joins ``runs``, whose keys the caller checks in one walk."""
     if not items:
         return b""
-    packed = encode_plain(items, root="state")
+    runs.append(items)
+    packed = pack_plain(items, root="state")
     return memoryview(packed)[len(array_header(len(items))) :]
 
 

@@ -71,11 +71,11 @@ def test_the_quick_check_of_metadata_agrees_with_the_full_walk(metadata: dict[An
     assert _verdict(metadata) == walked
 
 
-@settings(max_examples=400, deadline=None)
-@given(_DICTS)
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_ASCII, _SCALARS, max_size=3))
 def test_a_flat_plain_dict_has_nothing_to_strip_and_reads_back_equal(value: dict[Any, Any]) -> None:
     if not is_flat_plain(value):
-        return
+        return  # the walk judges it: the test above
     assert strip_live(value) == (value, ())
     assert decode_plain(encode_plain(value)) == value
 

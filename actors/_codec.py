@@ -31,6 +31,8 @@ import msgpack
 from actors.errors import SnapshotDecodeError, SnapshotEncodeError
 
 __all__ = [
+    "INT_MAX",
+    "INT_MIN",
     "array_header",
     "check_keys",
     "check_plain",
@@ -45,8 +47,9 @@ __all__ = [
 
 _MAX_DEPTH = 500  # the path-naming walk gives up here; msgpack's own limit is 511
 
-_INT_MIN = -(2**63)
-_INT_MAX = 2**64 - 1
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
+"""The range of integers msgpack stores (int64's lowest, uint64's highest)."""
 _SCALARS = frozenset((type(None), bool, int, float, str, bytes, bytearray, memoryview))
 _CONTAINERS = frozenset((dict, list, tuple))
 _chain = chain.from_iterable
@@ -129,7 +132,7 @@ def _problem(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, 
     """Find the first non-plain value under ``value``: (path, value, problem) or ('', None, '')."""
     kind = type(value)
     if kind in _SCALARS:
-        if kind is int and not _INT_MIN <= value <= _INT_MAX:
+        if kind is int and not INT_MIN <= value <= INT_MAX:
             return path, value, "integer out of the 64-bit range msgpack can store"
         if kind is str and (problem := _surrogate(value)):
             return path, value, problem

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors._codec import join_path
+from actors._codec import INT_MAX, INT_MIN, join_path
 from actors.messages import Message, ToolCall, Usage
 from actors.model import ModelResponse
 from actors.streaming import INVALID_ARGUMENTS
@@ -49,8 +49,6 @@ __all__ = [
     "user_text",
     "wrong_type",
 ]
-
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 
 def storable_text(text: str) -> str:
@@ -226,7 +224,7 @@ def _storable_value(value: Any, path: str, root: str) -> tuple[Any, str | None]:
     if isinstance(value, int):
         if type(value) is not int:  # an IntEnum member: the plain number
             value = int(value)
-        if _INT_MIN <= value <= _INT_MAX:
+        if INT_MIN <= value <= INT_MAX:
             return value, None
         return str(value), repr(path or "value")
     if not isinstance(value, dict | list | tuple):

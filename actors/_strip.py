@@ -45,7 +45,7 @@ from typing import Any
 
 import pykka
 
-from actors._codec import join_path
+from actors._codec import INT_MAX, INT_MIN, join_path
 
 __all__ = [
     "LIVE_TYPES",
@@ -137,10 +137,6 @@ def is_stripped_marker(value: object) -> bool:
     return type(value) is dict and len(value) == 1 and isinstance(value.get(STRIPPED_KEY), str)
 
 
-_LOWEST_INT = -(2**63)
-_HIGHEST_INT = 2**64 - 1
-
-
 def is_flat_plain(value: object) -> bool:
     """Whether ``value`` is a ``dict`` of ASCII ``str`` keys to scalars a checkpoint holds
     as they are: ``None``, ``bool``, ``float``, a 64-bit ``int`` or an ASCII ``str``.
@@ -161,7 +157,7 @@ def is_flat_plain(value: object) -> bool:
             if not item.isascii():
                 return False
         elif kind is int:
-            if not _LOWEST_INT <= item <= _HIGHEST_INT:
+            if not INT_MIN <= item <= INT_MAX:
                 return False
         elif kind is not bool and kind is not float and item is not None:
             return False

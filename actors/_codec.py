@@ -201,11 +201,28 @@ def encode_plain(value: object, *, root: str = "") -> bytes:
     return packed
 
 
+_packers: list[msgpack.Packer] = []
+"""Idle packers, reused: ``msgpack.packb`` builds a new ``Packer`` and its buffer per call,
+half the cost of encoding a small value (a checkpoint body, a message). A thread takes
+one with ``pop`` and puts it back with ``append`` (both atomic), so no two threads ever
+share one; a packer whose encoding failed is dropped."""
+
+POOLED_ENCODING_MAX = 1 << 20
+"""A packer whose last encoding was longer (bytes) is dropped, not kept: its buffer grew to
+that length, and msgpack never shrinks it."""
+
+
 def _packb(value: object) -> bytes:
     """msgpack with the options of every snapshot encoding (``pack_plain``, ``pack_each``)."""
-    packed: bytes = msgpack.packb(
-        value, use_bin_type=True, strict_types=True, datetime=True, default=_default
-    )
+    try:
+        packer = _packers.pop()
+    except IndexError:
+        packer = msgpack.Packer(
+            use_bin_type=True, strict_types=True, datetime=True, default=_default
+        )
+    packed: bytes = packer.pack(value)
+    if len(packed) <= POOLED_ENCODING_MAX:
+        _packers.append(packer)
     return packed
 
 

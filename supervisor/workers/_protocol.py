@@ -160,6 +160,11 @@ call, a third of the cost of packing a small frame. A thread takes one with ``po
 puts it back with ``append`` (both atomic), so no two threads, nor a ``repr`` that packs
 again while its caller is packing, ever share one."""
 
+_POOLED_FRAME_MAX = 1 << 20
+"""A packer whose last frame was longer (bytes) is dropped, not kept: its buffer grew to that
+length, and msgpack never shrinks it (a worker that once sent a 100 MB checkpoint held
+100 MB for good)."""
+
 
 def pack(frame: dict[str, Any]) -> bytes:
     """Encode a frame; values msgpack cannot carry are sent as their ``repr``. Thread-safe."""
@@ -168,7 +173,8 @@ def pack(frame: dict[str, Any]) -> bytes:
     except IndexError:
         packer = msgpack.Packer(use_bin_type=True, default=repr)
     data: bytes = packer.pack(frame)
-    _packers.append(packer)  # not after a failure: that packer is simply dropped
+    if len(data) <= _POOLED_FRAME_MAX:  # not after a failure: that packer is simply dropped
+        _packers.append(packer)
     return data
 
 

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 import msgpack
 import pytest
 
+from supervisor.workers import _protocol
 from supervisor.workers._frames import frame_header, read_frame, write_frame
 from supervisor.workers._protocol import pack, pack_escaped, unpack
 
@@ -187,3 +188,17 @@ def test_threads_packing_at_once_each_get_their_own_frame() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(packs, range(8)))
+
+
+def test_a_packer_that_packed_a_large_frame_is_not_kept() -> None:
+    pool = _protocol._packers
+    kept = list(pool)
+    pool.clear()
+    try:
+        large = {"id": 3, "payload": b"x" * (_protocol._POOLED_FRAME_MAX + 1)}
+        assert pack(large) == _reference(large)
+        assert pool == []  # its buffer grew past the limit: dropped with it
+        assert pack({"id": 4}) == _reference({"id": 4})
+        assert len(pool) == 1
+    finally:
+        pool[:] = kept

@@ -519,7 +519,7 @@ def _flat(value: object) -> bool:
     return (
         type(value) is dict
         and STRIPPED_KEY not in value
-        and all(type(item) in _PLAIN_SCALARS for item in value.values())
+        and _PLAIN_SCALARS.issuperset(map(type, value.values()))
     )
 
 

@@ -214,7 +214,8 @@ def _split(snapshot: Snapshot, known: KnownLog | None, take: bool) -> SplitSnaps
     plain = snapshot.to_dict()
     state = plain["state"] = dict(plain["state"])
     parts = take_parts(state) if take else ()
-    parts_size = sum(len(part.data) for part in parts) - len(parts)  # each left a None
+    # each part left a None (one byte) in the body
+    parts_size = sum(len(part.data) - 1 for part in parts) if parts else 0
     messages = state.get("messages")
     if type(messages) is not list or not messages:  # nothing for a log: the body holds it
         body = _encoded_body(plain)

@@ -102,7 +102,14 @@ def _check_keys(value: object) -> None:
     non-``str`` key) and one comprehension keeping the child containers.
     Call it only on a value ``packb`` accepted: that rules out cycles.
     """
-    level: list[Any] = [value] if type(value) in _CONTAINERS else []
+    level: list[Any]
+    if type(value) is dict:  # the first level on its own: most often all there is (usage)
+        "".join(value)
+        if _CONTAINERS.isdisjoint(map(type, value.values())):
+            return
+        level = [child for child in value.values() if type(child) in _CONTAINERS]
+    else:
+        level = [value] if type(value) in _CONTAINERS else []
     while level:
         dicts = [node for node in level if type(node) is dict]
         children: Iterator[Any] = _chain(map(dict.values, dicts))

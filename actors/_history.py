@@ -24,12 +24,12 @@ replaces them with shorter copies, so a snapshot, or a store that remembers
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from actors._codec import check_keys, cut_items, pack_each, pack_plain
+from actors._record import record
 from actors._strip import STRIPPED_KEY, strip_live
 from actors.errors import SnapshotEncodeError
 from actors.messages import Message
@@ -40,7 +40,7 @@ _MARKER_START = b"\x81" + msgpack.packb(STRIPPED_KEY)
 """How a stripped marker's encoding begins: a map of one entry, then the marker's key."""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@record(eq=False)
 class EncodedMessages:
     """The messages of one snapshot, already encoded. Immutable view; thread-safe.
 

@@ -5,13 +5,14 @@ are made of."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from actors._record import record
 
 __all__ = ["TurnMark", "Undo", "copy_containers"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnMark:
     """What a turn changes in a session, as it was before the turn (see ``_rollback``)."""
 
@@ -21,7 +22,7 @@ class TurnMark:
     plugin_states: Undo | None  # None: no plugins, or too deep to record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Undo:
     """The plugins' states as a turn found them, to be put back in place (``restore``).
 

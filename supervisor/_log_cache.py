@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
+from actors._record import record
 from supervisor._message_log import KnownLog
 
 __all__ = ["LOG_CACHE_SESSIONS", "CachedLog", "LogCache"]
@@ -23,7 +23,7 @@ LOG_CACHE_SESSIONS = 1024
 """Most sessions a ``LogCache`` remembers."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CachedLog:
     """What this instance last wrote as a session's message log.
 

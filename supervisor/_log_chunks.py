@@ -44,10 +44,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors import SnapshotDecodeError
+from actors._record import record
 from supervisor._sqlite_schema import is_damage
 from supervisor.errors import EncryptionKeyError
 
@@ -107,7 +107,7 @@ def merges(appends: int) -> int:
     return carried
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LogRows:
     """What a save writes to its session's message log, on either path."""
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -45,6 +44,7 @@ from actors import (
 )
 from actors._codec import array_header, check_keys, pack_plain
 from actors._history import EncodedMessages
+from actors._record import record
 from actors.snapshot import encoded_messages, mark_checked
 from supervisor._state_parts import StatePart, put_parts, take_parts
 from supervisor.checkpoint_store import SnapshotTooNew
@@ -79,7 +79,7 @@ SEAL_KINDS = frozenset((_SEAL_BLAKE2B, _SEAL_BLAKE2B_CHECKED))
 _SEAL_PERSON = b"sv-checkpoint"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KnownLog:
     """Message bytes an earlier ``split`` produced: a log the next save is likely to extend.
 
@@ -146,7 +146,7 @@ class MessageBytes:
         return KnownLog(self.count, self.length, self.whole())
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SplitSnapshot:
     """A snapshot cut for storage.
 

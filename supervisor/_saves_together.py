@@ -25,9 +25,9 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from actors._record import record
 from supervisor._log_chunks import LOG_UPSERT, LogRows, log_rows, merges, value_limit
 from supervisor._saved_at import micros
 
@@ -94,7 +94,7 @@ class SavingStore(Protocol):
     def _cleaning(self, sid: str) -> AbstractContextManager[bool]: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QueuedSave:
     """One save waiting for its batch; called, it writes itself alone (the full path)."""
 
@@ -125,7 +125,7 @@ def checkpoint_row(
     )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Planned:
     logged: LogRows
     checkpoint: tuple[Any, ...]

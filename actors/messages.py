@@ -124,24 +124,36 @@ class Message:
         if not isinstance(self.tool_calls, tuple):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
 
+    # The four makers build a ``Message`` as its constructor would, without the frozen
+    # dataclass's per-field ``object.__setattr__`` (``_made``): a session makes one for
+    # each user text, tool result and model answer. A subclass goes through its own.
+
     @classmethod
     def system(cls, content: str) -> Message:
         """A system (instructions) message."""
+        if cls is Message:
+            return _made("system", content, (), None, None)
         return cls("system", content)
 
     @classmethod
     def user(cls, content: str) -> Message:
         """A user message."""
+        if cls is Message:
+            return _made("user", content, (), None, None)
         return cls("user", content)
 
     @classmethod
     def assistant(cls, content: str | None, tool_calls: tuple[ToolCall, ...] = ()) -> Message:
         """An assistant message, optionally asking for tool calls."""
+        if cls is Message and type(tool_calls) is tuple:
+            return _made("assistant", content, tool_calls, None, None)
         return cls("assistant", content, tool_calls)
 
     @classmethod
     def tool(cls, call: ToolCall, content: str) -> Message:
         """The answer of a tool to ``call``."""
+        if cls is Message:
+            return _made("tool", content, (), call.id, call.name)
         return cls("tool", content, tool_call_id=call.id, name=call.name)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -356,3 +358,40 @@ def test_usage_from_dict_rejects_missing_count(missing: str) -> None:
     data = {"input_tokens": 1, "output_tokens": 2}
     del data[missing]
     _raises(Usage, data, missing)
+
+
+_CALL = ToolCall("c1", "lookup", {"key": "a"})
+_LISTED: Any = [_CALL]  # calls in a list, not the tuple the signature says: made a tuple
+
+
+@pytest.mark.parametrize(
+    ("made", "built"),
+    [
+        (lambda: Message.system("be brief"), lambda: Message("system", "be brief")),
+        (lambda: Message.user("hi"), lambda: Message("user", "hi")),
+        (lambda: Message.assistant(None, (_CALL,)), lambda: Message("assistant", None, (_CALL,))),
+        (lambda: Message.assistant("a", _LISTED), lambda: Message("assistant", "a", (_CALL,))),
+        (
+            lambda: Message.tool(_CALL, "A"),
+            lambda: Message("tool", "A", tool_call_id="c1", name="lookup"),
+        ),
+    ],
+)
+def test_the_makers_build_what_the_constructor_builds(
+    made: Callable[[], Message], built: Callable[[], Message]
+) -> None:
+    message, expected = made(), built()
+    assert message == expected
+    assert repr(message) == repr(expected)
+    assert type(message.tool_calls) is tuple
+    assert message.to_dict() == expected.to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        message.content = "changed"  # type: ignore[misc]
+
+
+def test_a_subclass_maker_builds_the_subclass() -> None:
+    class Tagged(Message):
+        pass
+
+    assert type(Tagged.user("hi")) is Tagged
+    assert type(Tagged.assistant("a", _LISTED).tool_calls) is tuple

@@ -116,15 +116,19 @@ class NonBlockingCalls:
 
     def new_future(self) -> Future[Any]:
         """A future that ``close`` fails if it is still unresolved then."""
+        return self._new_future()[0]
+
+    def _new_future(self) -> tuple[Future[Any], _Resolved]:
+        """``new_future``, and its one done-callback (which a queued call joins)."""
         future: Future[Any] = Future()
+        resolved = _Resolved(self._pending)
         with self._lock:
             if self._closed:
                 future.set_exception(HostShutDown())
-                return future
+                return future, resolved
             self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        future.add_done_callback(_told_if_cancelled)
-        return future
+        future.add_done_callback(resolved)
+        return future, resolved
 
     def close(self) -> None:
         """After the host stopped its sessions: fail what is still unresolved, wait for the
@@ -158,18 +162,22 @@ class NonBlockingCalls:
 
     def exclusive(self, record: SessionRecord, request: Send, timeout: float) -> Future[Any]:
         """A call that holds the session's gate: ``send`` (see the module docstring)."""
-        future = self.new_future()
-        if not future.done():
-            _Exclusive(self, record, future, timeout, request).queue()
-        return future
+        return self._exclusive(record, request, timeout)
 
     def exclusive_op(
         self, record: SessionRecord, work: Callable[[], Any], timeout: float
     ) -> Future[Any]:
         """``work()`` on a helper thread once the session's gate is this call's (stop_session)."""
-        future = self.new_future()
+        return self._exclusive(record, work, timeout)
+
+    def _exclusive(
+        self, record: SessionRecord, job: Send | Callable[[], Any], timeout: float
+    ) -> Future[Any]:
+        future, resolved = self._new_future()
         if not future.done():
-            _Exclusive(self, record, future, timeout, work).queue()
+            call = _Exclusive(self, record, future, timeout, job)
+            resolved.call = weakref.ref(call)  # withdrawn from the queue if cancelled
+            call.queue()
         return future
 
     def helper(self, work: Callable[[], Any]) -> Future[Any]:
@@ -308,13 +316,32 @@ def settle_weakly(
         settle(future, value, error)
 
 
-def _told_if_cancelled(future: Future[Any]) -> None:
-    """A future's done-callback: a cancelled call never runs, so tell its future at once
-    (``set_running_or_notify_cancel``), as an executor tells a job it withdrew: that is
-    what wakes ``concurrent.futures.wait`` and ``as_completed``, which else never count it
-    done. ``running`` leaves it alone from then on."""
-    if future.cancelled():
-        future.set_running_or_notify_cancel()
+class _Resolved:
+    """The one done-callback of a future ``NonBlockingCalls`` hands out (one rather than
+    three: each ``add_done_callback`` takes the future's lock):
+
+    * the future leaves the unresolved ones that ``close`` fails;
+    * a cancelled call never runs, so its future is told at once
+      (``set_running_or_notify_cancel``), as an executor tells a job it withdrew: that is
+      what wakes ``concurrent.futures.wait`` and ``as_completed``, which else never count
+      it done (``running`` leaves it alone from then on);
+    * a cancelled call still in its session's queue leaves it. ``call`` holds it weakly
+      (see ``_Exclusive``).
+    """
+
+    __slots__ = ("_pending", "call")
+
+    def __init__(self, pending: set[Future[Any]]) -> None:
+        self._pending = pending
+        self.call: weakref.ref[_Exclusive] | None = None
+
+    def __call__(self, future: Future[Any]) -> None:
+        self._pending.discard(future)
+        if future.cancelled():
+            future.set_running_or_notify_cancel()
+            queued = None if self.call is None else self.call()
+            if queued is not None:
+                queued.withdraw()
 
 
 def outcome_of(work: Callable[[], Any]) -> tuple[Any, BaseException | None]:
@@ -328,19 +355,6 @@ def outcome_of(work: Callable[[], Any]) -> tuple[Any, BaseException | None]:
         return work(), None
     except BaseException as exc:  # handed to the caller, as said above
         return None, exc
-
-
-def _withdraw_if_cancelled(call: _Exclusive) -> Callable[[Future[Any]], None]:
-    """A done-callback for ``call``'s future that withdraws ``call`` if it was cancelled;
-    it holds ``call`` weakly (see ``_Exclusive``)."""
-    reference = weakref.ref(call)
-
-    def withdraw(future: Future[Any]) -> None:
-        queued = reference()
-        if queued is not None and future.cancelled():
-            queued.withdraw()
-
-    return withdraw
 
 
 def _run_into(reference: weakref.ref[Future[Any]], work: Callable[[], Any]) -> None:
@@ -403,8 +417,8 @@ class _Exclusive:
 
     def queue(self) -> None:
         """Take a place in the session's queue (starting at once if it is free); a call
-        still queued when the future is cancelled, or after ``timeout``, leaves it."""
-        self.future.add_done_callback(_withdraw_if_cancelled(self))
+        still queued when the future is cancelled (``_Resolved``), or after ``timeout``,
+        leaves it."""
         self.record.op_lock.when_free(self.ticket)
         if self.ticket.granted:
             return

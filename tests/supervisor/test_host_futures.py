@@ -117,8 +117,11 @@ def test_cancel_withdraws_a_queued_call_only(make_host: HostFactory, fifo: Fifo)
     waiter.wait_for("turn_started")
     queued = host.futures.send(sid, "queued")
     after = host.futures.send(sid, "after")
+    gate = host._table.live(sid).op_lock
+    assert gate.queued == 2
     assert not running.cancel()  # started: it runs to its end
     assert queued.cancel()
+    assert gate.queued == 1  # it left the session's queue at once, not when its turn came
     fifo.release(2)
     assert running.result(WAIT).content == "echo: running"
     assert after.result(WAIT).content == "echo: after"

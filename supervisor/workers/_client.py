@@ -181,6 +181,9 @@ class WorkerClient:
         # thread reading the pipe must be able to hand replies over meanwhile.
         self._write_lock = threading.Lock()
         self._futures: dict[int, Reply] = {}
+        # Calls failed before their reply was delivered, their session ended by a subscriber
+        # of the events they wrote ahead (``_cut``), with that error; their reply is dropped.
+        self._cut_calls: dict[int, SessionDown] = {}
         self._dead = False
         self._closing = False
         self._init_reading(parent_conn.fileno())
@@ -904,6 +907,8 @@ class WorkerClient:
         else:
             with self._lock:
                 future = self._futures.pop(call_id, None)
+                if future is None and self._cut_calls.pop(call_id, None) is not None:
+                    return None, None  # failed already (``_cut``): nothing left to deliver
         if future is not None:
             return future._key, (frame, future, None)
         session = frame.get("session")
@@ -1013,7 +1018,9 @@ class WorkerClient:
 
         A subscriber that ends its session (``_push``) fails the reply whose events it was
         handed with ``SessionDown``: the reply is not delivered (no checkpoint of the turn
-        is saved), as in thread mode, where the exit ends the turn before its save."""
+        is saved), as in thread mode, where the exit ends the turn before its save. Events
+        a call wrote ahead of its reply (an ``events`` frame naming the call) fail that call
+        so too (``_cut``), whether its reply is read already or not."""
         if fn is not None:
             try:
                 fn()
@@ -1026,7 +1033,11 @@ class WorkerClient:
             if frame.get("op") == "ready":
                 self.ready = True
                 self._settled.set()
-            self._push(frame)
+            ended = self._push(frame)
+            if ended is not None:
+                self._cut(frame.get("call"), ended)
+            return
+        if future is not None and self._cut_off(future):
             return
         if "events" in frame:  # events the call published, before its reply
             _hold_turn_finished(frame)
@@ -1046,6 +1057,32 @@ class WorkerClient:
             # This frame is in the traceback of what ``on_reply`` raised (see
             # ``Reply._deliver``): kept as its local, the reply made a reference cycle.
             del future
+
+    def _cut(self, call_id: object, error: SessionDown) -> None:
+        """Fail call ``call_id`` with ``error`` now: a subscriber ended its session on events
+        the call wrote ahead of its reply (``None``: they came from no call). Its reply is
+        not delivered, whichever order it comes in: still unread, it is dropped when read
+        (``_item``); read already, it waits in the session's lane behind the frame being
+        delivered, and is failed instead of delivered (``_cut_off``). Before, that reply
+        was handed out as a success, its turn saved, although the session had ended."""
+        if type(call_id) is not int:
+            return
+        with self._lock:
+            future = self._futures.pop(call_id, None)
+            self._cut_calls[call_id] = error
+        if future is not None:
+            future._settle(None, error)
+
+    def _cut_off(self, future: Reply) -> bool:
+        """Fail ``future``, whose reply is being delivered, if ``_cut`` marked it (True)."""
+        if not self._cut_calls:  # (the usual case: no lock taken)
+            return False
+        with self._lock:
+            error = self._cut_calls.pop(future._id, None) if future._id is not None else None
+        if error is None:
+            return False
+        future._settle(None, error)
+        return True
 
     def _poke_back(self) -> None:
         """Answer the worker's ``poke``: the frame ends a session's read of its pipe."""

@@ -112,7 +112,7 @@ class FrameWriter:
                 events = batch
             else:
                 events = [[type_, data]]
-            self.write({"op": "events", "session": hosted.session_id, "events": events})
+            self.write(_events_frame(hosted, events))
 
     def flush(self, hosted: HostedSession) -> None:
         """Write the events ``hosted`` held back so far (before a slow step of its call)."""
@@ -124,7 +124,18 @@ class FrameWriter:
         if hosted.batch:
             events = hosted.batch
             hosted.batch = []
-            self.write({"op": "events", "session": hosted.session_id, "events": events})
+            self.write(_events_frame(hosted, events))
+
+
+def _events_frame(hosted: HostedSession, events: list[list[Any]]) -> dict[str, Any]:
+    """An ``events`` frame of ``hosted`` (the caller holds ``hosted.lock``), naming the call
+    that published them (``"call"``) if one runs: they are part of its reply, written ahead,
+    and a subscriber ending the session on one of them fails that call in the parent, as it
+    would if they came with the reply (``WorkerClient._push``)."""
+    frame: dict[str, Any] = {"op": "events", "session": hosted.session_id, "events": events}
+    if hosted.running is not None:
+        frame["call"] = hosted.running
+    return frame
 
 
 def _pack_answer(frame: dict[str, Any]) -> bytes:

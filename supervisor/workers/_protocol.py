@@ -37,8 +37,10 @@ Worker -> parent::
     {"id": int, "ok": true, "payload": ...}                 a reply
     {"id": int, "ok": false, "error": <an error map, below>}
     {"op": "event", "session": sid, "type": str, "data": dict}  a session event (unsolicited)
-    {"op": "events", "session": sid, "events": [[type, data], ...]}  events held back in a call
-                                                          (and a streamed delta, at once)
+    {"op": "events", "session": sid, "events": [[type, data], ...], "call": int}
+                                                          events held back in a call (and a
+                                                          streamed delta, at once); ``call``:
+                                                          the call running, if one is
     {"op": "down", "session": sid, "reason": str}         a session died in the worker
     {"op": "poke"}                                        write a ``poke`` back, at once
 
@@ -52,7 +54,9 @@ events its call published and held back, to publish before the reply. The
 worker writes a call's events with its reply, or as one ``events`` frame
 before a slow step (a model call or tool that took over ``SLOW_STEP``, 1 ms,
 last time, or has not run yet), so a consumer still sees a slow step's events
-while the step runs, and a quick turn costs one frame.
+while the step runs, and a quick turn costs one frame. Either way they are part of
+the call's reply: a subscriber in the parent that ends the session on one of them fails
+the call with ``SessionDown``, and its reply, if it comes after, is dropped.
 
 ``rollback`` undoes the session's last ``send`` when the parent could not
 save the checkpoint that reply carried; the parent writes it before the

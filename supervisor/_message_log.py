@@ -32,8 +32,6 @@ import hmac
 from collections.abc import Sequence
 from typing import Any
 
-import msgpack
-
 from actors import (
     SNAPSHOT_MIGRATIONS,
     MigrationRegistry,
@@ -316,7 +314,8 @@ def seal(body: bytes, ref: LogRef, parts: bytes | None = None, *, checked: bool 
     covered: list[Any] = list(ref) if parts is None else [*ref, parts]
     if checked:
         covered.append("checked")
-    hasher = hashlib.blake2b(msgpack.packb(covered), digest_size=16, person=_SEAL_PERSON)
+    # ``pack_plain``: ``msgpack.packb``'s bytes for these plain values, by a reused packer
+    hasher = hashlib.blake2b(pack_plain(covered), digest_size=16, person=_SEAL_PERSON)
     hasher.update(body)
     return (_SEAL_BLAKE2B_CHECKED if checked else _SEAL_BLAKE2B) + hasher.digest()
 
@@ -399,7 +398,7 @@ def join(
         state = plain.get("state") if isinstance(plain, dict) else None
         if not isinstance(state, dict) or state.get("messages", 0) is not None:
             raise SnapshotDecodeError("body has no message placeholder in its state")
-        header: bytes = msgpack.Packer().pack_array_header(count)
+        header = array_header(count)
         state["messages"] = decode_plain(header + messages)
     current = isinstance(plain, dict) and plain.get("schema_version") == registry.current_version
     snapshot = Snapshot.from_dict(plain, migrations=migrations)

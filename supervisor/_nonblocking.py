@@ -510,7 +510,9 @@ class _Exclusive:
             self._finish(None, exc)
 
     def _done(self, value: Any, error: BaseException | None) -> None:
-        if isinstance(error, (NotDelivered, SessionCrashed)):
+        if error is None:
+            self._finish(value, None)
+        elif isinstance(error, (NotDelivered, SessionCrashed)):
             self.calls.helpers.run(lambda: self._after_end(error))
         elif isinstance(error, OwnershipLost):
             self.calls.helpers.run(lambda: self._lost(error))

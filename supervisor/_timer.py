@@ -64,7 +64,10 @@ class CallTimer:
         self._name = name
         self._linger = linger
         self._clock = clock
-        self._cond = threading.Condition()
+        # Held through ``_lock`` (C-level enter and exit) rather than ``with self._cond``,
+        # which are two Python calls: every non-blocking call schedules and cancels here.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, Deadline]] = []
         self._order = itertools.count()
         self._live = 0  # deadlines in the heap that are neither cancelled nor run
@@ -79,7 +82,7 @@ class CallTimer:
             RuntimeError: the timer is closed (its host shut down).
         """
         deadline = Deadline(self, self._clock() + max(delay, 0.0), action)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("this AgentHost is shut down; create a new one")
             self._live += 1
@@ -93,7 +96,7 @@ class CallTimer:
 
     def close(self) -> None:
         """Drop every deadline and end the thread (joined). Idempotent."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._heap.clear()
             self._live = 0
@@ -105,11 +108,11 @@ class CallTimer:
     @property
     def running(self) -> bool:
         """Whether the timer's thread is running now."""
-        with self._cond:
+        with self._lock:
             return self._thread is not None
 
     def _cancel(self, deadline: Deadline) -> None:
-        with self._cond:
+        with self._lock:
             if deadline.action is None:
                 return  # ran, or cancelled before
             deadline.action = None
@@ -123,7 +126,7 @@ class CallTimer:
 
     def _run(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 action = self._next_due()
                 if action is None:
                     self._thread = None

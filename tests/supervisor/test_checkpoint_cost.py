@@ -32,6 +32,7 @@ from actors import (
     Message,
     Plugin,
     PluginContext,
+    _codec,
 )
 from supervisor import SQLiteCheckpointStore
 from supervisor._checkpoints import Checkpoints
@@ -80,6 +81,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> _Counts:
     seen = _Counts()
     to_dict: Callable[[Message], dict[str, Any]] = Message.to_dict
     packb: Callable[..., bytes] = msgpack.packb
+    codec_packb: Callable[[object], bytes] = _codec._packb
 
     def counted_to_dict(message: Message) -> dict[str, Any]:
         seen.to_dict += 1
@@ -90,8 +92,15 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> _Counts:
         seen.packed += len(packed)
         return packed
 
+    def counted_codec_packb(value: object) -> bytes:
+        packed = codec_packb(value)
+        seen.packed += len(packed)
+        return packed
+
     monkeypatch.setattr(Message, "to_dict", counted_to_dict)
     monkeypatch.setattr(msgpack, "packb", counted_packb)
+    # the snapshot codec's own encodings, through its reused packers
+    monkeypatch.setattr(_codec, "_packb", counted_codec_packb)
     return seen
 
 

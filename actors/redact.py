@@ -122,10 +122,10 @@ def strip_secrets(snapshot: Snapshot) -> Snapshot:
     state = snapshot.state
     changed = {}
     for part in SECRET_PARTS:
-        if part in state:
-            strip = _PART_STRIPS.get(part, _strip)
-            value = strip(state[part], part, found)
-            if value is not state[part]:
+        held = state.get(part)
+        if held:  # (None, an empty dict: no secret in it)
+            value = _PART_STRIPS.get(part, _strip)(held, part, found)
+            if value is not held:
                 changed[part] = value
     if not found:
         return snapshot

@@ -463,7 +463,7 @@ def _made_now(  # noqa: PLR0917 (private; its two callers pass every part)
 def session_snapshot(
     *,
     session_id: str,
-    state: Mapping[str, Any],
+    state: dict[str, Any],
     messages: list[dict[str, Any]],
     message_paths: tuple[str, ...],
     encoded: EncodedMessages | None,
@@ -472,25 +472,26 @@ def session_snapshot(
     """``Snapshot.new`` for a session whose messages are stripped already (``HistoryCodec``).
 
     ``state`` holds every part but the messages (its ``"messages"`` key, if any,
-    is replaced by ``messages``, in its place). The other parts are stripped as
-    ``new`` strips them; the result, ``stripped_fields`` order included, is what
-    ``Snapshot.new`` returns for the whole state. ``messages`` and the dicts in it
-    are shared with the session's later snapshots: they are never mutated.
+    is replaced by ``messages``, in its place). It is the session's own fresh copy
+    (``AgentSession._state``), which the snapshot takes over: its other parts are
+    stripped as ``new`` strips them, in place, and a flat one (usage, most metadata),
+    which a strip would only copy, is kept as it is. The result, ``stripped_fields``
+    order included, is what ``Snapshot.new`` returns for the whole state. ``messages``
+    and the dicts in it are shared with the session's later snapshots: they are never
+    mutated.
 
     Raises:
         TypeError, ValueError: as ``Snapshot.new``.
     """
     _check_new(session_id, label, None)
-    plain: dict[str, Any] = {}
+    plain = state
     stripped: list[str] = []
-    for key, value in state.items():
+    for key, value in state.items():  # (values replaced in place: no key is added)
         if key == "messages":
             plain[key] = messages
             stripped += message_paths
-        elif type(value) in _PLAIN_SCALARS:  # the id, model, instructions, turns
-            plain[key] = value
-        elif _flat(value):  # usage, and most metadata: a copy is all a walk would make
-            plain[key] = dict(value)
+        elif type(value) in _PLAIN_SCALARS or _flat(value):  # nothing a strip would change
+            continue
         else:
             plain[key], found = strip_live(value, root=join_path("", key))
             stripped += found

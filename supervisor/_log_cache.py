@@ -19,8 +19,12 @@ from supervisor._message_log import KnownLog
 
 __all__ = ["LOG_CACHE_SESSIONS", "CachedLog", "LogCache"]
 
-LOG_CACHE_SESSIONS = 1024
-"""Most sessions a ``LogCache`` remembers."""
+LOG_CACHE_SESSIONS = 16_384
+"""Most sessions a ``LogCache`` remembers. An entry costs about 460 bytes beside the log's
+own bytes (which the byte budget bounds): 7.5 MiB for all of them. At 1,024, a host with
+3,000 sessions in flight found the cached log of only a third of them on their next turn:
+the others' saves left the batch to read their log's row and hash it again, and the
+second of two bursts of 3,000 turns took 1.20-1.26 s instead of 1.02-1.08 s."""
 
 
 @record

@@ -229,3 +229,14 @@ def test_keep_last_holds_after_every_save_while_another_instance_adds_checkpoint
             assert listed == expected, f"after save {i}"
             if i not in (4, 5):
                 saved = saved[-3:]
+
+
+def test_the_logs_of_thousands_of_busy_sessions_stay_known(tmp_path: Path) -> None:
+    """A host with thousands of sessions in flight saves each one's next turn by extending
+    the log it remembers: remembered for the 1,024 latest only, two thirds of a burst of
+    3,000 read their log's row and hashed it again, one save at a time."""
+    sids = [f"s{i}" for i in range(3000)]
+    with SQLiteCheckpointStore(tmp_path / "c.db", synchronous="NORMAL") as store:
+        for sid in sids:
+            store.save(_snap([_msg(0)], session_id=sid))
+        assert all(store._logs.get(sid) is not None for sid in sids)

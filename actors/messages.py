@@ -360,12 +360,14 @@ class Usage:
             return NotImplemented
         # Sums of checked counts, held at MAX_TOKEN_COUNT: a session's usage is never rolled
         # back, and one past what a checkpoint stores would fail every later checkpoint.
-        return _made_usage(
-            min(self.input_tokens + other.input_tokens, MAX_TOKEN_COUNT),
-            min(self.output_tokens + other.output_tokens, MAX_TOKEN_COUNT),
-            min(self.cached_input_tokens + other.cached_input_tokens, MAX_TOKEN_COUNT),
-            min(self.reasoning_tokens + other.reasoning_tokens, MAX_TOKEN_COUNT),
-        )
+        i = self.input_tokens + other.input_tokens
+        o = self.output_tokens + other.output_tokens
+        c = self.cached_input_tokens + other.cached_input_tokens
+        r = self.reasoning_tokens + other.reasoning_tokens
+        if max(i, o, c, r) > MAX_TOKEN_COUNT:  # (one call, not four: a sum per model call)
+            top = MAX_TOKEN_COUNT
+            i, o, c, r = min(i, top), min(o, top), min(c, top), min(r, top)
+        return _made_usage(i, o, c, r)
 
     def to_dict(self) -> dict[str, int]:
         """Plain dict with every count and the total."""

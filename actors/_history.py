@@ -166,12 +166,13 @@ class HistoryCodec:
             self._stripped.append((index, found))
 
     def _add(self, index: int, message: Message | dict[str, Any]) -> None:
-        root = f"messages[{index}]"
+        # The encodings' errors are not raised here (a message that fails is marked bad, and
+        # the snapshot's full path names it): only a strip's paths need the message's root.
         stripped: tuple[str, ...] = ()
         if index < len(self._seed):  # exact plain values already: nothing to strip or check
             plain = self._seed[index]
             try:
-                part = pack_plain(plain, root=f"state.{root}")
+                part = pack_plain(plain)
             except SnapshotEncodeError:
                 part = b""
                 self._bad.append(index)
@@ -183,11 +184,11 @@ class HistoryCodec:
         plain = message.to_dict()
         try:
             if all(value is None or type(value) is str for value in plain.values()):
-                part = pack_plain(plain, root=f"state.{root}")  # nothing to strip or walk
+                part = pack_plain(plain)  # nothing to strip or walk
             else:  # tool calls (the model's arguments may hold anything): in full
-                plain, stripped = strip_live(plain, root=root)
-                part = pack_plain(plain, root=f"state.{root}")
-                check_keys(plain, root=f"state.{root}")
+                plain, stripped = strip_live(plain, root=f"messages[{index}]")
+                part = pack_plain(plain)
+                check_keys(plain)
         except SnapshotEncodeError:
             part = b""
             self._bad.append(index)

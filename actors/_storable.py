@@ -107,6 +107,10 @@ def storable_message(message: Message) -> tuple[Message, dict[int, str]]:
     _check_message(message)
     content = message.content
     fixed_content = content if content is None else storable_text(content)
+    if not message.tool_calls:  # most answers: the text is all there is to make storable
+        if fixed_content is content:
+            return message, {}
+        return Message(message.role, fixed_content, (), message.tool_call_id, message.name), {}
     calls: list[ToolCall] = []
     refused: dict[int, str] = {}
     for index, call in enumerate(message.tool_calls):

@@ -897,7 +897,7 @@ class AgentSession(pykka.ThreadingActor):
             self._provider_state = response.provider_state
         data: dict[str, Any] = {
             "content": message.content,
-            "tool_calls": [c.to_dict() for c in message.tool_calls],
+            "tool_calls": [c.to_dict() for c in message.tool_calls] if message.tool_calls else [],
             "usage": spent.to_dict(),
             "seconds": seconds,
         }

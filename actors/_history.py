@@ -12,9 +12,10 @@ time a snapshot includes it, and keeps the results in append-only lists:
   again. One that strict encoding refuses gets none, and no snapshot gets the
   shortcut while it is in the history: they take the full path, which names it.
 
-A snapshot carries the result as ``EncodedMessages``: the list its state holds,
-the shared ``parts`` list and the count, so a checkpoint of a 2,000-message
-session costs what its last turn added, not its history.
+A snapshot carries the result as ``EncodedMessages``: the shared lists and the
+count, from which its own list of message dicts is made only if its ``state`` is
+read. A checkpoint of a 2,000-message session, or a 40,000-message one, costs
+what its last turn added, not its history.
 
 Lists handed out are only ever appended to: ``truncate`` (a rolled-back turn)
 replaces them with shorter copies, so a snapshot, or a store that remembers
@@ -23,13 +24,13 @@ replaces them with shorter copies, so a snapshot, or a store that remembers
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
 from actors._codec import check_keys, cut_items, pack_each, pack_plain
-from actors._record import record
 from actors._strip import STRIPPED_KEY, strip_live
 from actors.errors import SnapshotEncodeError
 from actors.messages import Message
@@ -40,32 +41,54 @@ _MARKER_START = b"\x81" + msgpack.packb(STRIPPED_KEY)
 """How a stripped marker's encoding begins: a map of one entry, then the marker's key."""
 
 
-@record(eq=False)
 class EncodedMessages:
-    """The messages of one snapshot, already encoded. Immutable view; thread-safe.
+    """The messages of one snapshot, already encoded. Thread-safe.
 
-    Valid for a snapshot only while its ``state["messages"]`` *is* ``source``
-    (a redaction that rebuilds the list drops the shortcut; see ``of``).
+    ``messages()`` makes the snapshot's list of message dicts the first time it is
+    asked for: a store needs only ``parts``, and a list of 40,000 references costs
+    about 80 us to make and as much again to free, at every checkpoint of a long
+    session (``actors.snapshot._SessionSnapshot``).
 
     Attributes:
-        source: The list ``state["messages"]`` holds: ``count`` stripped message dicts.
         parts: The encoding of each message, shared with the session and its other
             snapshots: read only ``parts[:count]``. Its identity is the *lineage*:
             two snapshots with the same ``parts`` list agree on every message both have.
         count: How many messages the snapshot has.
     """
 
-    source: list[dict[str, Any]]
-    parts: list[bytes]
-    count: int
+    __slots__ = ("_made", "_plain", "count", "parts")
+
+    def __init__(self, plain: list[dict[str, Any]], parts: list[bytes], count: int) -> None:
+        """``plain`` and ``parts``: lists whose first ``count`` entries are the snapshot's
+        message dicts and their encodings, and which are only ever appended to."""
+        self._plain = plain
+        self.parts = parts
+        self.count = count
+        self._made: list[dict[str, Any]] | None = None
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The snapshot's message dicts: a list made on the first call, the same list after."""
+        made = self._made
+        if made is None:
+            with _MAKING:  # two threads asking at once get the same list
+                made = self._made
+                if made is None:
+                    made = self._made = self._plain[: self.count]
+        return made
 
     def of(self, state: dict[str, Any]) -> bool:
-        """Whether these are the encodings of ``state``'s messages."""
-        return state.get("messages") is self.source and len(self.source) == self.count
+        """Whether these are the encodings of ``state``'s messages: it holds the list
+        ``messages()`` made (a state rebuilt around other messages drops the shortcut)."""
+        made = self._made
+        return made is not None and len(made) == self.count and state.get("messages") is made
 
     def data(self, start: int = 0) -> bytes:
         """The encodings of messages ``start`` to ``count``, back to back."""
         return b"".join(self.parts[start : self.count])
+
+
+_MAKING = threading.Lock()
+"""Held while an ``EncodedMessages`` makes its list (rarely: a checkpoint needs none)."""
 
 
 class HistoryCodec:
@@ -103,17 +126,18 @@ class HistoryCodec:
 
     def snapshot_part(
         self, messages: Sequence[Message] | Sequence[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], tuple[str, ...], EncodedMessages | None]:
+    ) -> tuple[list[dict[str, Any]] | None, tuple[str, ...], EncodedMessages | None]:
         """Bring the codec up to date with ``messages`` (which extend what it has seen).
 
         The entries the ``seed`` covers are not read: a session whose restored history
         is not built yet passes the seed itself.
 
         Returns:
-            A new list of the stripped message dicts (for the snapshot's state), the
-            paths stripped in them (``messages[3].tool_calls[0].arguments.conn``), and
-            their encodings, or ``None`` when a message cannot be encoded (the
-            snapshot then takes the full path, which reports it).
+            The stripped message dicts, the paths stripped in them
+            (``messages[3].tool_calls[0].arguments.conn``), and their encodings; either
+            the encodings (which make the list of dicts when asked: the first item is
+            then ``None``), or a new list of the dicts and ``None`` when a message cannot
+            be encoded (the snapshot then takes the full path, which reports it).
 
         Raises:
             ValueError: a message holds a reference cycle (as ``strip_live``).
@@ -124,12 +148,12 @@ class HistoryCodec:
             self._add_seeded(seeded)
         for index in range(len(self._plain), count):
             self._add(index, messages[index])
-        plain = self._plain[:count]
         paths: tuple[str, ...] = ()
         for _, found in self._stripped:
             paths += found
-        encoded = None if self._bad else EncodedMessages(plain, self._parts, count)
-        return plain, paths, encoded
+        if self._bad:
+            return self._plain[:count], paths, None
+        return None, paths, EncodedMessages(self._plain, self._parts, count)
 
     def _add_seeded(self, stop: int) -> None:
         """Add the seed's entries up to ``stop``: cut from the store's bytes when ``seed`` was

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors._codec import join_path
 from actors._strip import STRIPPED_KEY
+from actors.snapshot import storage_dict
 
 if TYPE_CHECKING:
     from actors.snapshot import Snapshot
@@ -119,7 +120,7 @@ def strip_secrets(snapshot: Snapshot) -> Snapshot:
     there is none). Copies only what it changes. Pure, thread-safe.
     """
     found: list[str] = []
-    state = snapshot.state
+    state = storage_dict(snapshot)[0]["state"]  # its parts but the messages, which it skips
     changed = {}
     for part in SECRET_PARTS:
         held = state.get(part)
@@ -130,7 +131,9 @@ def strip_secrets(snapshot: Snapshot) -> Snapshot:
     if not found:
         return snapshot
     fields = tuple(dict.fromkeys((*snapshot.stripped_fields, *found)))
-    return dataclasses.replace(snapshot, state={**state, **changed}, stripped_fields=fields)
+    return dataclasses.replace(
+        snapshot, state={**snapshot.state, **changed}, stripped_fields=fields
+    )
 
 
 def _strip_plugins(states: Any, path: str, found: list[str]) -> Any:

@@ -61,6 +61,8 @@ __all__ = [
     "mark_checked",
     "schema_version",
     "session_snapshot",
+    "storage_dict",
+    "with_encoded_messages",
 ]
 
 _FIELDS = (
@@ -176,8 +178,7 @@ class Snapshot:
         return hash(self.checkpoint_id)
 
     def __repr__(self) -> str:
-        messages = self.state.get("messages")
-        count = len(messages) if isinstance(messages, list) else 0
+        count = _message_count(self)
         return (
             f"Snapshot(session_id={self.session_id!r}, checkpoint_id={self.checkpoint_id!r}, "
             f"saved_at={self.saved_at.isoformat()}, label={self.label!r}, "
@@ -260,16 +261,7 @@ class Snapshot:
 
         Shares ``state`` and ``metadata`` with this snapshot: do not mutate them.
         """
-        return {
-            "schema_version": self.schema_version,
-            "checkpoint_id": self.checkpoint_id,
-            "session_id": self.session_id,
-            "saved_at": self.saved_at,
-            "label": self.label,
-            "metadata": self.metadata,
-            "state": self.state,
-            "stripped_fields": list(self.stripped_fields),
-        }
+        return _as_dict(self, self.state)
 
     @classmethod
     def from_dict(cls, data: object, *, migrations: MigrationRegistry | None = None) -> Snapshot:
@@ -313,13 +305,12 @@ class Snapshot:
                 bytes, list, tuple, dict with str keys, aware datetime); the error
                 names its path, e.g. ``state.plugins.db.handler``.
         """
-        plain = self.to_dict()
-        encoded = encoded_messages(self)
+        plain, encoded = storage_dict(self)
         if encoded is not None:
             try:
                 return _encode_reusing(plain, encoded)
             except SnapshotEncodeError:
-                pass  # the full encoding below names the problem, as it always has
+                plain = self.to_dict()  # the full encoding below names the problem, as always
         return encode_plain(plain)
 
     @classmethod
@@ -464,7 +455,7 @@ def session_snapshot(
     *,
     session_id: str,
     state: dict[str, Any],
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]] | None,
     message_paths: tuple[str, ...],
     encoded: EncodedMessages | None,
     label: str | None = None,
@@ -472,13 +463,14 @@ def session_snapshot(
     """``Snapshot.new`` for a session whose messages are stripped already (``HistoryCodec``).
 
     ``state`` holds every part but the messages (its ``"messages"`` key, if any,
-    is replaced by ``messages``, in its place). It is the session's own fresh copy
+    is replaced by the messages, in its place). It is the session's own fresh copy
     (``AgentSession._state``), which the snapshot takes over: its other parts are
     stripped as ``new`` strips them, in place, and a flat one (usage, most metadata),
     which a strip would only copy, is kept as it is. The result, ``stripped_fields``
-    order included, is what ``Snapshot.new`` returns for the whole state. ``messages``
-    and the dicts in it are shared with the session's later snapshots: they are never
-    mutated.
+    order included, is what ``Snapshot.new`` returns for the whole state. The
+    messages are ``messages``, or when that is ``None`` the list ``encoded`` makes the
+    first time the snapshot's ``state`` is read (``_SessionSnapshot``); the dicts in it
+    are shared with the session's later snapshots: they are never mutated.
 
     Raises:
         TypeError, ValueError: as ``Snapshot.new``.
@@ -488,7 +480,8 @@ def session_snapshot(
     stripped: list[str] = []
     for key, value in state.items():  # (values replaced in place: no key is added)
         if key == "messages":
-            plain[key] = messages
+            if messages is not None:
+                plain[key] = messages
             stripped += message_paths
         elif type(value) in _PLAIN_SCALARS or _flat(value):  # nothing a strip would change
             continue
@@ -498,7 +491,8 @@ def session_snapshot(
     checkpoint_id, now_ns = _IDS.new()
     # Every field is valid by construction (the keys of ``plain`` are ``state``'s, which a
     # session writes; the paths are strings): made without ``__post_init__``'s checks.
-    snapshot = object.__new__(Snapshot)
+    lazy = messages is None and encoded is not None and "messages" in plain
+    snapshot = object.__new__(_SessionSnapshot if lazy else Snapshot)
     snapshot.__dict__.update(
         schema_version=SCHEMA_VERSION,
         checkpoint_id=checkpoint_id,
@@ -506,12 +500,114 @@ def session_snapshot(
         saved_at=_EPOCH + timedelta(microseconds=now_ns // 1000),
         label=label,
         metadata={},
-        state=plain,
         stripped_fields=tuple(stripped),
         _encoded=encoded,
         _checked=None,
     )
+    if lazy:
+        snapshot.__dict__["_unmade_state"] = plain  # "messages": a place holder
+    else:
+        if messages is None and "messages" in plain:  # pragma: no cover - a caller's bug
+            raise ValueError("session_snapshot() needs messages or their encodings")
+        snapshot.__dict__["state"] = plain
     return snapshot
+
+
+class _SessionSnapshot(Snapshot):
+    """A running session's snapshot (``session_snapshot``) whose ``state["messages"]`` list
+    is made the first time ``state`` is read, from its ``EncodedMessages``.
+
+    A checkpoint needs only the messages' encodings: a list of 40,000 message
+    references costs about 80 us to make and as much again to free, at every
+    checkpoint of a long session. In every other way it is a ``Snapshot``: the same
+    fields, equal to a ``Snapshot`` of equal fields (a deserialized copy), the same
+    hash; only ``type(snapshot) is Snapshot`` tells them apart. Thread-safe as a
+    ``Snapshot``: two threads reading ``state`` at once get the same dict.
+    """
+
+    @property  # the dataclass field, made when first read
+    def state(self) -> dict[str, Any]:
+        held = self.__dict__
+        state: dict[str, Any] | None = held.get("_made_state")
+        if state is None:
+            made = dict(held["_unmade_state"])
+            made["messages"] = held["_encoded"].messages()
+            state = held.setdefault("_made_state", made)
+        return state
+
+    @state.setter
+    def state(self, value: dict[str, Any]) -> None:  # the dataclass __init__ (``replace``)
+        self.__dict__["_made_state"] = value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return _compared(self) == _compared(other)
+
+    __hash__ = Snapshot.__hash__
+
+
+def with_encoded_messages(snapshot: Snapshot, encoded: EncodedMessages) -> Snapshot:
+    """``snapshot`` with the messages ``encoded`` holds in place of its own (its state's
+    ``"messages"`` key, which it must have), their list made only if ``state`` is read: a
+    worker's checkpoint, rebuilt on the host from the messages it has already and those
+    the worker sent."""
+    unmade = dict(snapshot.state)
+    if "messages" not in unmade:
+        raise ValueError("with_encoded_messages() needs a state with a messages entry")
+    copy = object.__new__(_SessionSnapshot)
+    held = copy.__dict__
+    held.update(snapshot.__dict__)
+    held.pop("state", None)
+    held.pop("_made_state", None)
+    held.update(_unmade_state=unmade, _encoded=encoded, _checked=None)
+    return copy
+
+
+def _compared(snapshot: Snapshot) -> tuple[Any, ...]:
+    """The fields ``Snapshot``'s equality compares."""
+    return tuple(getattr(snapshot, name) for name in _FIELDS)
+
+
+def _unmade_state(snapshot: Snapshot) -> dict[str, Any] | None:
+    """The state of a ``_SessionSnapshot`` whose message list is not made yet (its
+    ``"messages"`` a place holder), else ``None``."""
+    held = snapshot.__dict__
+    if "_made_state" in held:
+        return None
+    unmade: dict[str, Any] | None = held.get("_unmade_state")
+    return unmade
+
+
+def _message_count(snapshot: Snapshot) -> int:
+    encoded = encoded_messages(snapshot)
+    if encoded is not None:
+        return encoded.count
+    messages = snapshot.state.get("messages")
+    return len(messages) if isinstance(messages, list) else 0
+
+
+def storage_dict(snapshot: Snapshot) -> tuple[dict[str, Any], EncodedMessages | None]:
+    """``snapshot.to_dict()`` and ``encoded_messages(snapshot)``, without making a running
+    session's message list: where the encodings are given, the dict's
+    ``state["messages"]`` is not to be read (it may be a place holder). For a store or a
+    codec, which encode the messages from ``EncodedMessages.parts``."""
+    encoded = encoded_messages(snapshot)
+    unmade = None if encoded is None else _unmade_state(snapshot)
+    return _as_dict(snapshot, snapshot.state if unmade is None else unmade), encoded
+
+
+def _as_dict(snapshot: Snapshot, state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": snapshot.schema_version,
+        "checkpoint_id": snapshot.checkpoint_id,
+        "session_id": snapshot.session_id,
+        "saved_at": snapshot.saved_at,
+        "label": snapshot.label,
+        "metadata": snapshot.metadata,
+        "state": state,
+        "stripped_fields": list(snapshot.stripped_fields),
+    }
 
 
 def _flat(value: object) -> bool:
@@ -527,7 +623,11 @@ def _flat(value: object) -> bool:
 def encoded_messages(snapshot: Snapshot) -> EncodedMessages | None:
     """The ready encodings of ``snapshot``'s messages, if it has them and they still apply."""
     encoded = snapshot._encoded
-    return encoded if encoded is not None and encoded.of(snapshot.state) else None
+    if encoded is None:
+        return None
+    if _unmade_state(snapshot) is not None:  # its messages are these, by construction
+        return encoded
+    return encoded if encoded.of(snapshot.state) else None
 
 
 def checked_messages(snapshot: Snapshot) -> list[dict[str, Any]] | None:

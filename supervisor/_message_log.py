@@ -43,7 +43,7 @@ from actors import (
 from actors._codec import array_header, check_keys, pack_plain
 from actors._history import EncodedMessages
 from actors._record import record
-from actors.snapshot import encoded_messages, mark_checked
+from actors.snapshot import mark_checked, storage_dict
 from supervisor._state_parts import StatePart, put_parts, take_parts
 from supervisor.checkpoint_store import SnapshotTooNew
 
@@ -209,19 +209,26 @@ def split(
 
 
 def _split(snapshot: Snapshot, known: KnownLog | None, take: bool) -> SplitSnapshot:
-    plain = snapshot.to_dict()
+    plain, encoded = storage_dict(snapshot)  # a running session's message list is not made
     state = plain["state"] = dict(plain["state"])
     parts = take_parts(state) if take else ()
     # each part left a None (one byte) in the body
     parts_size = sum(len(part.data) - 1 for part in parts) if parts else 0
-    messages = state.get("messages")
-    if type(messages) is not list or not messages:  # nothing for a log: the body holds it
+    messages: list[Any] = []
+    if encoded is not None:
+        count = encoded.count
+        if not count:
+            state["messages"] = messages
+    else:
+        held = state.get("messages")
+        if type(held) is list:
+            messages = held
+        count = len(messages)
+    if not count:  # nothing for a log: the body holds the messages (if any)
         body = _encoded_body(plain)
         return SplitSnapshot(body, None, 0, len(body) + parts_size, parts=parts)
     state["messages"] = None
     body = _encoded_body(plain)
-    count = len(messages)
-    encoded = encoded_messages(snapshot)
     if encoded is not None:
         log, extends = _reused(encoded, known)
     else:

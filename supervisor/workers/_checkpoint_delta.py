@@ -30,14 +30,13 @@ they are skipped. A snapshot whose messages cannot all be encoded goes whole
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from typing import Any
 
 from actors import Snapshot
 from actors._codec import array_header, decode_plain, encode_plain
 from actors._history import EncodedMessages
-from actors.snapshot import encoded_messages
+from actors.snapshot import encoded_messages, storage_dict, with_encoded_messages
 
 __all__ = ["DeltaWriter", "HistoryMirror"]
 
@@ -74,8 +73,8 @@ class DeltaWriter:
             count = have[1]
             if isinstance(count, int) and 0 <= count <= encoded.count:
                 base = count
-        plain = snapshot.to_dict()
-        plain["state"] = {**snapshot.state, _MESSAGES: []}
+        plain = storage_dict(snapshot)[0]  # the session's message list is not made
+        plain["state"] = {**plain["state"], _MESSAGES: []}
         return {
             "head": encode_plain(plain),
             "lineage": self._token,
@@ -134,8 +133,6 @@ class HistoryMirror:
                 self._lineage, self._plain, self._parts = lineage, [], []
             self._plain.extend(decoded)
             self._parts.extend(new)
-            messages = self._plain[:]
-            encoded = EncodedMessages(messages, self._parts, len(messages))
-        state = dict(head.state)
-        state[_MESSAGES] = messages
-        return dataclasses.replace(head, state=state, _encoded=encoded)
+            # the lists are only ever appended to: the snapshot makes its list if asked
+            encoded = EncodedMessages(self._plain, self._parts, len(self._plain))
+        return with_encoded_messages(head, encoded)

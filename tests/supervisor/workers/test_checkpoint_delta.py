@@ -9,6 +9,7 @@ the whole conversation.
 from __future__ import annotations
 
 import errno
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,29 @@ def test_the_host_rebuilds_each_checkpoint_byte_for_byte_from_the_turns_messages
     assert [len(p["parts"]) for p in host.payloads] == [4 if t % 3 == 0 else 2 for t in range(12)]
     assert [p["base"] for p in host.payloads][:4] == [0, 4, 6, 8]
     assert host.rebuilt[-1].state["plugins"]["notes"] == {"turns": 12, "last": "answer 11"}
+
+
+def test_neither_end_makes_a_list_of_the_whole_history_for_a_checkpoint(tmp_path: Path) -> None:
+    """The worker sends, and the host saves, a turn's checkpoint from the messages'
+    encodings: a list of the whole history (seen by the references it takes to a
+    message dict) would make every checkpoint of a long session cost its length."""
+    session = AgentSession(_template(6), session_id="delta-lazy")
+    host = _Host(session)
+    session.send("question 0")
+    worker_first = session.snapshot().state["messages"][0]
+    host_first = host.rebuilt[-1].state["messages"][0]
+    worker_refs, host_refs = sys.getrefcount(worker_first), sys.getrefcount(host_first)
+    with SQLiteCheckpointStore(tmp_path / "lazy.db") as store:
+        for turn in range(1, 6):
+            session.send(f"question {turn}")
+            data = host.rebuilt[-1].serialize()
+            store.save(host.rebuilt[-1])
+        assert sys.getrefcount(worker_first) == worker_refs
+        assert sys.getrefcount(host_first) == host_refs
+        assert data == host.taken[-1].serialize()
+        assert store.load("delta-lazy") == Snapshot.deserialize(data)
+    assert host.rebuilt[-1].state["messages"][0] is host_first  # made when read
+    _same(host.rebuilt[-1], host.taken[-1])
 
 
 def test_after_a_failed_save_the_next_checkpoint_brings_every_message_again() -> None:

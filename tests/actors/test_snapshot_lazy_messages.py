@@ -80,7 +80,8 @@ def test_it_equals_and_hashes_as_the_snapshot_it_serializes_to() -> None:
     assert len({back, lazy}) == 1
     assert lazy != dataclasses.replace(back, label="after")
     assert dataclasses.replace(back, label="after") != lazy
-    assert lazy != "a snapshot"
+    other: object = "a snapshot"
+    assert lazy != other
     assert [m.content for m in lazy.messages()] == [
         "question 0",
         "echo: question 0",

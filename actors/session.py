@@ -561,7 +561,8 @@ class AgentSession(pykka.ThreadingActor):
         Costs what changed since the last one, not the history: each message is
         converted, stripped and encoded once, the first time a snapshot holds it,
         and later snapshots share those dicts and bytes (treat a snapshot's
-        message dicts as read-only). Plugin states, provider state and metadata
+        message dicts as read-only); its list of them is made only if its ``state``
+        is read (a store needs only the bytes). Plugin states, provider state and metadata
         are copied and stripped in full every time, as ``Snapshot.new`` does.
 
         Raises:

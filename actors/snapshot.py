@@ -107,7 +107,11 @@ class Snapshot:
     ``metadata``; it is safe to share between threads as long as nobody
     mutates those dicts in place (treat them as read-only; use ``redact`` to
     derive a changed snapshot). A running session's snapshots share their
-    message dicts with each other: mutating one would change the others.
+    message dicts with each other: mutating one would change the others. Such a
+    snapshot (``AgentSession.snapshot``) is of a private subclass that makes its
+    ``state["messages"]`` list when ``state`` is first read, so that a checkpoint,
+    which needs only the messages' encodings, costs the turn and not the history:
+    test ``isinstance(s, Snapshot)``, not ``type(s) is Snapshot``.
 
     Attributes:
         schema_version: Schema the snapshot is in (``SCHEMA_VERSION`` for new ones).

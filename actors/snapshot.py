@@ -550,6 +550,15 @@ class _SessionSnapshot(Snapshot):
 
     __hash__ = Snapshot.__hash__
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (and copied) as the plain ``Snapshot`` it equals: not with the session's
+        # whole lists, which hold the messages of its later turns too.
+        return (_plain_snapshot, _compared(self))
+
+
+def _plain_snapshot(*values: Any) -> Snapshot:
+    return Snapshot(**dict(zip(_FIELDS, values, strict=True)))
+
 
 def with_encoded_messages(snapshot: Snapshot, encoded: EncodedMessages) -> Snapshot:
     """``snapshot`` with the messages ``encoded`` holds in place of its own (its state's

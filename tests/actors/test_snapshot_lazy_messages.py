@@ -109,8 +109,12 @@ def test_derived_snapshots_keep_its_messages_and_their_encodings() -> None:
     assert Snapshot.deserialize(marked.serialize()) == marked
     assert marked.state == expected.state
 
-    assert pickle.loads(pickle.dumps(lazy)) == expected
-    assert copy.deepcopy(lazy) == expected
+    session.send("a later turn")
+    assert "a later turn" in repr(session.snapshot().state)  # now in the lists lazy shares
+    for copied in (pickle.loads(pickle.dumps(lazy)), copy.deepcopy(lazy), copy.copy(lazy)):
+        assert type(copied) is Snapshot
+        assert copied == expected
+    assert b"a later turn" not in pickle.dumps(lazy)  # pickled with its own messages only
     assert lazy.redact(lambda state: state) == expected
 
 

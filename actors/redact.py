@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors._codec import join_path
 from actors._strip import STRIPPED_KEY
-from actors.snapshot import storage_dict
+from actors.snapshot import parts_state
 
 if TYPE_CHECKING:
     from actors.snapshot import Snapshot
@@ -120,7 +120,7 @@ def strip_secrets(snapshot: Snapshot) -> Snapshot:
     there is none). Copies only what it changes. Pure, thread-safe.
     """
     found: list[str] = []
-    state = storage_dict(snapshot)[0]["state"]  # its parts but the messages, which it skips
+    state = parts_state(snapshot)  # it reads no messages: their list is not made for it
     changed = {}
     for part in SECRET_PARTS:
         held = state.get(part)

@@ -59,6 +59,7 @@ __all__ = [
     "checked_messages",
     "encoded_messages",
     "mark_checked",
+    "parts_state",
     "schema_version",
     "session_snapshot",
     "storage_dict",
@@ -605,9 +606,15 @@ def storage_dict(snapshot: Snapshot) -> tuple[dict[str, Any], EncodedMessages | 
     session's message list: where the encodings are given, the dict's
     ``state["messages"]`` is not to be read (it may be a place holder). For a store or a
     codec, which encode the messages from ``EncodedMessages.parts``."""
-    encoded = encoded_messages(snapshot)
-    unmade = None if encoded is None else _unmade_state(snapshot)
-    return _as_dict(snapshot, snapshot.state if unmade is None else unmade), encoded
+    return _as_dict(snapshot, parts_state(snapshot)), encoded_messages(snapshot)
+
+
+def parts_state(snapshot: Snapshot) -> dict[str, Any]:
+    """``snapshot.state`` for a reader of its parts other than the messages: a running
+    session's snapshot whose message list is not made yet gives its state with a place
+    holder for them, so that the list is not made for nothing."""
+    unmade = _unmade_state(snapshot)
+    return snapshot.state if unmade is None else unmade
 
 
 def _as_dict(snapshot: Snapshot, state: dict[str, Any]) -> dict[str, Any]:
